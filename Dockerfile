@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+# One image for the API, the workers, beat and flower. CPU torch by default; for GPU workers
+# build with the CUDA wheel index, e.g.
+#   docker compose --profile gpu build   (worker-gpu passes TORCH_INDEX_URL=.../whl/cu130)
+# The torch installed here is the "current" build; builds under test get their own cached venvs
+# at run time (workers/environments.py), under NIGHTBENCH_ENV_CACHE_DIR.
+ARG PYTHON_VERSION=3.11
+FROM python:${PYTHON_VERSION}-slim-bookworm
+
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    NIGHTBENCH_DATA_DIR=/var/lib/nightbench \
+    NIGHTBENCH_ENV_CACHE_DIR=/var/cache/nightbench/envs
+
+# git: commit ranges and bisection checkouts; build tools for probes built from source.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git build-essential \
+    && rm -rf /var/lib/apt/lists/*
+
+RUN groupadd --gid 10001 nightbench \
+    && useradd --uid 10001 --gid nightbench --create-home --shell /usr/sbin/nologin nightbench \
+    && mkdir -p /app /var/lib/nightbench /var/cache/nightbench/envs \
+    && chown -R nightbench:nightbench /var/lib/nightbench /var/cache/nightbench
+
+WORKDIR /app
+
+# torch first, in its own layer: it is the largest and changes least often. Only this step sees
+# the torch index, so no other package can come from it by name.
+RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+
+# Dependencies before the source, so code edits do not reinstall them.
+COPY pyproject.toml README.md ./
+RUN mkdir -p service workers suite migrations \
+    && touch service/__init__.py workers/__init__.py suite/__init__.py migrations/__init__.py \
+    && pip install -e . "flower>=2.0" \
+    && rm -rf service workers suite migrations nightbench.egg-info
+
+COPY alembic.ini ./
+COPY migrations ./migrations
+COPY service ./service
+COPY suite ./suite
+COPY workers ./workers
+# Editable, so /app is the suite's root: workers link a venv's suite to /app/suite.
+RUN pip install --no-deps -e . && python -c "import service, suite, workers"
+
+USER nightbench
+EXPOSE 8000 5555
+CMD ["nightbench", "--help"]

@@ -1,0 +1,1 @@
+"""Alembic migrations: one dated revision per schema change."""

@@ -1,0 +1,77 @@
+"""Wire shapes of the bisections endpoint."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class VerdictRead(BaseModel):
+    """One benchmark at one probe: verdicts against the good and the bad endpoint."""
+
+    benchmark: str
+    samples: list[float] = Field(description="samples taken at this probe (ms)")
+    vs_good: str | None = Field(description="different | same | unknown; null at the good end")
+    vs_bad: str | None = Field(description="different | same | unknown; null at the bad end")
+    side: str | None = Field(description="good | bad | undecided on all samples so far")
+    error: str | None
+
+
+class ProbeRead(BaseModel):
+    id: int
+    round: int
+    sha: str
+    index: int = Field(description="position in the commit range (0 = good endpoint)")
+    purpose: str
+    status: str
+    attempts: int
+    worker: str | None
+    build_seconds: float | None
+    benchmarks: list[str]
+    samples: dict[str, list[float]] | None = Field(description="benchmark -> samples (ms)")
+    errors: dict[str, str] | None
+    reason: str | None
+    verdicts: list[VerdictRead] = Field(description="filled in when the bisection has ended")
+
+
+class CulpritRead(BaseModel):
+    sha: str
+    title: str | None = None
+    author: str | None = None
+    pr_number: int | None = None
+    benchmarks: list[str] = Field(default_factory=list)
+    change: dict[str, float | None] = Field(default_factory=dict,
+                                            description="benchmark -> relative change")
+
+
+class BenchmarkAnswerRead(BaseModel):
+    benchmark: str
+    status: str = Field(description="culprit | inconclusive | not_reproduced")
+    culprit: str | None
+    range: list[str] = Field(description="commits that may hold the culprit")
+    change: float | None
+    reason: str
+
+
+class BisectionRead(BaseModel):
+    id: int
+    run_id: int | None
+    alert_id: int | None
+    status: str
+    outcome: str | None
+    good: str
+    bad: str
+    commits: int = Field(description="commits in the range after the good endpoint")
+    benchmarks: list[str]
+    regression_ids: list[int]
+    builds: int | None
+    rounds: int | None
+    error: str | None
+    created_at: datetime | None
+    finished_at: datetime | None
+    culprits: list[CulpritRead]
+    answers: list[BenchmarkAnswerRead]
+    probes: list[ProbeRead]
+    commit_range: list[dict[str, Any]] = Field(description="the range, good endpoint first")

@@ -1,0 +1,144 @@
+"""Typed settings, read once per process from ``NIGHTBENCH_*`` environment variables.
+
+The defaults are the embedded mode: a SQLite file under ``data_dir``, Celery tasks run in-process,
+and issues written as Markdown to ``outbox_dir``. Setting ``NIGHTBENCH_DATABASE_URL`` (Postgres)
+and ``NIGHTBENCH_BROKER_URL`` (Redis) gives the distributed deployment on the same code.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """nightbench's configuration (prefix ``NIGHTBENCH_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="NIGHTBENCH_", env_file=None, extra="ignore")
+
+    data_dir: Path = Field(default=Path(".nightbench"), description="embedded store, outbox, caches")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite file")
+    broker_url: str | None = Field(default=None, description="Celery broker; None runs tasks in-process")
+    result_backend: str | None = Field(default=None, description="Celery result backend (optional)")
+    threshold: float = Field(default=0.07, gt=0, lt=10, description="relative change that matters")
+    thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description='per metric or benchmark, e.g. {"cpu_peak_mem": 0.05, "bert:train": 0.1}',
+    )
+    outbox_dir: Path | None = Field(default=None, description="issue Markdown without GitHub")
+    github_repository: str | None = Field(default=None, description='"owner/name" to file issues in')
+    github_token: SecretStr | None = None
+    github_api_url: str = "https://api.github.com"
+    github_labels: list[str] = Field(default_factory=lambda: ["performance", "regression"])
+    source_repo_path: Path | None = Field(
+        default=None, description="local clone of the source of the build under test (commit ranges)"
+    )
+    source_github_repository: str | None = Field(
+        default="pytorch/pytorch", description="where commit ranges come from without a local clone"
+    )
+    bisect_provider: str | None = Field(
+        default=None, pattern="^(checkout|python-overlay|wheel)$",
+        description="build provider for bisecting a night's commit range; None: no bisection",
+    )
+    bisect_install_command: str = Field(
+        default="pip install --no-build-isolation -e .",
+        description="checkout provider: run in each probe's worktree (source_repo_path's clone)",
+    )
+    bisect_wheel_url: str | None = Field(default=None, description="wheel provider: URL with {sha}")
+    bisect_package: str = Field(default="torch", description="python-overlay: package laid over")
+    bisect_workers: int = Field(default=1, ge=1, le=64, description="commits probed per round")
+    bisect_samples: int = Field(default=12, ge=3, description="samples per benchmark per probe")
+    bisect_max_samples: int = Field(default=48, ge=3, description="cap when samples double")
+    bisect_work_dir: Path | None = Field(default=None, description="builds (default data_dir/bisect)")
+    schedule_cron: str | None = Field(
+        default=None, description='beat dispatches a night on this crontab, e.g. "30 11 * * *"'
+    )
+    schedule_torch_spec: str = Field(default="current", description="build the beat night tests")
+    schedule_models: list[str] = Field(default_factory=list, description="empty: every model")
+    schedule_modes: list[str] = Field(default_factory=lambda: ["train", "eval"])
+    schedule_device_classes: list[str] = Field(default_factory=lambda: ["cpu"])
+    api_base_url: str = Field(default="http://127.0.0.1:8000", description="links in issues")
+    suite_timeout_s: float = Field(default=900, gt=0, description="per benchmark subprocess")
+    suite_iterations: int = Field(default=15, ge=1, description="minimum timed iterations")
+    suite_min_seconds: float = Field(default=2.0, ge=0, description="minimum timed seconds")
+    suite_threads: int = Field(default=1, ge=0, description="torch threads for CPU benchmarks")
+    baseline_nights: int = Field(
+        default=60, ge=1, description="earlier nights read for the baseline and slow-drift check"
+    )
+    night_deadline_s: float = Field(default=6 * 3600, gt=0, description="missing-data deadline")
+    task_soft_time_limit_s: float = Field(default=1800, gt=0)
+    task_time_limit_s: float = Field(default=2100, gt=0)
+    visibility_timeout_s: int = Field(default=4 * 3600, gt=0)
+    queue_prefix: str = Field(default="", description="prefix for Redis keys (tests, shared brokers)")
+    env_cache_dir: Path | None = Field(
+        default=None, description="venvs of builds under test; default <data_dir>/envs"
+    )
+    env_cache_budget_bytes: int = Field(
+        default=30 * 2**30, gt=0, description="disk budget of env_cache_dir (bytes), LRU-evicted"
+    )
+    torch_index_url: str | None = Field(
+        default=None, description="pip index for torch builds, e.g. the nightly wheel index"
+    )
+
+    @field_validator("github_repository")
+    @classmethod
+    def _repository_form(cls, value: str | None) -> str | None:
+        if value is not None and (value.count("/") != 1 or value.startswith("/") or value.endswith("/")):
+            raise ValueError(f'github_repository must look like "owner/name", got {value!r}')
+        return value
+
+    @model_validator(mode="after")
+    def _limits(self) -> Settings:
+        if self.suite_timeout_s >= self.task_soft_time_limit_s:
+            raise ValueError(
+                "suite_timeout_s must be below task_soft_time_limit_s, so that a hung benchmark "
+                "becomes an error result before Celery interrupts the task"
+            )
+        if self.task_soft_time_limit_s >= self.task_time_limit_s:
+            raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
+        if self.visibility_timeout_s <= self.task_time_limit_s:
+            raise ValueError(
+                "visibility_timeout_s must exceed task_time_limit_s, or Redis redelivers running tasks"
+            )
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured URL, or ``sqlite:///<data_dir>/nightbench.db``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'nightbench.db').resolve()}"
+
+    @property
+    def effective_outbox_dir(self) -> Path:
+        return self.outbox_dir if self.outbox_dir is not None else self.data_dir / "outbox"
+
+    @property
+    def embedded(self) -> bool:
+        """True when tasks run in-process (no broker configured)."""
+        return not self.broker_url
+
+    def threshold_for(self, metric: str, benchmark: str | None = None) -> float:
+        """The threshold for ``metric`` of ``benchmark`` (``"model:mode"`` or ``"model"``).
+
+        Most specific first: ``model:mode:metric``, ``model:metric``, ``model:mode``, ``model``,
+        ``metric``, then the global ``threshold``.
+        """
+        keys: list[str] = []
+        if benchmark:
+            model = benchmark.split(":", 1)[0]
+            keys += [f"{benchmark}:{metric}", f"{model}:{metric}", benchmark, model]
+        keys.append(metric)
+        for key in keys:
+            if key in self.thresholds:
+                return self.thresholds[key]
+        return self.threshold
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings (read once; tests call ``get_settings.cache_clear()``)."""
+    return Settings()

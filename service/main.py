@@ -1,0 +1,176 @@
+"""The FastAPI application: ``create_app()`` and the module-level ``app`` (``nightbench serve``).
+
+Errors answer ``{"detail": "<message>"}``: a :class:`~service.errors.NightbenchError` with its
+``status_code``; request validation with 422 and a message naming each bad field; a clash with
+a unique constraint with 409; a value the database refuses with 422; an unreachable database
+with 503. Routes are plain ``def`` on sync SQLAlchemy sessions (run in the thread pool).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse
+from sqlalchemy import text
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api import errors
+from service.bisections.routes import router as bisections_router
+from service.config import Settings
+from service.db import get_sessionmaker
+from service.deps import SessionDep
+from service.errors import NightbenchError, Unauthorized
+from service.regressions.routes import router as regressions_router
+from service.results.routes import pages as pages_router
+from service.results.routes import router as history_router
+from service.runs.routes import router as runs_router
+
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": message}, status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ())]
+        where = f"{loc[0]} {'.'.join(loc[1:])}".strip() if loc else "request"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts[:10]) or "invalid request"
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """Methods the OpenAPI schema documents for ``path`` (templates matched segment-wise)."""
+    table = getattr(app.state, "allowed_methods", None)
+    if table is None:
+        table = [(re.compile("^" + re.sub(r"\\{[^/}]+\\}", "[^/]+", re.escape(template)) + "$"),
+                  sorted(m.upper() for m in ops))
+                 for template, ops in app.openapi().get("paths", {}).items()]
+        app.state.allowed_methods = table
+    return sorted({m for pattern, methods in table if pattern.match(path) for m in methods})
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(NightbenchError)
+    def _nightbench(request: Request, exc: NightbenchError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        return _error(exc.status_code, exc.message, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route matching the path; list every method the
+            # path supports (GET and PATCH on one regression are two routes).
+            methods = _allowed_methods(request.app, request.url.path)
+            if methods:
+                headers["Allow"] = ", ".join(methods)
+        return _error(exc.status_code, str(exc.detail), headers or None)
+
+    @app.exception_handler(RequestValidationError)
+    def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(exc))
+
+    @app.exception_handler(IntegrityError)
+    def _integrity(request: Request, exc: IntegrityError) -> JSONResponse:
+        # Two writers raced for the same unique row; the loser is told, nothing is half-stored.
+        return _error(409, f"conflicts with stored data: {exc.orig}".splitlines()[0])
+
+    @app.exception_handler(DataError)
+    def _data(request: Request, exc: DataError) -> JSONResponse:
+        return _error(422, f"the database refused a value: {exc.orig}".splitlines()[0])
+
+    @app.exception_handler(OperationalError)
+    def _operational(request: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database error: %s", exc)
+        return _error(503, "the database is unreachable; try again shortly")
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    # Everything imported at start-up lives for the whole process: moving it out of the
+    # collector's reach keeps full collections short (gc.freeze, as large Python services do).
+    gc.freeze()
+    yield
+
+
+class ServerTiming:
+    """ASGI middleware adding ``Server-Timing: app;dur=<ms>, cpu;dur=<ms>`` (W3C Server Timing)
+    to every response: the wall time from the request to the response's headers, and the CPU
+    time the API process spent meanwhile (all its threads), as browsers' developer tools and
+    the benchmarks read them. On a busy machine the two tell waiting from working."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, cpu_start = time.perf_counter(), time.process_time()
+
+        async def send_with_timing(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                wall = (time.perf_counter() - start) * 1e3
+                cpu = (time.process_time() - cpu_start) * 1e3
+                message.setdefault("headers", []).append(
+                    (b"server-timing", f"app;dur={wall:.1f}, cpu;dur={cpu:.1f}".encode()))
+            await send(message)
+
+        await self.app(scope, receive, send_with_timing)
+
+
+def create_app(
+    *, settings: Settings | None = None, session_factory: Callable[[], Session] | None = None,
+) -> FastAPI:
+    """Build the API.
+
+    Args:
+        settings: configuration (default: the process settings, read on first use).
+        session_factory: makes one session per request (default: sessions on the configured
+            database; tests pass sessions bound to a connection they roll back).
+    """
+    app = FastAPI(
+        lifespan=_lifespan,
+        title="nightbench",
+        version="0.1.0",
+        description="Nightly performance-regression checks for PyTorch: per-model history, "
+                    "runs, regressions, bisections and charts. Writes need an API token "
+                    "(`nightbench token create --name NAME`).",
+    )
+    app.state.settings = settings
+    app.state.session_factory = session_factory or (lambda: get_sessionmaker(
+        settings.effective_database_url if settings else None)())
+    _install_error_handlers(app)
+    app.add_middleware(ServerTiming)
+    for router in (history_router, runs_router, regressions_router, bisections_router,
+                   pages_router):
+        app.include_router(router)
+
+    @app.get("/healthz", tags=["health"], responses=errors(503),
+             response_model=dict[str, str])
+    def healthz(session: SessionDep) -> dict[str, Any]:
+        """Liveness and database reachability."""
+        session.execute(text("SELECT 1"))
+        return {"status": "ok", "database": "ok"}
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/docs")
+
+    return app
+
+
+app = create_app()

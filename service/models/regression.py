@@ -1,0 +1,71 @@
+"""Regressions and improvements found in a run, and the alert that groups them for triage."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base
+from service.models.base import TimestampMixin, utcnow
+
+TRIAGE_STATES = ("untriaged", "confirmed", "invalid", "expected", "fixed", "reverted", "improvement")
+CONFIRMATIONS = ("pending", "reproduced", "not_reproduced", "not_possible")
+ALERT_KINDS = ("regression", "missing_data")
+
+
+class Alert(TimestampMixin, Base):
+    """The regressions of one run grouped for triage, or a missing-data notice."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (UniqueConstraint("run_id", "kind"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16), default="regression")
+    status: Mapped[str] = mapped_column(String(16), default="open")
+    summary: Mapped[str] = mapped_column(Text, default="")
+
+    regressions: Mapped[list[Regression]] = relationship(
+        back_populates="alert", lazy="raise", order_by="Regression.id"
+    )
+
+
+class Regression(TimestampMixin, Base):
+    """A change of one series in one run beyond its threshold: a regression or an improvement."""
+
+    __tablename__ = "regressions"
+    __table_args__ = (UniqueConstraint("run_id", "series_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="SET NULL"), index=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"))
+    series_key: Mapped[str] = mapped_column(String(64), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(8))
+    device: Mapped[str] = mapped_column(String(8))
+    compiler: Mapped[str] = mapped_column(String(16), default="eager")
+    metric: Mapped[str] = mapped_column(String(32))
+    unit: Mapped[str] = mapped_column(String(16))
+    direction: Mapped[str] = mapped_column(String(16))
+    baseline: Mapped[float] = mapped_column(Float)
+    value: Mapped[float] = mapped_column(Float)
+    change: Mapped[float] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    threshold: Mapped[float] = mapped_column(Float)
+    alertable: Mapped[bool] = mapped_column(Boolean, default=True)
+    confirmation: Mapped[str] = mapped_column(String(16), default="pending")
+    state: Mapped[str] = mapped_column(String(16), default="untriaged", index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+
+    alert: Mapped[Alert | None] = relationship(back_populates="regressions", lazy="raise")
+
+    @property
+    def benchmark(self) -> str:
+        name = f"{self.model}:{self.mode}:{self.device}"
+        return name if self.compiler == "eager" else f"{name}:{self.compiler}"

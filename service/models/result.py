@@ -1,0 +1,58 @@
+"""A result: all samples of one metric of one benchmark in one run."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from sqlalchemy import Date, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db import Base, JSONType
+from service.models.base import TimestampMixin
+
+
+def _count_samples(context: Any) -> int:
+    return len(context.get_current_parameters().get("samples") or [])
+
+
+class Result(TimestampMixin, Base):
+    __tablename__ = "results"
+    __table_args__ = (
+        UniqueConstraint("run_id", "model", "mode", "device", "compiler", "metric"),
+        Index("ix_results_series_key_night", "series_key", "night"),
+        # A model's history (GET /api/models/{model}/history) is one index-only scan: rows come
+        # in series order with every column the history reads or filters on; no heap access.
+        Index("ix_results_history", "model", "series_key", "night", "run_id",
+              postgresql_include=["id", "median", "iqr", "sample_count", "error", "mode",
+                                  "device", "compiler", "metric", "machine_id"]),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # No index of its own: the unique constraint's index leads with run_id and serves lookups
+    # by run (and the cascade from runs); one index fewer to maintain on every insert.
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    machine_id: Mapped[int | None] = mapped_column(ForeignKey("machines.id", ondelete="SET NULL"))
+    night: Mapped[date] = mapped_column(Date)
+    model: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(8))
+    device: Mapped[str] = mapped_column(String(8))
+    compiler: Mapped[str] = mapped_column(String(16), default="eager")
+    batch_size: Mapped[int | None] = mapped_column(Integer)
+    metric: Mapped[str] = mapped_column(String(32))
+    unit: Mapped[str] = mapped_column(String(16))
+    samples: Mapped[list[float]] = mapped_column(JSONType, default=list)
+    # Kept beside the samples so the history index covers it (the JSON stays in the heap).
+    sample_count: Mapped[int | None] = mapped_column(Integer, default=_count_samples)
+    median: Mapped[float | None] = mapped_column(Float)
+    iqr: Mapped[float | None] = mapped_column(Float)
+    environment: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    benchmark_version: Mapped[str | None] = mapped_column(String(64))
+    series_key: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def benchmark(self) -> str:
+        name = f"{self.model}:{self.mode}:{self.device}"
+        return name if self.compiler == "eager" else f"{name}:{self.compiler}"

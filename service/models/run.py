@@ -1,0 +1,72 @@
+"""A run (one night, confirmation or probe on one build) and its benchmark jobs."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import Date, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, JSONType
+from service.models.base import TimestampMixin
+
+RUN_KINDS = ("nightly", "confirm", "probe", "ingest")
+RUN_STATUSES = ("queued", "running", "detecting", "complete", "incomplete", "failed")
+JOB_STATUSES = ("queued", "running", "done", "error", "missing")
+JOB_ENDED = ("done", "error", "missing")
+
+
+class Run(TimestampMixin, Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    night: Mapped[date] = mapped_column(Date, index=True)
+    kind: Mapped[str] = mapped_column(String(16), default="nightly")
+    parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    torch_spec: Mapped[str] = mapped_column(String(255), default="current")
+    torch_version: Mapped[str | None] = mapped_column(String(64))
+    torch_git_commit: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    expected_jobs: Mapped[int] = mapped_column(Integer, default=0)
+    previous_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    commit_range: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
+    options: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    note: Mapped[str | None] = mapped_column(Text)
+
+    jobs: Mapped[list[Job]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", lazy="raise", order_by="Job.id"
+    )
+
+
+class Job(Base):
+    """One benchmark of a run: the unit a worker task measures."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("run_id", "model", "mode", "device", "compiler"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    model: Mapped[str] = mapped_column(String(128))
+    mode: Mapped[str] = mapped_column(String(8))
+    device: Mapped[str] = mapped_column(String(8))
+    compiler: Mapped[str] = mapped_column(String(16), default="eager")
+    batch_size: Mapped[int | None] = mapped_column(Integer)
+    queue: Mapped[str] = mapped_column(String(64), default="cpu")
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    run: Mapped[Run] = relationship(back_populates="jobs", lazy="raise")
+
+    @property
+    def benchmark(self) -> str:
+        """``model:mode:device`` plus ``:compiler`` when not eager."""
+        name = f"{self.model}:{self.mode}:{self.device}"
+        return name if self.compiler == "eager" else f"{name}:{self.compiler}"

@@ -1,0 +1,1 @@
+"""Regressions: detection (pure), triage and alerts."""

@@ -1,0 +1,66 @@
+"""Wire shapes of the regressions and alerts endpoints."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.models import TRIAGE_STATES
+
+TriageState = Literal[TRIAGE_STATES]  # type: ignore[valid-type]
+
+
+class RegressionRead(BaseModel):
+    """A change of one series in one run beyond its threshold (values in ``unit``)."""
+
+    id: int
+    run_id: int
+    night: date
+    alert_id: int | None
+    series_key: str
+    benchmark: str
+    model: str
+    mode: str
+    device: str
+    compiler: str
+    metric: str
+    unit: str
+    direction: Literal["regression", "improvement"]
+    baseline: float
+    value: float
+    change: float = Field(description="value / baseline - 1 (0.12 = +12%)")
+    p_value: float | None
+    threshold: float
+    alertable: bool
+    confirmation: str
+    state: str
+    reason: str
+    culprit: str | None = Field(description="culprit commit named by a bisection")
+    bisection_ids: list[int]
+    created_at: datetime | None
+    updated_at: datetime | None
+    chart_url: str
+
+
+class RegressionsPage(BaseModel):
+    items: list[RegressionRead]
+    next_cursor: int | None
+
+
+class RegressionPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: TriageState = Field(description="the triage state")
+
+
+class AlertRead(BaseModel):
+    id: int
+    run_id: int
+    night: date
+    kind: str
+    status: str
+    summary: str
+    created_at: datetime | None
+    regressions: list[RegressionRead]

@@ -1,0 +1,212 @@
+"""Running detection over a run, applying confirmation re-runs, and triage states."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.errors import InvalidInput, NotFound
+from service.models import TRIAGE_STATES, Alert, Regression, Result, Run
+from service.regressions.detection import Assessment, Night, assess_night, confirm
+from service.results.service import ALERT_METRICS, series_history
+
+ThresholdFor = Callable[[str, str], float]
+
+
+def _night(result: Result, position: int, expected: bool = False, rerun: bool = False) -> Night:
+    return Night(night=position, samples=tuple(float(s) for s in result.samples), expected=expected,
+                 rerun=rerun)
+
+
+def _expected_results(session: Session, series_keys: set[str]) -> set[int]:
+    """Result ids at which a maintainer marked a step ``expected`` (the baseline resets there)."""
+    if not series_keys:
+        return set()
+    rows = session.scalars(
+        select(Regression.result_id).where(
+            Regression.series_key.in_(series_keys), Regression.state == "expected"
+        )
+    )
+    return set(rows)
+
+
+def history_nights(session: Session, *, result: Result, limit: int) -> list[Night]:
+    """Earlier nights of ``result``'s series as detection input, oldest first."""
+    assert result.series_key is not None
+    history = series_history(
+        session, series_key=result.series_key, night=result.night, run_id=result.run_id, limit=limit
+    )
+    expected = _expected_results(session, {result.series_key})
+    kinds = dict(session.execute(
+        select(Run.id, Run.kind).where(Run.id.in_({r.run_id for r in history}))
+    ).all()) if history else {}
+    return [_night(r, i, r.id in expected, kinds.get(r.run_id) == "confirm")
+            for i, r in enumerate(history)]
+
+
+def assess_run(
+    session: Session, *, run: Run, threshold_for: ThresholdFor, baseline_nights: int,
+    unstable: set[str] | frozenset[str] = frozenset(),
+) -> list[tuple[Result, Assessment]]:
+    """Assess every alertable metric of every successful result of ``run`` against its baseline.
+
+    Args:
+        threshold_for: ``(metric, "model:mode") -> relative threshold``.
+        baseline_nights: how many earlier nights the baseline may use.
+        unstable: benchmark names (``model:mode:device``) marked unstable: shown, not alerted.
+
+    Returns:
+        ``(result, assessment)`` pairs in a stable order.
+    """
+    results = session.scalars(
+        select(Result).where(
+            Result.run_id == run.id, Result.error.is_(None), Result.metric.in_(ALERT_METRICS)
+        ).order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
+    )
+    out: list[tuple[Result, Assessment]] = []
+    for result in results:
+        history = history_nights(session, result=result, limit=baseline_nights)
+        tonight = _night(result, len(history))
+        assessment = assess_night(
+            history, tonight, metric=result.metric,
+            threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
+            unstable=result.benchmark in unstable,
+        )
+        out.append((result, assessment))
+    return out
+
+
+def record_regressions(
+    session: Session, *, run: Run, assessed: list[tuple[Result, Assessment]],
+    threshold_for: ThresholdFor,
+) -> Alert | None:
+    """Store regressions and improvements of ``run``; group alertable regressions in one alert.
+
+    Idempotent: a series already recorded for this run is not recorded again.
+
+    Returns:
+        The run's regression alert, or None when nothing is alertable.
+    """
+    known = set(session.scalars(select(Regression.series_key).where(Regression.run_id == run.id)))
+    alert = session.scalar(select(Alert).where(Alert.run_id == run.id, Alert.kind == "regression"))
+    for result, a in assessed:
+        if a.verdict not in ("regression", "improvement") or result.series_key in known:
+            continue
+        assert a.baseline is not None and a.change is not None and result.series_key is not None
+        regression = Regression(
+            run_id=run.id, result_id=result.id, series_key=result.series_key, model=result.model,
+            mode=result.mode, device=result.device, compiler=result.compiler, metric=result.metric,
+            unit=result.unit, direction=a.verdict, baseline=a.baseline, value=a.value,
+            change=a.change, p_value=a.p_value,
+            threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
+            alertable=a.alertable, reason=a.reason,
+            state="improvement" if a.verdict == "improvement" else "untriaged",
+            # A step the detector saw persist over earlier nights needs no re-run.
+            confirmation=("reproduced" if a.confirmed else "pending") if a.alertable else "not_possible",
+        )
+        if a.alertable:
+            if alert is None:
+                alert = Alert(run_id=run.id, kind="regression", status="open")
+                session.add(alert)
+                session.flush()
+            regression.alert_id = alert.id
+        session.add(regression)
+    session.flush()
+    if alert is not None:
+        count = session.scalars(select(Regression).where(Regression.alert_id == alert.id)).all()
+        alert.summary = f"{len(count)} regression(s) in run {run.id} ({run.night})"
+        session.flush()
+    return alert
+
+
+def pending_regressions(session: Session, *, run_id: int) -> list[Regression]:
+    """Alertable regressions of the run still waiting for their confirmation re-run."""
+    return list(session.scalars(
+        select(Regression).where(
+            Regression.run_id == run_id, Regression.alertable.is_(True),
+            Regression.direction == "regression", Regression.confirmation == "pending",
+        ).order_by(Regression.id)
+    ))
+
+
+def reproduced_regressions(session: Session, *, run_id: int) -> list[Regression]:
+    """Alertable regressions of the run whose persistence is established."""
+    return list(session.scalars(
+        select(Regression).where(
+            Regression.run_id == run_id, Regression.alertable.is_(True),
+            Regression.direction == "regression", Regression.confirmation == "reproduced",
+        ).order_by(Regression.id)
+    ))
+
+
+def apply_confirmation(
+    session: Session, *, parent: Run, confirm_run: Run, threshold_for: ThresholdFor,
+    baseline_nights: int,
+) -> list[Regression]:
+    """Judge each pending regression of ``parent`` with the re-run's samples (same build).
+
+    A regression the re-run does not reproduce is marked ``not_reproduced`` and stops being
+    alertable (a one-night blip); one whose re-run failed or is missing is ``not_possible`` and
+    waits for the next night. Returns the regressions that were reproduced.
+    """
+    reproduced: list[Regression] = []
+    for regression in pending_regressions(session, run_id=parent.id):
+        original = session.get(Result, regression.result_id)
+        rerun = session.scalar(select(Result).where(
+            Result.run_id == confirm_run.id, Result.model == regression.model,
+            Result.mode == regression.mode, Result.device == regression.device,
+            Result.compiler == regression.compiler, Result.metric == regression.metric,
+        ))
+        if original is None or rerun is None or rerun.error is not None or not rerun.samples:
+            regression.confirmation = "not_possible"
+            regression.reason += " Confirmation re-run failed; waiting for the next night."
+            continue
+        history = history_nights(session, result=original, limit=baseline_nights)
+        verdict = confirm(
+            history, _night(original, len(history)), _night(rerun, len(history) + 1, rerun=True),
+            metric=regression.metric,
+            threshold=threshold_for(regression.metric, f"{regression.model}:{regression.mode}"),
+        )
+        if verdict.verdict == "regression":
+            regression.confirmation = "reproduced"
+            reproduced.append(regression)
+        else:
+            regression.confirmation = "not_reproduced"
+            regression.alertable = False
+            regression.reason += f" Not reproduced by the confirmation re-run ({verdict.reason})."
+    session.flush()
+    return reproduced
+
+
+def get_regression(session: Session, regression_id: int) -> Regression:
+    """The regression with ``regression_id``. Raises NotFound."""
+    regression = session.get(Regression, regression_id)
+    if regression is None:
+        raise NotFound(f"regression {regression_id} does not exist")
+    return regression
+
+
+def set_state(session: Session, *, regression_id: int, state: str) -> Regression:
+    """Change a regression's triage state.
+
+    Marking ``expected`` resets the series' baseline at this night (detection starts a new
+    baseline segment there).
+
+    Raises:
+        NotFound: no such regression.
+        InvalidInput: ``state`` is not a triage state.
+    """
+    if state not in TRIAGE_STATES:
+        raise InvalidInput(f"state must be one of {', '.join(TRIAGE_STATES)}, got {state!r}")
+    regression = get_regression(session, regression_id)
+    regression.state = state
+    session.flush()
+    return regression
+
+
+def list_alert_regressions(session: Session, *, alert_id: int) -> list[Regression]:
+    if session.get(Alert, alert_id) is None:
+        raise NotFound(f"alert {alert_id} does not exist")
+    return list(session.scalars(select(Regression).where(Regression.alert_id == alert_id).order_by(Regression.id)))

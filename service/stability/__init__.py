@@ -1,0 +1,1 @@
+"""Stability verdicts of benchmarks (storage of ``nightbench suite stability``)."""

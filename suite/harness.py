@@ -1,0 +1,434 @@
+"""The measuring harness: warm-up, timed iterations, raw samples, peak memory of this process.
+
+Method (after pyperf and TorchBench's ``torchbenchmark/util/experiment/metrics.py``):
+
+- pin the thread count (1 by default on CPU) and optionally the CPU affinity, so that the
+  scheduler's choices and a shared machine's other work move the figures as little as possible;
+- build the model and inputs, then record the resident set size ("ready" RSS) and reset the
+  kernel's peak-RSS counter (``/proc/self/clear_refs`` with ``5``), so that ``cpu_peak_mem`` is
+  the peak *above* the library's own footprint (a torch wheel's ~220-510 MB, which would otherwise
+  turn a change of wheel into a false memory regression); ``cpu_peak_mem_total`` keeps the whole
+  peak. Both are this process's own figures (``VmHWM``), never machine-wide ones;
+- warm up until both a minimum iteration count and a minimum time are reached (first-call
+  allocations, autotuning and ``torch.compile`` happen there);
+- time each iteration on its own, with the garbage collector off: ``time.perf_counter`` on CPU;
+  CUDA events recorded around the iteration on CUDA, with a device synchronisation every ten
+  iterations and at the end. On CPU the process's CPU time per iteration (``cpu_time``) is kept
+  beside the wall-clock latency: a step that waited for a core (another job on a shared machine)
+  shows in ``latency`` but not in ``cpu_time``, which tells contention from a slower build;
+- on CUDA, ``torch.cuda.reset_peak_memory_stats`` before warm-up and
+  ``torch.cuda.max_memory_allocated`` after the timed iterations (this process's allocator);
+- a leak check: memory after each timed iteration (RSS on CPU, ``memory_allocated`` on CUDA),
+  read outside the timed region, against memory after warm-up.
+
+Latency samples are in ms per iteration; memory in bytes.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sysconfig
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from suite.environment import collect_environment
+from suite.records import UNITS, BenchmarkRecord, MetricRecord
+from suite.registry import benchmark_version, load_model_class
+
+INJECT_ENV = "NIGHTBENCH_SUITE_INJECT_WORK"
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# Growth over the timed iterations above which a leak is suspected. RSS moves in allocator-sized
+# steps (glibc arenas, torch's CPU allocator), so the CPU threshold sits well above that slack;
+# the CUDA caching allocator's ``memory_allocated`` is exact, so a smaller one suffices.
+LEAK_MIN_BYTES = 8 * 1024 * 1024
+LEAK_MIN_BYTES_CUDA = 1024 * 1024
+# Fewer timed iterations than this say nothing about a trend: the allocator may still be settling.
+LEAK_MIN_ITERATIONS = 12
+_MODELS_ROOT = str(Path(__file__).resolve().parent / "models")
+# Where installed libraries live: a failure's location is reported outside them (the model's code).
+_LIBRARY_ROOTS = tuple(
+    {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {str(Path(torch.__file__).resolve().parent.parent)}
+)
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """How much to measure.
+
+    Attributes:
+        warmup_iterations: minimum warm-up iterations.
+        warmup_seconds: minimum warm-up wall time (s).
+        min_iterations: minimum timed iterations (samples).
+        max_iterations: maximum timed iterations.
+        min_seconds: timed iterations continue until this much wall time (s) has passed.
+        threads: ``torch.set_num_threads`` for CPU benchmarks (None: leave torch's default).
+        inject_work: extra work per iteration as a fraction of the warm-up median (0 = none);
+            a calibration knob to check that the detector catches a known slowdown.
+        cpus: CPU ids to pin this process to (``os.sched_setaffinity``); None leaves the
+            affinity as inherited.
+    """
+
+    warmup_iterations: int = 3
+    warmup_seconds: float = 0.5
+    min_iterations: int = 15
+    max_iterations: int = 200
+    min_seconds: float = 2.0
+    threads: int | None = 1
+    inject_work: float = 0.0
+    cpus: tuple[int, ...] | None = None
+
+
+class _RssReader:
+    """Reads this process's RSS from an open ``/proc/self/statm`` (no open() per reading)."""
+
+    def __init__(self) -> None:
+        self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+
+    def __call__(self) -> int:
+        return int(os.pread(self._fd, 128, 0).split()[1]) * PAGE_SIZE
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def current_rss() -> int:
+    """This process's resident set size in bytes (``/proc/self/statm``)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * PAGE_SIZE
+
+
+def peak_rss() -> int:
+    """This process's peak resident set size in bytes since the last reset (``VmHWM``).
+
+    Raises:
+        OSError: ``/proc/self/status`` has no ``VmHWM`` line (not Linux).
+    """
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("VmHWM not found in /proc/self/status")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter to the current RSS (Linux ≥ 4.0). False if refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def median_iqr(samples: Sequence[float]) -> tuple[float | None, float | None]:
+    """Median and interquartile range (Q3 − Q1, ``statistics.quantiles`` 'inclusive')."""
+    if not samples:
+        return None, None
+    if len(samples) == 1:
+        return float(samples[0]), 0.0
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return float(statistics.median(samples)), float(q3 - q1)
+
+
+def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[str, object]:
+    """Judge memory readings taken after each timed iteration for a leak.
+
+    A steady-state benchmark allocates nothing that outlives an iteration, so its memory stays
+    level once warmed up, give or take what is allocated at the moment of reading. A leak keeps
+    growing. The readings are cut into quarters Q1..Q4; a leak is suspected when
+
+    - the lowest reading of Q4 exceeds the highest of Q1 by more than ``threshold`` bytes (a
+      sustained rise, not a fluctuation: RSS swings by megabytes as large buffers come and go),
+    - and memory rose in both halves: median(Q2) - median(Q1) and median(Q4) - median(Q3) each
+      exceed ``threshold / 8`` (a one-off step, such as an allocator arena mapped once, lands in
+      one half only),
+
+    over at least :data:`LEAK_MIN_ITERATIONS` iterations.
+
+    Args:
+        baseline: memory (bytes) after warm-up.
+        readings: memory (bytes) after each timed iteration, in order.
+        threshold: sustained growth (bytes) above which a leak is suspected.
+
+    Returns:
+        ``growth_bytes`` (last reading - baseline), ``sustained_growth_bytes`` (min Q4 - max Q1),
+        ``per_iteration_bytes`` (least-squares slope), ``iterations``, ``threshold_bytes`` and
+        ``suspected``.
+    """
+    n = len(readings)
+    verdict: dict[str, object] = {
+        "growth_bytes": int(readings[-1] - baseline) if n else 0, "sustained_growth_bytes": 0,
+        "per_iteration_bytes": 0.0, "iterations": n, "threshold_bytes": threshold,
+        "suspected": False,
+    }
+    if n < 4:
+        return verdict
+    xs = range(n)
+    x_mean = (n - 1) / 2
+    y_mean = sum(readings) / n
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    verdict["per_iteration_bytes"] = float(
+        sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, readings, strict=True)) / sxx)
+    q = [readings[i * n // 4:(i + 1) * n // 4] for i in range(4)]
+    sustained = min(q[3]) - max(q[0])
+    early = statistics.median(q[1]) - statistics.median(q[0])
+    late = statistics.median(q[3]) - statistics.median(q[2])
+    verdict["sustained_growth_bytes"] = int(sustained)
+    verdict["suspected"] = bool(n >= LEAK_MIN_ITERATIONS and sustained > threshold
+                                and early > threshold / 8 and late > threshold / 8)
+    return verdict
+
+
+def _injected_work(fraction: float, iteration_ms: float) -> Callable[[], None]:
+    """Calibrate a matmul loop costing ``fraction`` × ``iteration_ms`` and return it."""
+    if fraction <= 0:
+        return lambda: None
+    a = torch.randn(96, 96)
+    unit_runs = 200
+    start = time.perf_counter()
+    for _ in range(unit_runs):
+        torch.mm(a, a)
+    unit_ms = (time.perf_counter() - start) * 1e3 / unit_runs
+    reps = max(1, round(fraction * iteration_ms / unit_ms))
+
+    def work() -> None:
+        for _ in range(reps):
+            torch.mm(a, a)
+
+    return work
+
+
+def _inject_fraction(model: str, mode: str, default: float) -> float:
+    """``NIGHTBENCH_SUITE_INJECT_WORK="resnet18:train=0.2,bert=0.05"``; ``model`` = all modes."""
+    spec = os.environ.get(INJECT_ENV, "")
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        key, _, value = item.partition("=")
+        if key in (model, f"{model}:{mode}"):
+            return float(value)
+    return default
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    oom_cls = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_cls is not None and isinstance(exc, oom_cls):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(
+        phrase in text for phrase in ("out of memory", "not enough memory", "can't allocate memory",
+                                      "cannot allocate memory")
+    )
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The error text of a failed benchmark: ``"Type: message (at file:line in function)"``.
+
+    An out-of-memory of any kind (``MemoryError``, torch's CPU allocator refusing, CUDA OOM) is
+    named ``OutOfMemoryError`` so that it reads the same on every device. The location is the
+    innermost frame outside the installed libraries and the harness (normally the model's own
+    code), else the innermost frame.
+    """
+    name = "OutOfMemoryError" if _is_out_of_memory(exc) else type(exc).__name__
+    message = (str(exc).strip().splitlines() or [""])[0][:2000]
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if f.filename.startswith(_MODELS_ROOT)
+           or (not f.filename.startswith(_LIBRARY_ROOTS) and f.filename != __file__)]
+    frame = (own or frames or [None])[-1]
+    where = ""
+    if frame is not None:
+        where = f" (at {os.path.basename(os.path.dirname(frame.filename))}/"
+        where += f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
+    return f"{name}: {message}{where}" if message else f"{name}{where}"
+
+
+def _pin(cfg: HarnessConfig, device: str) -> None:
+    if device == "cpu" and cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.cpus is not None:
+        if not hasattr(os, "sched_setaffinity"):
+            raise NotImplementedError("CPU pinning needs os.sched_setaffinity (Linux)")
+        available = os.sched_getaffinity(0)
+        wanted = set(cfg.cpus)
+        if not wanted or not wanted <= available:
+            raise ValueError(f"cpus {sorted(wanted)} not within this process's {sorted(available)}")
+        os.sched_setaffinity(0, wanted)
+
+
+def run_benchmark(
+    model: str,
+    mode: str,
+    device: str = "cpu",
+    *,
+    compiler: str = "eager",
+    batch_size: int | None = None,
+    config: HarnessConfig | None = None,
+) -> BenchmarkRecord:
+    """Build one suite model and measure it.
+
+    Args:
+        model: suite model name (``python -m suite list``), or ``torchbench.<name>``.
+        mode: ``"train"`` or ``"eval"``.
+        device: ``"cpu"`` or ``"cuda"``.
+        compiler: ``"eager"`` or ``"inductor"``.
+        batch_size: overrides the metadata's batch size.
+        config: sample counts and knobs; defaults to :class:`HarnessConfig`.
+
+    Returns:
+        A record with metrics ``latency`` (ms), ``cpu_time`` (ms, CPU only), ``cpu_peak_mem`` and
+        ``cpu_peak_mem_total`` (bytes), ``gpu_peak_mem`` (bytes, CUDA only), ``mem_growth`` (bytes), the leak verdict
+        and the environment. A failure (an exception in the model, ``NotImplementedError`` for an
+        unsupported configuration, an out-of-memory) is returned as a record whose ``error``
+        holds the reason (see :func:`describe_failure`); nothing is raised.
+    """
+    cfg = config or HarnessConfig()
+    record = BenchmarkRecord(model=model, mode=mode, device=device, compiler=compiler)
+    try:
+        _pin(cfg, device)
+        record.benchmark_version = benchmark_version(model)
+        record.environment = collect_environment(device)
+        cls = load_model_class(model)
+        bench = cls(test=mode, device=device, batch_size=batch_size)
+        bench.set_compiler(compiler)
+        record.batch_size = bench.batch_size
+        # Re-read after the model is built: its code may have changed a precision switch.
+        record.environment = collect_environment(device)
+        step = bench.train if mode == "train" else bench.eval
+        _measure(step=step, device=device, cfg=cfg, record=record,
+                 inject=_inject_fraction(model, mode, cfg.inject_work))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes an error record, by design
+        record.error = describe_failure(exc)
+        record.metrics = []
+        record.leak = None
+    finally:
+        if device == "cuda" and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return record
+
+
+def _measure(
+    *,
+    step: Callable[[], object],
+    device: str,
+    cfg: HarnessConfig,
+    record: BenchmarkRecord,
+    inject: float,
+) -> None:
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    rss = _RssReader()
+    try:
+        gc.collect()
+        ready_rss = rss()
+        reset_ok = reset_peak_rss()
+        if cuda:
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+
+        warm_ms: list[float] = []
+        start = time.perf_counter()
+        while (len(warm_ms) < cfg.warmup_iterations
+               or time.perf_counter() - start < cfg.warmup_seconds):
+            t0 = time.perf_counter()
+            step()
+            sync()
+            warm_ms.append((time.perf_counter() - t0) * 1e3)
+            if len(warm_ms) >= 10 * max(cfg.warmup_iterations, 1):
+                break
+        extra = _injected_work(inject, statistics.median(warm_ms[len(warm_ms) // 2 :]))
+
+        gc.collect()
+        memory = torch.cuda.memory_allocated if cuda else rss
+        after_warmup = memory()
+        readings: list[int] = []
+        cpu_times: list[float] = []
+        samples = _timed_loop(step, extra, cfg, cuda, sync, memory, readings, cpu_times)
+        if reset_ok:
+            peak_total = peak_rss()
+        else:  # no kernel peak counter: the highest reading taken is the best lower bound
+            peak_total = max(ready_rss, rss(), *([] if cuda else readings))
+    finally:
+        rss.close()
+
+    metrics: list[MetricRecord] = []
+
+    def add(metric: str, values: list[float]) -> None:
+        med, iqr = median_iqr(values)
+        metrics.append(MetricRecord(metric=metric, unit=UNITS[metric], samples=values,
+                                    median=med, iqr=iqr))
+
+    add("latency", samples)
+    if not cuda:
+        add("cpu_time", cpu_times)
+    add("cpu_peak_mem", [float(max(peak_total - ready_rss, 0))])
+    add("cpu_peak_mem_total", [float(peak_total)])
+    if cuda:
+        add("gpu_peak_mem", [float(torch.cuda.max_memory_allocated())])
+    leak = leak_check(after_warmup, readings, LEAK_MIN_BYTES_CUDA if cuda else LEAK_MIN_BYTES)
+    add("mem_growth", [float(leak["growth_bytes"])])  # type: ignore[arg-type]
+    record.leak = leak
+    record.metrics = metrics
+
+
+def _timed_loop(
+    step: Callable[[], object],
+    extra: Callable[[], None],
+    cfg: HarnessConfig,
+    cuda: bool,
+    sync: Callable[[], None],
+    memory: Callable[[], int],
+    readings: list[int],
+    cpu_times: list[float] | None = None,
+) -> list[float]:
+    """Run the timed iterations; return their latencies (ms) and fill ``readings`` (bytes) and,
+    on CPU, ``cpu_times`` (this process's CPU time per iteration, ms; read just outside the
+    wall-clock window, so the latency samples do not include the extra clock reads)."""
+    perf_counter = time.perf_counter
+    process_time = time.process_time
+    cpu_ms = cpu_times if cpu_times is not None else []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # collections inside the timed region add noise unrelated to the model
+    try:
+        start = perf_counter()
+        if cuda:
+            events = []
+            while len(events) < cfg.min_iterations or (
+                perf_counter() - start < cfg.min_seconds and len(events) < cfg.max_iterations
+            ):
+                begin = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                begin.record()
+                step()
+                extra()
+                end.record()
+                events.append((begin, end))
+                readings.append(memory())
+                if len(events) % 10 == 0:
+                    sync()  # bounds the queue so wall-time checks mean something
+            sync()
+            return [b.elapsed_time(e) for b, e in events]
+        samples: list[float] = []
+        while len(samples) < cfg.min_iterations or (
+            perf_counter() - start < cfg.min_seconds and len(samples) < cfg.max_iterations
+        ):
+            c0 = process_time()
+            t0 = perf_counter()
+            step()
+            extra()
+            t1 = perf_counter()
+            c1 = process_time()
+            samples.append((t1 - t0) * 1e3)
+            cpu_ms.append((c1 - c0) * 1e3)
+            readings.append(memory())
+        return samples
+    finally:
+        if gc_was_enabled:
+            gc.enable()

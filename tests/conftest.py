@@ -1,0 +1,213 @@
+"""Shared fixtures: real Postgres databases, real Redis, real worker processes.
+
+- ``pg_template``: one database per test session, migrated with ``alembic upgrade head``.
+- ``session``: a session on the session database inside a transaction rolled back after the
+  test (``join_transaction_mode="create_savepoint"``), for service-level tests.
+- ``database_url``: a fresh database cloned from the template for one test, with
+  ``NIGHTBENCH_DATABASE_URL`` pointing at it, for code that commits (tasks, CLI).
+- ``broker_url``: the local Redis with a unique key prefix, for the distributed path.
+- ``celery_workers``: start real ``nightbench worker`` processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN = os.environ.get("NIGHTBENCH_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("NIGHTBENCH_TEST_REDIS", "redis://127.0.0.1:6379/0")
+_counter = itertools.count()
+_SESSION_TAG = f"nbt_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+# Tests measure real models on a shared 2-core machine: one thread each keeps them comparable.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _pg_url(dbname: str) -> str:
+    base = PG_ADMIN.rsplit("/", 1)[0]
+    return f"{base}/{dbname}"
+
+
+def _admin(sql: str) -> None:
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def _drop(dbname: str) -> None:
+    _admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def _reset_caches() -> None:
+    from service.config import get_settings
+    from service.db import get_engine
+
+    get_engine.cache_clear()
+    get_settings.cache_clear()
+    import workers.app as celery_app
+
+    celery_app.configure(celery_app.app, get_settings())
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """Name of a database migrated to head, kept for the whole test session."""
+    from service.migrate import upgrade
+
+    name = f"{_SESSION_TAG}_tpl"
+    _drop(name)
+    _admin(f'CREATE DATABASE "{name}"')
+    upgrade(_pg_url(name))
+    yield name
+    _drop(name)
+
+
+@pytest.fixture(scope="session")
+def pg_main(pg_template: str) -> Iterator[str]:
+    """URL of a migrated database shared by rollback-isolated tests."""
+    name = f"{_SESSION_TAG}_main"
+    _drop(name)
+    _admin(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield _pg_url(name)
+    _drop(name)
+
+
+@pytest.fixture
+def session(pg_main: str) -> Iterator[Session]:
+    """A session whose work is rolled back after the test (savepoints for inner commits)."""
+    from service.db import normalise_url
+
+    engine = create_engine(normalise_url(pg_main))
+    with engine.connect() as conn:
+        trans = conn.begin()
+        sess = Session(bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False)
+        try:
+            yield sess
+        finally:
+            sess.close()
+            trans.rollback()
+    engine.dispose()
+
+
+@pytest.fixture
+def database_url(pg_template: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """A fresh migrated database for one test; settings point at it (embedded broker)."""
+    name = f"{_SESSION_TAG}_{next(_counter)}"
+    _drop(name)
+    _admin(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    url = _pg_url(name)
+    monkeypatch.setenv("NIGHTBENCH_DATABASE_URL", url)
+    monkeypatch.setenv("NIGHTBENCH_DATA_DIR", str(tmp_path / "nightbench"))
+    monkeypatch.delenv("NIGHTBENCH_BROKER_URL", raising=False)
+    # Short measurements keep tests quick; statistics still see a dozen samples per process.
+    monkeypatch.setenv("NIGHTBENCH_SUITE_MIN_SECONDS", os.environ.get("NIGHTBENCH_SUITE_MIN_SECONDS", "0.6"))
+    monkeypatch.setenv("NIGHTBENCH_SUITE_ITERATIONS", os.environ.get("NIGHTBENCH_SUITE_ITERATIONS", "12"))
+    _reset_caches()
+    yield url
+    from service.db import get_engine
+
+    get_engine.cache_clear()
+    _drop(name)
+    monkeypatch.undo()
+    _reset_caches()
+
+
+@pytest.fixture
+def broker_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The local Redis as broker, with a key prefix of this test's own."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.ConnectionError as exc:  # pragma: no cover - CI starts Redis
+        pytest.fail(f"Redis is not reachable at {REDIS_URL}: {exc}")
+    # One prefix per test session: kombu's process-wide producer pools are keyed by broker URL,
+    # so a prefix that changed between tests would leave this process sending under an old one.
+    # Keys are deleted after each test, so tests still start from empty queues.
+    prefix = f"{_SESSION_TAG}:"
+    monkeypatch.setenv("NIGHTBENCH_BROKER_URL", REDIS_URL)
+    monkeypatch.setenv("NIGHTBENCH_QUEUE_PREFIX", prefix)
+    # Short limits so a task whose worker was killed is redelivered within the test; the
+    # visibility timeout must still exceed the longest task, as in production.
+    monkeypatch.setenv("NIGHTBENCH_SUITE_TIMEOUT_S", "40")
+    monkeypatch.setenv("NIGHTBENCH_TASK_SOFT_TIME_LIMIT_S", "45")
+    monkeypatch.setenv("NIGHTBENCH_TASK_TIME_LIMIT_S", "50")
+    monkeypatch.setenv("NIGHTBENCH_VISIBILITY_TIMEOUT_S", "55")
+    _reset_caches()
+    yield REDIS_URL
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(f"{prefix}*"))
+    if keys:
+        client.delete(*keys)
+
+
+class WorkerPool:
+    """Real ``nightbench worker`` processes started for a test."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+
+    def start(self, *queues: str, log_dir: Path, name: str | None = None) -> subprocess.Popen[bytes]:
+        name = name or f"w{len(self.procs)}"
+        log = log_dir / f"{name}.log"
+        args = [sys.executable, "-m", "workers.cli", "worker", "--name", f"{name}@%h", "--loglevel", "INFO"]
+        for q in queues or ("cpu",):
+            args += ["--queue", q]
+        proc = subprocess.Popen(args, cwd=ROOT, env=dict(os.environ), stdout=log.open("wb"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(proc)
+        self.logs.append(log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if "ready." in log.read_text(errors="replace"):
+                return proc
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker {name} exited: {log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        raise RuntimeError(f"worker {name} not ready after 60 s: {log.read_text()[-3000:]}")
+
+    def kill(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+        """Kill the worker and every process of its group (the pool children too)."""
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def celery_workers(broker_url: str) -> Iterator[WorkerPool]:
+    pool = WorkerPool()
+    yield pool
+    pool.stop_all()
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float, interval: float = 0.5, what: str = "") -> None:
+    """Poll ``predicate`` until true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:g} s waiting for {what or predicate}")

@@ -1,0 +1,516 @@
+"""Regression detection on literal series: every case of issue 5's "Handle" list.
+
+Pure tests: no database. Levels are written as literal per-night offsets (percent) around a
+base, so each series can be read off the test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.regressions.detection import (
+    Assessment,
+    DetectionInputError,
+    DetectorParams,
+    Night,
+    assess_night,
+    confirm,
+    detect_document,
+    detect_series,
+    mann_whitney_greater,
+)
+
+# Night-to-night noise of a quiet latency benchmark, in percent (about 0.5% CV).
+NOISE = [0.3, -0.5, 0.1, 0.8, -0.2, -0.7, 0.4, 0.0, -0.3, 0.6, -0.9, 0.2, 0.5, -0.1,
+         -0.4, 0.7, -0.6, 0.1, 0.3, -0.8, 0.2, -0.2, 0.9, -0.5, 0.0, 0.4, -0.3, 0.6]
+
+
+def levels(offsets: list[float], base: float = 100.0) -> list[float]:
+    """Night levels from percent offsets."""
+    return [base * (1 + o / 100) for o in offsets]
+
+
+def quiet(n: int, shift: float = 0.0) -> list[float]:
+    """n quiet nights, offsets from NOISE, shifted by ``shift`` percent."""
+    return [NOISE[i % len(NOISE)] + shift for i in range(n)]
+
+
+def nights(values: list[float], start: int = 0, samples: int = 1,
+           ordinals: list[int] | None = None) -> list[Night]:
+    """Nights with ``samples`` identical samples each (the median is the value)."""
+    days = ordinals or list(range(start, start + len(values)))
+    return [Night(night=d, samples=(v,) * samples) for d, v in zip(days, values, strict=True)]
+
+
+def doc(*series: tuple[str, str, list[float]], threshold: object = 0.07,
+        ordinals: dict[str, list[int]] | None = None) -> dict:
+    out = []
+    for sid, metric, vals in series:
+        days = (ordinals or {}).get(sid) or list(range(len(vals)))
+        out.append({"id": sid, "metric": metric,
+                    "nights": [{"night": d, "samples": [v]} for d, v in zip(days, vals, strict=True)]})
+    return {"threshold": threshold, "series": out}
+
+
+def online_flags(values: list[float], metric: str = "latency", **kw) -> list[dict]:
+    return detect_document(doc(("s", metric, values), **kw), online=True)["flags"]
+
+
+def offline_flags(values: list[float], metric: str = "latency", **kw) -> list[dict]:
+    return detect_document(doc(("s", metric, values), **kw), online=False)["flags"]
+
+
+# --------------------------------------------------------------------------------------------
+# The rule: a persistent step beyond the threshold, and nothing else
+
+
+def test_step_above_threshold_is_flagged_on_its_second_night():
+    series = levels(quiet(30) + quiet(10, shift=10))
+    flags = online_flags(series)
+    assert len(flags) == 1
+    f = flags[0]
+    assert (f["night"], f["raised_night"], f["direction"]) == (30, 31, "regression")
+    assert f["change"] == pytest.approx(0.10, abs=0.01)
+    assert 0 < f["p_value"] <= 0.01
+
+
+@pytest.mark.parametrize("shift", [3.0, -3.0, 2.0])
+def test_steps_of_3_percent_or_less_are_never_flagged(shift):
+    assert online_flags(levels(quiet(30) + quiet(40, shift=shift))) == []
+    assert offline_flags(levels(quiet(30) + quiet(40, shift=shift))) == []
+
+
+def test_step_just_above_threshold_is_flagged_below_is_not_on_a_quiet_series():
+    # With 0.5% noise the cut-off sits about a point under 7%: 7.5% is in, 4.5% is out (the grey
+    # zone between half the threshold and the threshold narrows as the noise falls).
+    flags = online_flags(levels(quiet(30) + quiet(10, shift=7.5)))
+    assert len(flags) == 1 and flags[0]["change"] == pytest.approx(0.075, abs=0.006)
+    assert online_flags(levels(quiet(30) + quiet(10, shift=4.5))) == []
+
+
+def test_one_night_blip_is_not_a_regression():
+    series = levels(quiet(30) + [60.0] + quiet(20))
+    assert online_flags(series) == []
+    assert offline_flags(series) == []
+
+
+def test_two_night_blip_is_flagged_online_but_not_offline():
+    # Online cannot know the future: two nights at +20% persist. Offline sees the return.
+    series = levels(quiet(30) + [20.0, 20.5] + quiet(30))
+    flags = online_flags(series)
+    assert [f["night"] for f in flags if f["direction"] == "regression"] == [30]
+    assert [f["direction"] for f in offline_flags(series)] == []
+
+
+def test_improvement_is_reported_not_alerted():
+    history = nights(levels(quiet(30) + [-12.0]))
+    a = assess_night(history, Night(31, (levels([-12.3])[0],)), metric="latency")
+    assert a.verdict == "improvement" and a.confirmed
+    assert a.alertable is False
+    assert a.change == pytest.approx(-0.123, abs=0.005)
+    flags = online_flags(levels(quiet(30) + quiet(10, shift=-12)))
+    assert [(f["night"], f["direction"]) for f in flags] == [(30, "improvement")]
+
+
+def test_a_lone_fast_night_is_not_an_improvement_yet():
+    a = assess_night(nights(levels(quiet(30))), Night(30, (88.0,)), metric="latency")
+    assert a.verdict == "unchanged"
+    assert a.change == pytest.approx(-0.12, abs=0.01)
+
+
+# --------------------------------------------------------------------------------------------
+# Persistence: the confirmation re-run and the next night
+
+
+def test_tonight_alone_is_a_candidate_that_needs_confirmation():
+    a = assess_night(nights(levels(quiet(30))), Night(30, (112.0,)), metric="latency")
+    assert a.verdict == "regression"
+    assert a.confirmed is False and a.alertable is True
+    assert a.baseline == pytest.approx(100.1, abs=0.3)
+    assert a.value == 112.0
+    assert a.change == pytest.approx(112.0 / a.baseline - 1)
+    assert a.baseline_lower < a.baseline < a.baseline_upper
+
+
+def test_confirmation_rerun_that_reproduces_confirms():
+    history = nights(levels(quiet(30)))
+    a = confirm(history, Night(30, (112.0,)), Night(30, (111.5,)), metric="latency")
+    assert a.verdict == "regression" and a.confirmed and a.alertable
+    assert a.first_night == 30
+    assert a.step_change == pytest.approx(0.117, abs=0.005)
+    assert a.value == 111.5
+    assert a.p_value is not None and a.p_value <= 0.01
+
+
+def test_confirmation_rerun_back_at_baseline_drops_the_blip():
+    history = nights(levels(quiet(30)))
+    a = confirm(history, Night(30, (112.0,)), Night(30, (100.2,)), metric="latency")
+    assert a.verdict == "unchanged" and not a.alertable
+    assert a.reason.startswith("Not reproduced")
+
+
+def test_next_night_confirms_when_no_rerun_was_possible():
+    history = nights(levels(quiet(30) + [11.0]))
+    a = assess_night(history, Night(31, (111.4,)), metric="latency")
+    assert a.verdict == "regression" and a.confirmed and a.alertable
+    assert a.first_night == 30
+
+
+def test_a_raised_step_is_raised_once_then_the_baseline_restarts():
+    values = levels(quiet(30) + quiet(20, shift=15))
+    ns = nights(values)
+    verdicts = [assess_night(ns[:i], ns[i], metric="latency") for i in range(30, 50)]
+    raised = [a for a in verdicts if a.confirmed]
+    assert len(raised) == 1 and raised[0].first_night == 30
+    assert verdicts[2].verdict == "no_baseline"  # the baseline restarted at night 30
+    assert "restarted at night 30" in verdicts[2].reason
+    assert verdicts[-1].verdict == "unchanged"  # 7+ nights at the new level: the new normal
+
+
+def test_rerun_in_history_counts_as_a_night():
+    # A candidate confirmed by its re-run is raised on that night; the next night is not a
+    # second regression.
+    history = nights(levels(quiet(30) + [12.0])) + [Night(30, (111.8,), rerun=True)]
+    a = assess_night(history, Night(31, (112.1,)), metric="latency")
+    assert a.verdict == "no_baseline"
+
+
+def test_online_document_agrees_with_night_by_night_assessment():
+    rng = np.random.default_rng(7)
+    values = list(100 * np.exp(rng.normal(0, 0.01, 120)))
+    for i in range(50, 120):
+        values[i] *= 1.12
+    values[80] *= 1.6  # an outlier night
+    flags = online_flags(values)
+    ns = nights(values)
+    raised = []
+    for i in range(1, len(ns)):
+        a = assess_night(ns[:i], ns[i], metric="latency")
+        if a.confirmed:
+            raised.append((a.first_night, i, a.verdict))
+    assert raised == [(f["night"], f["raised_night"], f["direction"]) for f in flags]
+    assert raised[0][:1] == (50,)
+
+
+# --------------------------------------------------------------------------------------------
+# The "Handle" list
+
+
+def test_outlier_night_in_the_baseline_neither_moves_it_nor_hides_a_step():
+    offsets = quiet(30)
+    offsets[20] = 250.0  # one wild night
+    history = nights(levels(offsets))
+    a = assess_night(history, Night(30, (100.4,)), metric="latency")
+    assert a.verdict == "unchanged"
+    assert a.baseline == pytest.approx(100.1, abs=0.3)
+    flags = online_flags(levels(offsets + quiet(10, shift=9)))
+    assert [(f["night"], f["direction"]) for f in flags] == [(30, "regression")]
+
+
+def test_outlier_night_in_memory_baseline_does_not_hide_a_step():
+    mem = [4_000_000_000] * 30
+    mem[12] = 9_000_000_000
+    flags = online_flags(mem + [4_400_000_000] * 5, metric="gpu_peak_mem")
+    assert [(f["night"], f["change"], f["p_value"]) for f in flags] == [(30, 0.1, None)]
+
+
+def test_bimodal_latency_flipping_between_modes_is_not_a_regression():
+    # Nights land in a lower (100) or an upper (~110) mode, as some kernels pick one of two
+    # algorithms; two or three upper nights in a row are this benchmark's normal.
+    pattern = "LLULLUULLLULULLUUULLLUL" * 5
+    offsets = [(10.0 if c == "U" else 0.0) + NOISE[i % 28] for i, c in enumerate(pattern)]
+    assert online_flags(levels(offsets)) == []
+    assert offline_flags(levels(offsets)) == []
+
+
+def test_bimodal_memory_is_not_a_regression_and_its_step_is():
+    pattern = "AABABBAAABAABBBAABAAABAB" * 4
+    values = [1_000_000_000 if c == "A" else 1_080_000_000 for c in pattern]
+    assert online_flags(values, metric="cpu_peak_mem") == []
+    moved = values + [1_300_000_000] * 6
+    flags = online_flags(moved, metric="cpu_peak_mem")
+    assert [(f["night"], f["direction"]) for f in flags] == [(96, "regression")]
+
+
+def test_slow_drift_is_flagged_while_the_naive_rule_sees_nothing():
+    # +0.25% a night for 80 nights: never 7% between two nights, +20% in all.
+    offsets = quiet(40) + [NOISE[i % 28] + 0.25 * (i + 1) for i in range(80)]
+    values = levels(offsets)
+    naive = [v / u - 1 for u, v in zip(values, values[1:], strict=False)]
+    assert max(naive) < 0.07
+    flags = online_flags(values)
+    assert flags and all(f["direction"] == "regression" for f in flags)
+    first = flags[0]
+    assert 40 < first["raised_night"] < 40 + 50
+    assert first["change"] >= 0.05
+    off = offline_flags(values)
+    assert off and off[0]["direction"] == "regression" and 40 <= off[0]["night"] < 120
+
+
+def test_very_slow_drift_is_caught_against_the_anchor():
+    # +0.1% a night: the neighbouring windows never differ by 7%; the level accepted at the
+    # start (the anchor) does, after about 70 nights.
+    offsets = quiet(60) + [NOISE[i % 28] + 0.1 * (i + 1) for i in range(150)]
+    flags = online_flags(levels(offsets))
+    assert flags and flags[0]["direction"] == "regression"
+    assert flags[0]["raised_night"] >= 60 + 60
+    batch = detect_series(np.array([levels(offsets)]), memory=False, online=True)
+    assert batch[0].kind == "drift"
+
+
+def test_step_marked_expected_resets_the_baseline():
+    values = levels(quiet(30) + quiet(20, shift=25))
+    d = doc(("s", "latency", values))
+    d["series"][0]["nights"][30]["expected"] = True
+    assert detect_document(d, online=True)["flags"] == []
+    assert detect_document(d, online=False)["flags"] == []
+    ns = nights(values)
+    ns[30] = Night(30, ns[30].samples, expected=True)
+    a = assess_night(ns[:30], ns[30], metric="latency")
+    assert a.verdict == "no_baseline" and "expected" in a.reason
+    later = assess_night(ns[:45], ns[45], metric="latency")
+    assert later.verdict == "unchanged"
+    assert later.baseline == pytest.approx(125.0, rel=0.01)
+
+
+def test_unstable_benchmark_is_shown_not_alerted():
+    history = nights(levels(quiet(30) + [15.0]))
+    a = assess_night(history, Night(31, (115.2,)), metric="latency", unstable=True)
+    assert a.verdict == "regression" and a.confirmed
+    assert a.alertable is False
+    assert "unstable" in a.reason
+
+
+def test_missing_nights_are_skipped_and_ordinals_kept():
+    values = levels(quiet(30) + quiet(8, shift=12))
+    days = [d for d in range(60) if d % 3 != 1][: len(values)]
+    flags = online_flags(values, ordinals={"s": days})
+    assert len(flags) == 1
+    assert flags[0]["night"] == days[30] and flags[0]["raised_night"] == days[31]
+    ns = nights(values, ordinals=days)
+    a = assess_night(ns[:31], ns[31], metric="latency")
+    assert a.confirmed and a.first_night == days[30]
+
+
+def test_new_benchmark_has_no_baseline_and_no_alert():
+    a = assess_night([], Night(0, (5.0, 5.1)), metric="latency")
+    assert a == Assessment(verdict="no_baseline", metric="latency", baseline=None, value=5.05,
+                           change=None, p_value=None, alertable=False, reason=a.reason)
+    assert "new" in a.reason
+    few = assess_night(nights(levels(quiet(3))), Night(3, (200.0,)), metric="latency")
+    assert few.verdict == "no_baseline" and not few.alertable
+    assert "3 of 4" in few.reason
+    # A series settling after its first nights raises nothing: the short baseline already
+    # holds the level it settles at.
+    assert online_flags(levels([50.0] * 2 + quiet(12))) == []
+    assert online_flags(levels(quiet(2) + quiet(12, shift=50))) == []
+
+
+def test_young_series_is_confirmed_by_a_rerun_with_the_t_test():
+    # Four nights of baseline: no arrangement of ranks reaches 1% with two nights against four,
+    # so the t-test on the change over the robust noise decides.
+    history = nights(levels(quiet(4)))
+    a = assess_night(history, Night(4, (120.0,)), metric="latency")
+    assert a.verdict == "regression" and not a.confirmed
+    c = confirm(history, Night(4, (120.0,)), Night(4, (119.6,)), metric="latency")
+    assert c.verdict == "regression" and c.confirmed
+    assert c.p_value is not None and c.p_value < 0.01
+    rank_floor = 2 / (6 * 5)  # the smallest one-sided Mann-Whitney p-value for sizes 2 and 4
+    assert c.p_value < rank_floor
+    small = confirm(history, Night(4, (102.0,)), Night(4, (102.5,)), metric="latency")
+    assert small.verdict == "unchanged"
+
+
+def test_environment_change_starts_a_new_series_never_a_regression():
+    # Another GPU, driver or benchmark_version gives another series key; the new series has no
+    # history, so its first nights have no baseline whatever their level.
+    old = levels(quiet(30))
+    new_gpu = levels(quiet(12, shift=40))
+    out = detect_document(doc(("m:train:cuda:a100", "latency", old),
+                              ("m:train:cuda:h100", "latency", new_gpu)), online=True)
+    assert out == {"flags": []}
+    a = assess_night([], Night(30, (140.0,)), metric="latency")
+    assert a.verdict == "no_baseline"
+
+
+# --------------------------------------------------------------------------------------------
+# Latency versus peak memory
+
+
+def test_memory_steps_are_judged_in_exact_bytes_without_p_value():
+    base = [2_147_483_648] * 30
+    up8 = online_flags(base + [int(2_147_483_648 * 1.08)] * 3, metric="cpu_peak_mem")
+    assert len(up8) == 1 and up8[0]["p_value"] is None
+    assert up8[0]["change"] == pytest.approx(0.08, abs=1e-6)
+    assert online_flags(base + [int(2_147_483_648 * 1.065)] * 3, metric="cpu_peak_mem") == []
+    history = nights([float(x) for x in base])
+    a = assess_night(history, Night(30, (2_147_483_648.0,)), metric="gpu_peak_mem")
+    assert a.verdict == "unchanged" and a.change == 0.0 and a.p_value is None
+    assert a.baseline == 2_147_483_648.0
+
+
+def test_memory_baseline_of_zero_bytes_gives_finite_changes():
+    a = assess_night(nights([0.0] * 10), Night(10, (0.0,)), metric="gpu_peak_mem")
+    assert a.verdict == "unchanged" and a.change == 0.0
+    grown = assess_night(nights([0.0] * 10), Night(10, (1e9,)), metric="gpu_peak_mem")
+    assert grown.verdict == "regression" and math.isfinite(grown.change)
+    out = detect_document(doc(("m", "gpu_peak_mem", [0.0] * 10 + [1e9] * 3)), online=True)
+    assert [f["night"] for f in out["flags"]] == [10]
+    json.dumps(out, allow_nan=False)
+
+
+def test_noisy_latency_waits_for_more_nights_instead_of_guessing():
+    # 3% night-to-night noise: a +8% step needs more than two nights to tell apart from noise.
+    rng = np.random.default_rng(3)
+    noisy = list(100 * np.exp(rng.normal(0, 0.03, 40)))
+    stepped = noisy[:30] + [v * 1.08 for v in noisy[30:]]
+    flags = online_flags(stepped)
+    quiet_flags = online_flags(levels(quiet(30) + quiet(10, shift=8)))
+    assert quiet_flags[0]["raised_night"] == 31
+    assert not flags or flags[0]["raised_night"] >= 31
+    assert online_flags(noisy) == []
+
+
+def test_per_metric_and_per_series_thresholds():
+    values = levels(quiet(30) + quiet(6, shift=5))
+    mem = [1_000_000] * 30 + [1_050_000] * 6
+    both = (("lat", "latency", values), ("mem", "gpu_peak_mem", mem))
+    assert detect_document(doc(*both), online=True)["flags"] == []
+    out = detect_document(doc(*both, threshold={"gpu_peak_mem": 0.03}), online=True)["flags"]
+    assert [f["id"] for f in out] == ["mem"]
+    d = doc(*both)
+    d["series"][0]["threshold"] = 0.03
+    assert [f["id"] for f in detect_document(d, online=True)["flags"]] == ["lat"]
+
+
+# --------------------------------------------------------------------------------------------
+# The exact Mann-Whitney U test
+
+
+@pytest.mark.parametrize("m,k", [(1, 7), (2, 13), (3, 28), (5, 9), (28, 28)])
+def test_mann_whitney_matches_scipy_exact(m, k):
+    rng = np.random.default_rng(m * 100 + k)
+    post, base = rng.normal(0.5, 1, m), rng.normal(0, 1, k)
+    ours = mann_whitney_greater(post, base)
+    ref = stats.mannwhitneyu(post, base, alternative="greater", method="exact").pvalue
+    assert ours == pytest.approx(ref, rel=1e-9)
+
+
+def test_mann_whitney_is_conservative_with_ties():
+    ours = mann_whitney_greater([1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0])
+    ref = stats.mannwhitneyu([1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0], alternative="greater",
+                             method="asymptotic").pvalue
+    assert ours >= ref * 0.5 and 0 < ours <= 1
+
+
+# --------------------------------------------------------------------------------------------
+# The `nightbench detect` document
+
+
+def test_document_output_shape_offline_and_online():
+    d = doc(("a", "latency", levels(quiet(30) + quiet(10, shift=20))),
+            ("b", "cpu_peak_mem", [1e9] * 30 + [1.2e9] * 10),
+            ("c", "gpu_peak_mem", [5e8] * 40))
+    for online in (True, False):
+        out = detect_document(d, online=online)
+        assert list(out) == ["flags"]
+        assert [f["id"] for f in out["flags"]] == ["a", "b"]
+        for f in out["flags"]:
+            assert list(f) == ["id", "night", "raised_night", "direction", "change", "p_value"]
+            assert f["night"] == 30
+            assert f["raised_night"] == (31 if online else 39)
+            assert f["direction"] == "regression"
+        assert out["flags"][0]["change"] == pytest.approx(0.2, abs=0.01)
+        assert isinstance(out["flags"][0]["p_value"], float)
+        assert out["flags"][1]["p_value"] is None
+        json.dumps(out)
+
+
+def test_document_with_several_samples_per_night_uses_their_median():
+    d = {"series": [{"id": "x", "metric": "latency", "nights": [
+        {"night": i, "samples": [v, v * 0.99, v * 1.01, v * 3.0, v]}
+        for i, v in enumerate(levels(quiet(30) + quiet(5, shift=10)))]}]}
+    flags = detect_document(d, online=True)["flags"]
+    assert [(f["night"], f["raised_night"]) for f in flags] == [(30, 31)]
+    assert flags[0]["change"] == pytest.approx(0.10, abs=0.01)
+
+
+def test_empty_document_and_short_series():
+    assert detect_document({"series": []}, online=True) == {"flags": []}
+    assert detect_document(doc(("s", "latency", [1.0])), online=False) == {"flags": []}
+    assert detect_document(doc(("s", "latency", [])), online=True) == {"flags": []}
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d.pop("series"), "series"),
+    (lambda d: d.update(series={}), "series"),
+    (lambda d: d["series"][0].update(id=3), "series[0].id"),
+    (lambda d: d["series"][0].update(metric="throughput"), "series[0].metric"),
+    (lambda d: d["series"][0].update(nights=None), "series[0].nights"),
+    (lambda d: d["series"][0]["nights"][2].update(night=1), "series[0].nights[2].night"),
+    (lambda d: d["series"][0]["nights"][1].update(night="2"), "series[0].nights[1].night"),
+    (lambda d: d["series"][0]["nights"][3].update(samples=[]), "series[0].nights[3].samples"),
+    (lambda d: d["series"][0]["nights"][3].update(samples=[1.0, "x"]),
+     "series[0].nights[3].samples"),
+    (lambda d: d["series"][0]["nights"][4].update(samples=[-1.0]), "series[0].nights[4].samples"),
+    (lambda d: d["series"][0]["nights"][4].update(samples=[0.0]), "series[0].nights[4].samples"),
+    (lambda d: d["series"][0]["nights"][4].update(samples=[math.inf]),
+     "series[0].nights[4].samples"),
+    (lambda d: d["series"][0]["nights"][0].update(expected="yes"), "series[0].nights[0].expected"),
+    (lambda d: d.update(threshold=0), "threshold"),
+    (lambda d: d.update(threshold="7%"), "threshold"),
+    (lambda d: d.update(threshold={"latency": 12}), "threshold.latency"),
+    (lambda d: d.update(threshold={"walltime": 0.1}), "threshold"),
+    (lambda d: d["series"][0].update(threshold=-0.1), "series[0].threshold"),
+])
+def test_bad_input_names_the_field(mutate, field):
+    d = doc(("s", "latency", levels(quiet(10))))
+    mutate(d)
+    with pytest.raises(DetectionInputError) as err:
+        detect_document(d, online=True)
+    assert str(err.value).startswith(field)
+    assert err.value.status_code == 422
+
+
+def test_document_that_is_not_an_object_is_rejected():
+    with pytest.raises(DetectionInputError, match="document"):
+        detect_document([], online=False)  # type: ignore[arg-type]
+
+
+def test_memory_allows_zero_bytes_but_latency_does_not():
+    zero = doc(("m", "gpu_peak_mem", [0.0] * 10))
+    assert detect_document(zero, online=True) == {"flags": []}
+
+
+def test_assess_night_rejects_bad_input():
+    with pytest.raises(DetectionInputError, match="metric"):
+        assess_night([], Night(0, (1.0,)), metric="throughput")
+    with pytest.raises(DetectionInputError, match=r"^tonight\.samples"):
+        assess_night([], Night(0, ()), metric="latency")
+    with pytest.raises(DetectionInputError, match=r"^history\[0\]\.samples"):
+        assess_night([Night(0, (-1.0,))], Night(1, (1.0,)), metric="latency")
+    with pytest.raises(DetectionInputError, match=r"^rerun\.samples"):
+        confirm([], Night(0, (1.0,)), Night(0, (math.nan,)), metric="latency")
+    with pytest.raises(DetectionInputError, match="threshold"):
+        assess_night([], Night(0, (1.0,)), metric="latency", threshold=0.0)
+
+
+def test_detector_params_are_checked():
+    with pytest.raises(DetectionInputError, match="params"):
+        DetectorParams(window=40)
+    with pytest.raises(DetectionInputError, match="params"):
+        DetectorParams(max_run=1)
+
+
+def test_batch_api_maps_positions_back_to_columns_with_missing_nights():
+    row = np.array(levels(quiet(30) + quiet(10, shift=10)) + [np.nan] * 5)
+    row[[5, 31]] = np.nan  # the step's second night is missing
+    flags = detect_series(row[None, :], memory=False, online=True)
+    assert [(f.night, f.raised_night) for f in flags] == [(30, 32)]
+    with pytest.raises(DetectionInputError, match="levels"):
+        detect_series(np.array([[1.0, -2.0]]), memory=False, online=True)

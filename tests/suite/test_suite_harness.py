@@ -1,0 +1,238 @@
+"""The harness measured for real: records, environment, failures, memory per process, leaks."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from suite.environment import build_variant
+from suite.harness import HarnessConfig, describe_failure, leak_check, run_benchmark
+from suite.registry import benchmark_version
+from tests.suite.helpers import metric, run_record
+
+MIB = 1024 * 1024
+QUICK_CONFIG = HarnessConfig(warmup_iterations=1, warmup_seconds=0.0, min_iterations=5,
+                             min_seconds=0.05)
+
+
+def test_record_carries_samples_environment_and_version() -> None:
+    proc, record = run_record("dlrm", "train")
+    assert proc.returncode == 0, proc.stderr
+    assert record["error"] is None
+    assert (record["model"], record["mode"], record["device"], record["compiler"]) == (
+        "dlrm", "train", "cpu", "eager")
+    assert record["batch_size"] == 1024  # the metadata's CPU train batch size
+    assert record["benchmark_version"] == benchmark_version("dlrm")
+    env = record["environment"]
+    assert env["torch_version"] == torch.__version__
+    assert env["torch_git_version"] == torch.version.git_version
+    assert env["build_variant"] == build_variant(torch.__version__)
+    assert env["cuda"] == torch.version.cuda
+    assert env["python"] == platform.python_version()
+    assert env["threads"] == 1
+    assert env["cpu_model"] and env["cpu_count"] >= 1
+    assert env["float32_matmul_precision"] == "highest"  # PyTorch's default, left alone
+    latency = metric(record, "latency")
+    assert latency["unit"] == "ms" and len(latency["samples"]) >= 5
+    assert latency["median"] == pytest.approx(statistics.median(latency["samples"]))
+    assert latency["iqr"] >= 0
+    cpu_time = metric(record, "cpu_time")  # one thread: CPU time cannot exceed wall time much
+    assert cpu_time["unit"] == "ms" and len(cpu_time["samples"]) == len(latency["samples"])
+    assert 0 < cpu_time["median"] <= latency["median"] * 1.05 + 0.05
+    above, total = metric(record, "cpu_peak_mem"), metric(record, "cpu_peak_mem_total")
+    assert above["unit"] == total["unit"] == "bytes"
+    # The whole peak includes torch's own footprint; the peak above "ready" does not.
+    assert total["median"] > above["median"] + 100 * MIB
+    assert all(m["metric"] != "gpu_peak_mem" for m in record["metrics"])
+    assert record["leak"]["iterations"] == len(latency["samples"])
+    assert record["leak"]["suspected"] is False  # 5 iterations are too few to judge a trend
+
+
+def test_build_variant_reads_the_local_version() -> None:
+    assert build_variant("2.13.0+cu130") == "cu130"
+    assert build_variant("2.13.0+cpu") == "cpu"
+
+
+def test_pinning_is_applied_and_recorded() -> None:
+    proc, record = run_record("pyhpc_isoneutral_mixing", "eval", "--cpus", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert record["environment"]["cpu_affinity"] == [0]
+    proc, record = run_record("pyhpc_isoneutral_mixing", "eval", "--cpus", "4096")
+    assert proc.returncode == 1
+    assert record["error"].startswith("ValueError: cpus [4096] not within")
+
+
+@pytest.mark.parametrize(
+    ("model", "mode", "extra", "expected"),
+    [
+        ("crashes", "train", (), "RuntimeError: the planted failure (at crashes/__init__.py:"),
+        ("eval_only", "train", (), "NotImplementedError: eval_only does not support test 'train'"),
+        ("eval_only", "eval", ("--compiler", "inductor"),
+         "NotImplementedError: eval_only does not support compiler 'inductor'"),
+        ("out_of_memory", "train", (), "OutOfMemoryError: "),
+        ("no_such_model", "eval", (), "UnknownModelError: unknown model 'no_such_model'; known:"),
+    ],
+)
+def test_failures_become_error_records(model: str, mode: str, extra: tuple[str, ...],
+                                       expected: str) -> None:
+    proc, record = run_record(model, mode, *extra, fixtures=True)
+    assert proc.returncode == 1
+    assert record["error"].startswith(expected), record["error"]
+    assert record["metrics"] == [] and record["leak"] is None
+    assert record["error"] in proc.stderr  # the reason also reaches the worker's log
+
+
+def test_model_output_on_stdout_does_not_spoil_the_record() -> None:
+    proc, record = run_record("crashes", "eval", fixtures=True)
+    assert proc.returncode == 0, proc.stderr
+    assert record["error"] is None
+    assert "noise on stdout" in proc.stderr
+
+
+def test_describe_failure_names_out_of_memory_alike() -> None:
+    assert describe_failure(MemoryError()).startswith("OutOfMemoryError")
+    cpu_oom = RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 1 TB")
+    assert describe_failure(cpu_oom).startswith("OutOfMemoryError: DefaultCPUAllocator")
+    assert describe_failure(ValueError("bad")).startswith("ValueError: bad")
+
+
+# --- leak check -------------------------------------------------------------------------------
+
+
+def test_planted_leak_is_reported() -> None:
+    proc, record = run_record("planted_leak", "eval", "--iterations", "30", fixtures=True)
+    assert proc.returncode == 0, proc.stderr
+    leak = record["leak"]
+    assert leak["suspected"] is True
+    assert leak["iterations"] >= 30
+    # One MiB kept per iteration: the growth and the slope say so.
+    assert leak["growth_bytes"] >= 0.8 * leak["iterations"] * MIB
+    assert leak["per_iteration_bytes"] == pytest.approx(MIB, rel=0.2)
+    assert metric(record, "mem_growth")["median"] == leak["growth_bytes"]
+
+
+def test_steady_model_is_not_reported_as_leaking() -> None:
+    proc, record = run_record("steady_alloc", "eval", "--iterations", "30", fixtures=True)
+    assert proc.returncode == 0, proc.stderr
+    assert record["leak"]["suspected"] is False
+    assert abs(record["leak"]["growth_bytes"]) < 8 * MIB
+
+
+def test_leak_check_rules() -> None:
+    base = 1000 * MIB
+    flat = [base + (i % 2) * 4096 for i in range(40)]
+    assert leak_check(base, flat, 8 * MIB)["suspected"] is False
+    step_once = [base + (20 * MIB if i >= 3 else 0) for i in range(40)]  # one-off, early
+    assert leak_check(base, step_once, 8 * MIB)["suspected"] is False
+    growing = [base + (i + 1) * MIB for i in range(40)]
+    verdict = leak_check(base, growing, 8 * MIB)
+    assert verdict["suspected"] is True
+    assert verdict["growth_bytes"] == 40 * MIB
+    assert verdict["per_iteration_bytes"] == pytest.approx(MIB)
+    slow = [base + (i + 1) * 64 * 1024 for i in range(40)]  # 2.5 MiB in all: below the limit
+    assert leak_check(base, slow, 8 * MIB)["suspected"] is False
+    # RSS swinging by 12 MiB as large buffers come and go, ending high: not a leak.
+    swinging = [base + (12 * MIB if i % 3 == 0 or i == 39 else 0) for i in range(40)]
+    assert leak_check(base, swinging, 8 * MIB)["suspected"] is False
+    step_midway = [base + (20 * MIB if i >= 20 else 0) for i in range(40)]  # one half only
+    assert leak_check(base, step_midway, 8 * MIB)["suspected"] is False
+    slow_leak = [base + (i + 1) * 512 * 1024 for i in range(200)]  # 100 MiB over 200 iterations
+    assert leak_check(base, slow_leak, 8 * MIB)["suspected"] is True
+    assert leak_check(base, [], 8 * MIB)["suspected"] is False
+    assert leak_check(base, growing[:11], 4 * MIB)["suspected"] is False  # too few to judge
+
+
+# --- memory is this process's own --------------------------------------------------------------
+
+
+def _assert_known_peak(record: dict) -> None:
+    above = metric(record, "cpu_peak_mem")["median"]
+    # steady_alloc fills a 32 MiB tensor per iteration; allowing the allocator some slack.
+    assert 32 * MIB <= above <= 40 * MIB, above / MIB
+
+
+def test_peak_memory_is_per_process_with_a_big_neighbour() -> None:
+    hog = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; b = bytearray(768 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]);"
+         " print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
+        proc, record = run_record("steady_alloc", "eval", fixtures=True)
+        assert hog.poll() is None, "the neighbour must be alive during the measurement"
+    finally:
+        hog.kill()
+        hog.wait()
+    assert proc.returncode == 0, proc.stderr
+    _assert_known_peak(record)
+    # Our whole peak is the size of a torch process, not of torch plus the 768 MiB neighbour.
+    assert metric(record, "cpu_peak_mem_total")["median"] < 700 * MIB
+
+
+def test_memory_held_before_ready_is_not_the_benchmarks(fixture_models: object) -> None:
+    ballast = torch.ones(256 * MIB // 4)  # this process's own, allocated before the benchmark
+    try:
+        record = run_benchmark("steady_alloc", "eval", config=QUICK_CONFIG)
+    finally:
+        del ballast
+    assert record.error is None, record.error
+    _assert_known_peak(record.to_json())
+    assert record.metric("cpu_peak_mem_total").median >= 256 * MIB  # the whole peak counts it
+
+
+def test_in_process_runs_read_threads_fresh(fixture_models: object) -> None:
+    a = run_benchmark("steady_alloc", "eval", config=HarnessConfig(
+        threads=2, warmup_iterations=1, warmup_seconds=0, min_iterations=2, min_seconds=0))
+    b = run_benchmark("steady_alloc", "eval", config=HarnessConfig(
+        threads=1, warmup_iterations=1, warmup_seconds=0, min_iterations=2, min_seconds=0))
+    assert (a.environment["threads"], b.environment["threads"]) == (2, 1)
+
+
+# --- compiler axis and CUDA ---------------------------------------------------------------------
+
+
+def test_inductor_configuration_runs_on_cpu() -> None:
+    start = time.monotonic()
+    proc, record = run_record("pyhpc_equation_of_state", "eval", "--compiler", "inductor",
+                              "--batch-size", "8")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert record["compiler"] == "inductor" and record["error"] is None
+    assert metric(record, "latency")["median"] > 0
+    assert time.monotonic() - start < 240
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.cuda
+@cuda
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_cuda_benchmark_reports_gpu_figures(mode: str) -> None:
+    proc, record = run_record("resnet18", mode, "--device", "cuda", "--batch-size", "8")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    env = record["environment"]
+    assert env["gpu_name"] and env["driver"] and env["cudnn"]
+    assert env["cuda_matmul_allow_tf32"] is False and env["cudnn_allow_tf32"] is True
+    assert metric(record, "gpu_peak_mem")["median"] > 0
+    assert len(metric(record, "latency")["samples"]) >= 5
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_leak_and_out_of_memory() -> None:
+    proc, record = run_record("planted_leak", "eval", "--device", "cuda", "--iterations", "30",
+                              fixtures=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert record["leak"]["suspected"] is True
+    assert record["leak"]["per_iteration_bytes"] == pytest.approx(MIB, rel=0.05)
+    proc, record = run_record("out_of_memory", "eval", "--device", "cuda", fixtures=True)
+    assert proc.returncode == 1
+    assert record["error"].startswith("OutOfMemoryError")

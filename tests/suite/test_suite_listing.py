@@ -1,0 +1,71 @@
+"""``python -m suite list --json``: breadth of the suite and the metadata the harness reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from suite.registry import DOMAINS, EXTRA_MODELS_ENV, list_models, load_metadata
+from tests.suite.helpers import FIXTURE_MODELS, run_suite
+
+FIXTURE_NAMES = {p.name for p in FIXTURE_MODELS.iterdir() if (p / "metadata.yaml").is_file()}
+
+
+def _listing(**env: str) -> list[dict]:
+    proc = run_suite(["list", "--json"], **env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_list_json_covers_twenty_models_and_six_domains() -> None:
+    models = _listing()
+    assert len(models) >= 20
+    assert {m["domain"] for m in models} == set(DOMAINS)
+    for m in models:
+        assert set(m) >= {"name", "domain", "task", "modes", "devices", "compilers",
+                          "train_batch_size", "eval_batch_size", "benchmark_version"}
+        assert set(m["modes"]) == {"train", "eval"}, m["name"]
+        assert set(m["devices"]) == {"cpu", "cuda"}, m["name"]
+        assert set(m["compilers"]) == {"eager", "inductor"}, m["name"]
+        for sizes in (m["train_batch_size"], m["eval_batch_size"]):
+            assert set(sizes) == {"cpu", "cuda"}, m["name"]
+            assert all(isinstance(n, int) and n >= 1 for n in sizes.values()), m["name"]
+        assert len(m["benchmark_version"]) == 16
+    names = [m["name"] for m in models]
+    assert names == sorted(names)
+
+
+def test_computer_vision_covers_classification_detection_segmentation_generation() -> None:
+    tasks = {m["task"] for m in _listing() if m["domain"] == "computer_vision"}
+    assert {"classification", "detection", "segmentation", "generation"} <= tasks
+
+
+def test_test_only_models_stay_out_of_the_real_listing() -> None:
+    assert not FIXTURE_NAMES & {m["name"] for m in _listing()}
+    with_fixtures = {m["name"] for m in _listing(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS)})}
+    assert FIXTURE_NAMES <= with_fixtures
+
+
+def test_every_metadata_describes_itself() -> None:
+    for info in list_models():
+        meta = load_metadata(info.name)
+        assert str(meta.get("description", "")).strip(), info.name
+        assert str(meta.get("task", "")).strip(), info.name
+
+
+def test_bad_extra_models_path_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(EXTRA_MODELS_ENV, "/no/such/folder")
+    with pytest.raises(ValueError, match="/no/such/folder"):
+        list_models()
+
+
+def test_duplicate_model_name_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import shutil
+
+    from suite.registry import MODELS_DIR
+
+    shutil.copytree(MODELS_DIR / "ppo", tmp_path / "ppo")
+    monkeypatch.setenv(EXTRA_MODELS_ENV, str(tmp_path))
+    with pytest.raises(ValueError, match="'ppo' is defined in both"):
+        list_models()

@@ -1,0 +1,88 @@
+"""Every suite model runs a real forward and backward (train) and a forward (eval) on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from suite.registry import list_models, load_model_class
+
+MODELS = [m.name for m in list_models()]
+SMALL_BATCH = 3
+# The dimension of the first eval output that holds the batch (0 unless listed).
+BATCH_DIM = {"pyhpc_isoneutral_mixing": 1}  # (components, x, y, z): the batch is the x extent
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _trained_tensors(bench: object) -> list[torch.Tensor]:
+    optimizer = getattr(bench, "optimizer", None)
+    assert optimizer is not None, "train mode must set self.optimizer"
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _flatten(out: object) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, tuple | list):
+        return [t for item in out for t in _flatten(item)]
+    return []
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_train_step_updates_what_it_trains(name: str) -> None:
+    cls = load_model_class(name)
+    bench = cls("train", "cpu", batch_size=SMALL_BATCH)
+    assert bench.batch_size == SMALL_BATCH
+    module, inputs = bench.get_module()
+    assert isinstance(module, torch.nn.Module) and isinstance(inputs, tuple)
+    tensors = _trained_tensors(bench)
+    before = [t.detach().clone() for t in tensors]
+    bench.train()
+    bench.train()
+    grads = [t.grad for t in tensors if t.grad is not None]
+    assert grads, f"{name}: train() left no gradient on the optimized tensors"
+    grad_values = [g.coalesce().values() if g.is_sparse else g for g in grads]
+    assert all(torch.isfinite(g).all() for g in grad_values), f"{name}: non-finite gradient"
+    changed = sum(not torch.equal(b, t.detach()) for b, t in zip(before, tensors, strict=True))
+    assert changed > 0, f"{name}: the optimizer step changed nothing"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_eval_forward_is_finite_and_batched(name: str) -> None:
+    cls = load_model_class(name)
+    bench = cls("eval", "cpu", batch_size=SMALL_BATCH)
+    outputs = _flatten(bench.eval())
+    assert outputs, f"{name}: eval() returned no tensor"
+    for out in outputs:
+        assert not out.requires_grad, f"{name}: eval must run under no_grad"
+        if out.is_floating_point():
+            assert torch.isfinite(out).all(), f"{name}: non-finite eval output"
+    assert outputs[0].shape[BATCH_DIM.get(name, 0)] == SMALL_BATCH, name
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_is_seeded(name: str) -> None:
+    """Two builds give the same weights and inputs: results are reproducible across processes."""
+    cls = load_model_class(name)
+    a, b = cls("eval", "cpu", batch_size=1), cls("eval", "cpu", batch_size=1)
+    for pa, pb in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+    for ia, ib in zip(_flatten(a.example_inputs), _flatten(b.example_inputs), strict=True):
+        assert torch.equal(ia, ib)
+
+
+def test_cuda_request_without_cuda_is_not_implemented() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(NotImplementedError, match="cuda"):
+        load_model_class("resnet18")("train", "cuda")
+
+
+def test_unknown_compiler_is_not_implemented() -> None:
+    bench = load_model_class("lstm_lm")("eval", "cpu", batch_size=1)
+    with pytest.raises(NotImplementedError, match="compiler"):
+        bench.set_compiler("tensorrt")

@@ -1,0 +1,82 @@
+"""Process-to-process stability: K processes per benchmark, CV and TorchBench's 7% spread rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.stability import (
+    BenchmarkSpec,
+    StabilityResult,
+    benchmarks_for,
+    measure_stability,
+    noise_floor,
+    summarize,
+)
+from tests.suite.helpers import FIXTURE_MODELS, QUICK
+
+
+def test_summarize_applies_the_seven_percent_rule() -> None:
+    cv, spread, unstable = summarize([100.0, 102.0, 98.0])
+    assert cv == pytest.approx(0.02)
+    assert spread == pytest.approx(4 / 98)
+    assert unstable is False
+    assert summarize([100.0, 106.9])[2] is False
+    assert summarize([100.0, 107.0])[2] is True  # TorchBench: stable only below 7%
+    assert summarize([100.0, 104.0], threshold=0.03)[2] is True
+    assert summarize([100.0]) == (None, None, None)
+
+
+def test_summarize_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="positive finite"):
+        summarize([10.0, -1.0])
+    with pytest.raises(ValueError, match="positive finite"):
+        summarize([10.0, float("nan")])
+
+
+def test_noise_floor_is_the_median_cv() -> None:
+    def result(cv: float | None) -> StabilityResult:
+        return StabilityResult("m", "eval", "cpu", "eager", 3, [], cv, None, None)
+
+    assert noise_floor([result(0.01), result(0.05), result(0.02), result(None)]) == 0.02
+    assert noise_floor([result(None)]) is None
+
+
+def test_planted_instability_is_marked_and_rounds_interleave(tmp_path) -> None:
+    counter = tmp_path / "count"
+    specs = [BenchmarkSpec("variable_latency", "eval"), BenchmarkSpec("crashes", "train")]
+    seen: list[tuple[str, int]] = []
+    results = measure_stability(
+        specs, repeats=3, run_args=QUICK,
+        env={"NIGHTBENCH_SUITE_EXTRA_MODELS": str(FIXTURE_MODELS),
+             "NIGHTBENCH_TEST_COUNTER": str(counter)},
+        on_record=lambda spec, round_no, record: seen.append((spec.model, round_no)),
+    )
+    # Round-robin: every benchmark once per round.
+    assert seen == [("variable_latency", 0), ("crashes", 0), ("variable_latency", 1),
+                    ("crashes", 1), ("variable_latency", 2), ("crashes", 2)]
+    variable, crashing = results
+    assert len(variable.medians_ms) == 3 and not variable.errors
+    # Each process sleeps 25% longer than the one before: 5, 6.25, 7.5 ms.
+    assert variable.medians_ms == sorted(variable.medians_ms)
+    assert variable.spread > 0.3 and variable.unstable is True
+    assert variable.cv > 0.1
+    assert variable.benchmark_version and variable.environment["threads"] == 1
+    assert crashing.medians_ms == [] and crashing.unstable is None and crashing.cv is None
+    assert len(crashing.errors) == 3 and "the planted failure" in crashing.errors[0]
+
+
+def test_measure_stability_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="at least 2"):
+        measure_stability([BenchmarkSpec("ppo", "eval")], repeats=1)
+    with pytest.raises(ValueError, match="no benchmarks"):
+        measure_stability([], repeats=3)
+
+
+def test_benchmarks_for_follows_the_listing() -> None:
+    listing = [{"name": "a", "modes": ["train", "eval"], "devices": ["cpu", "cuda"]},
+               {"name": "b", "modes": ["eval"], "devices": ["cpu"]},
+               {"name": "c", "modes": ["train", "eval"], "devices": ["cuda"]}]
+    specs = benchmarks_for(listing, device="cpu")
+    assert [s.key for s in specs] == ["a:train:cpu:eager", "a:eval:cpu:eager", "b:eval:cpu:eager"]
+    assert [s.key for s in benchmarks_for(listing, device="cuda", modes=["eval"])] == [
+        "a:eval:cuda:eager", "c:eval:cuda:eager"]

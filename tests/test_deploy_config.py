@@ -1,0 +1,193 @@
+"""Deployment files: actionlint on every workflow, `docker compose config`, and the house rules
+(pinned actions, least privilege, no default secrets) that neither tool checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+_BIN_DIRS = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def _actionlint() -> str:
+    exe = shutil.which("actionlint", path=_BIN_DIRS)
+    if exe is None:
+        pytest.skip("actionlint is not installed (the dev extra brings it: pip install -e .[dev])")
+    return exe
+
+
+def _compose() -> list[str]:
+    """`docker compose` where the plugin works, else the standalone `docker-compose` v2 binary."""
+    docker = shutil.which("docker", path=_BIN_DIRS)
+    if docker is not None:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    standalone = shutil.which("docker-compose", path=_BIN_DIRS)
+    if standalone is not None:
+        return [standalone]
+    pytest.skip("neither `docker compose` nor docker-compose is installed (dev extra)")
+
+
+def _compose_run(*args: str, password: str | None = "placeholder") -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
+    if password is not None:
+        env["POSTGRES_PASSWORD"] = password
+    return subprocess.run(
+        [*_compose(), "--project-directory", str(ROOT), "-f", str(ROOT / "docker-compose.yml"),
+         *args],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+    )
+
+
+def _workflow(name: str) -> dict:
+    data = yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
+    # YAML 1.1 reads the bare key `on` as True.
+    data["on"] = data.pop(True, data.get("on"))
+    return data
+
+
+# --- workflows ---------------------------------------------------------------------------------
+
+
+def test_expected_workflows_exist() -> None:
+    names = {path.name for path in WORKFLOWS}
+    assert {"nightly.yml", "ci.yml", "bisect.yml", "nightly-matrix.yml"} <= names
+
+
+def test_actionlint_passes_on_every_workflow() -> None:
+    proc = subprocess.run(
+        [_actionlint(), "-no-color", *map(str, WORKFLOWS)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_does_catch_a_broken_workflow(tmp_path: Path) -> None:
+    """The check above means something: the same call fails on a workflow with real mistakes."""
+    broken = tmp_path / ".github" / "workflows" / "broken.yml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - run: echo ${{ github.event.pull_request.titel }}\n"
+        "        timeout-minutes: ten\n"
+    )
+    proc = subprocess.run(
+        [_actionlint(), "-no-color", str(broken)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 1
+    assert "timeout-minutes" in proc.stdout
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_actions_are_pinned_to_full_commit_shas(path: Path) -> None:
+    uses = re.findall(r"^\s*(?:-\s*)?uses:\s*(\S+)(.*)$", path.read_text(), flags=re.M)
+    for action, comment in uses:
+        if action.startswith("./"):
+            continue
+        assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", action), f"{path.name}: {action}"
+        assert re.search(r"#\s*v\d", comment), f"{path.name}: {action} needs a # vX.Y.Z comment"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflows_ask_for_least_privilege(path: Path) -> None:
+    data = _workflow(path.name)
+    assert data.get("permissions") == {"contents": "read"}, path.name
+    for name, job in data["jobs"].items():
+        granted = job.get("permissions", {})
+        assert all(level != "write" for level in granted.values()), f"{path.name}:{name}"
+
+
+def test_nightly_dispatches_on_a_schedule_and_by_hand() -> None:
+    data = _workflow("nightly.yml")
+    assert data["on"]["schedule"][0]["cron"]
+    inputs = data["on"]["workflow_dispatch"]["inputs"]
+    assert {"date", "torch", "models", "device_classes"} <= set(inputs)
+    assert data["concurrency"]["cancel-in-progress"] is False
+    steps = data["jobs"]["dispatch"]["steps"]
+    dispatch = next(step for step in steps if step.get("name") == "Dispatch the night")
+    assert dispatch["env"]["NIGHTBENCH_DATABASE_URL"] == "${{ secrets.NIGHTBENCH_DATABASE_URL }}"
+    assert dispatch["env"]["NIGHTBENCH_BROKER_URL"] == "${{ secrets.NIGHTBENCH_BROKER_URL }}"
+    assert "nightbench \"${args[@]}\"" in dispatch["run"]
+    assert "(dispatch --date \"$NIGHT\" --torch \"$TORCH_SPEC\")" in dispatch["run"]
+    assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in steps)
+
+
+def test_ci_runs_the_linters_and_the_tests_on_real_services() -> None:
+    data = _workflow("ci.yml")
+    lint_runs = " ".join(step.get("run", "") for step in data["jobs"]["lint"]["steps"])
+    for tool in ("ruff check", "mypy", "lint-imports", "actionlint", "docker compose config -q"):
+        assert tool in lint_runs, tool
+    test_job = data["jobs"]["test"]
+    assert {"postgres", "redis"} <= set(test_job["services"])
+    assert any(step.get("run") == "make test" for step in test_job["steps"])
+
+
+def test_bisect_runs_on_a_self_hosted_gpu_runner() -> None:
+    data = _workflow("bisect.yml")
+    assert {"repo", "good", "bad", "benchmark", "install"} <= set(
+        data["on"]["workflow_dispatch"]["inputs"]
+    )
+    job = data["jobs"]["bisect"]
+    assert "self-hosted" in job["runs-on"]
+    assert any("(bisect --repo" in step.get("run", "") for step in job["steps"])
+
+
+# --- docker compose ------------------------------------------------------------------------------
+
+
+def test_compose_config_is_valid_with_and_without_the_gpu_profile() -> None:
+    for args in (["config", "-q"], ["--profile", "gpu", "config", "-q"]):
+        proc = _compose_run(*args)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_compose_has_no_default_secret() -> None:
+    proc = _compose_run("config", "-q", password=None)
+    assert proc.returncode != 0
+    assert "POSTGRES_PASSWORD" in proc.stderr
+
+
+def test_compose_services_are_wired_as_deployed() -> None:
+    proc = _compose_run("--profile", "gpu", "config", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    expected = {"postgres", "redis", "api", "worker-cpu", "worker-control", "worker-gpu", "beat",
+                "flower"}
+    assert expected <= set(services)
+
+    for infra in ("postgres", "redis"):
+        assert services[infra]["healthcheck"]["test"], infra
+    api = " ".join(services["api"]["command"])
+    assert api.index("nightbench db upgrade") < api.index("nightbench serve --host 0.0.0.0")
+    assert services["worker-cpu"]["command"][-2:] == ["--queue", "cpu"]
+    # Every queue the app routes to has a consumer.
+    assert services["worker-control"]["command"][2:4] == ["--queue", "control"]
+
+    gpu = services["worker-gpu"]
+    assert gpu["profiles"] == ["gpu"]
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert gpu["command"][2:4] == ["--queue", "gpu.a100"] and "--gpu" in gpu["command"]
+    assert "cu1" in gpu["build"]["args"]["TORCH_INDEX_URL"]
+    assert services["api"]["build"]["args"]["TORCH_INDEX_URL"].endswith("/whl/cpu")
+
+    assert services["beat"]["command"][:4] == ["celery", "-A", "workers.app", "beat"]
+    assert services["flower"]["command"][:4] == ["celery", "-A", "workers.app", "flower"]
+    for name in ("api", "worker-cpu", "worker-control", "worker-gpu", "beat", "flower"):
+        environment = services[name]["environment"]
+        assert environment["NIGHTBENCH_BROKER_URL"].startswith("redis://redis:6379")
+        assert environment["NIGHTBENCH_DATABASE_URL"].startswith("postgresql+psycopg://")
+    # Without the gpu profile the GPU worker stays out.
+    cpu_only = json.loads(_compose_run("config", "--format", "json").stdout)["services"]
+    assert "worker-gpu" not in cpu_only

@@ -1,0 +1,73 @@
+"""A real slowdown is caught, a small one is not: injected extra work measured for real.
+
+The harness's ``NIGHTBENCH_SUITE_INJECT_WORK`` adds a calibrated matmul loop to every timed
+iteration, costing the given fraction of an iteration: real extra work on this CPU, measured by
+the same subprocesses, stored, and judged by the same detector as any night.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+from sqlalchemy import select
+
+from service.db import session_scope
+from service.models import Alert, Regression, Run
+from service.runs.service import BenchmarkSpec
+from workers import nightly
+
+SPECS = [BenchmarkSpec(model="resnet18", mode="eval"), BenchmarkSpec(model="resnet18", mode="train")]
+
+
+def _night(day: int) -> int:
+    run_id = nightly.create_night(night=date(2026, 10, day), benchmarks=SPECS)
+    for job_id, queue, _ in nightly.queued_jobs(run_id):
+        nightly.send_job(job_id, queue)
+    return run_id
+
+
+def test_twenty_percent_is_flagged_two_percent_is_not(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    for day in range(1, 5):
+        _night(day)
+    monkeypatch.setenv("NIGHTBENCH_SUITE_INJECT_WORK", "resnet18:eval=0.20,resnet18:train=0.02")
+    run_id = _night(5)
+    with session_scope() as session:
+        regs = list(session.scalars(select(Regression).where(
+            Regression.run_id == run_id, Regression.direction == "regression")))
+        flagged = {(r.mode, r.metric): r for r in regs}
+        latency = flagged.get(("eval", "latency"))
+        assert latency is not None, f"+20% not flagged; flagged: {list(flagged)}"
+        assert latency.change > 0.1
+        assert latency.confirmation == "reproduced"
+        assert ("train", "latency") not in flagged, "a +2% change must not be flagged"
+        alert = session.scalar(select(Alert).where(Alert.run_id == run_id, Alert.kind == "regression"))
+        assert alert is not None and alert.status == "filed"
+        run = session.get(Run, run_id)
+        assert run is not None and run.status == "complete"
+    outbox = list((tmp_path / "nightbench" / "outbox").glob("*.md"))
+    assert len(outbox) == 1
+    text = outbox[0].read_text()
+    assert "resnet18" in text and "latency" in text
+
+    # Triage from the CLI: listed, marked expected, bad input refused with the reason.
+    from typer.testing import CliRunner
+
+    from workers.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["regressions", "list", "--json", "--run", str(run_id)])
+    assert listed.exit_code == 0, listed.output
+    import json
+
+    ids = {r["id"] for r in json.loads(listed.output) if r["direction"] == "regression"}
+    assert latency.id in ids
+    done = runner.invoke(app, ["regressions", "set", str(latency.id), "expected"])
+    assert done.exit_code == 0, done.output
+    bad = runner.invoke(app, ["regressions", "set", str(latency.id), "meh"])
+    assert bad.exit_code == 2 and "state must be one of" in bad.output
+    with session_scope() as session:
+        stored = session.get(Regression, latency.id)
+        assert stored is not None and stored.state == "expected"

@@ -1,0 +1,96 @@
+"""The Celery app: broker, queues, routing and reliability settings.
+
+Without ``NIGHTBENCH_BROKER_URL`` tasks run in-process (``task_always_eager``), which is the
+embedded default; with a Redis broker the same tasks run on worker processes. Job state lives in
+the database, not in Celery: tasks take ids, ``acks_late`` with ``reject_on_worker_lost`` gets a
+task redelivered when its worker dies, and idempotent writes make a second delivery harmless
+(Celery's "Database transactions" guide; treeherder's task pattern).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.schedules import crontab
+from kombu import Queue
+
+from service.config import Settings, get_settings
+
+GPU_CLASSES = ("a100", "h100", "h200", "l4", "t4")
+
+
+def queue_for(device: str, device_class: str | None = None) -> str:
+    """The queue a benchmark goes to: ``cpu`` or ``gpu.<class>``."""
+    if device == "cpu":
+        return "cpu"
+    return f"gpu.{device_class or 'default'}"
+
+
+def _crontab(expr: str) -> crontab:
+    """A five-field crontab expression (minute hour day-of-month month day-of-week).
+
+    Raises:
+        ValueError: not five fields, or a field Celery rejects.
+    """
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(f"NIGHTBENCH_SCHEDULE_CRON must have 5 fields, got {expr!r}")
+    minute, hour, day_of_month, month_of_year, day_of_week = fields
+    return crontab(minute=minute, hour=hour, day_of_month=day_of_month,
+                   month_of_year=month_of_year, day_of_week=day_of_week)
+
+
+def configure(app: Celery, settings: Settings) -> Celery:
+    """(Re)configure ``app`` for ``settings``: in-process without a broker, else the broker."""
+    queues = [Queue("cpu"), Queue("control"), Queue("gpu.default")] + [
+        Queue(f"gpu.{c}") for c in GPU_CLASSES
+    ]
+    app.conf.update(
+        task_queues=queues,
+        task_default_queue="control",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        timezone="UTC",
+        beat_schedule={
+            "sweep-deadlines": {
+                "task": "night.sweep_deadlines",
+                "schedule": 300.0,
+                "options": {"queue": "control"},
+            },
+            "sync-issues": {
+                "task": "issues.sync",
+                "schedule": 600.0,
+                "options": {"queue": "control"},
+            },
+        },
+    )
+    if settings.schedule_cron:
+        app.conf.beat_schedule["dispatch-night"] = {
+            "task": "night.dispatch",
+            "schedule": _crontab(settings.schedule_cron),
+            "options": {"queue": "control"},
+        }
+    if settings.embedded:
+        app.conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True,
+                        broker_transport_options={}, result_backend=None)
+    else:
+        options: dict[str, object] = {"visibility_timeout": settings.visibility_timeout_s}
+        if settings.queue_prefix:
+            options["global_keyprefix"] = settings.queue_prefix
+        app.conf.update(
+            broker_url=settings.broker_url,
+            broker_transport_options=options,
+            result_backend=settings.result_backend,
+            task_always_eager=False,
+        )
+    app.close()  # drop the producer pool made under the previous broker
+    return app
+
+
+app = configure(Celery("nightbench", include=["workers.tasks"]), get_settings())

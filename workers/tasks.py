@@ -1,0 +1,120 @@
+"""Celery tasks: thin, named, take ids, and survive being run twice.
+
+Each body opens its own session scope through a function in ``workers/<topic>.py``.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy.exc import OperationalError
+
+from service.errors import InfrastructureError
+from workers import benchmarking, nightly
+from workers.app import app
+
+RETRYABLE = (OperationalError, InfrastructureError, ConnectionError)
+
+
+class BenchmarkTask(Task):  # type: ignore[misc]
+    """A benchmark task that failed for good still ends its job, so the night can finish."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        job_id = args[0] if args else kwargs.get("job_id")
+        run_id = benchmarking.fail_job(job_id, reason=f"task failed: {type(exc).__name__}: {exc}")
+        if run_id is not None:
+            finish_run.apply_async(args=[run_id], queue="control")
+
+
+@app.task(name="bench.run", bind=True, base=BenchmarkTask, acks_late=True,
+          autoretry_for=RETRYABLE, retry_backoff=True, retry_backoff_max=600, max_retries=5)
+def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Measure one job; the job that ends its run enqueues ``night.finish``."""
+    worker = self.request.hostname or f"in-process@{socket.gethostname()}"
+    try:
+        run_id = benchmarking.measure_job(job_id, worker=worker)
+    except SoftTimeLimitExceeded:
+        run_id = benchmarking.fail_job(
+            job_id, reason=f"exceeded the task's soft time limit ({self.soft_time_limit or app.conf.task_soft_time_limit} s)")
+    if run_id is not None:
+        finish_run.apply_async(args=[run_id], queue="control")
+
+
+@app.task(name="night.finish", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
+          max_retries=5)
+def finish_run(run_id: int) -> None:
+    """Detect / confirm / triage once every job of the run has ended."""
+    nightly.finish(run_id)
+
+
+@app.task(name="night.check_deadline", acks_late=True, autoretry_for=RETRYABLE,
+          retry_backoff=True, max_retries=5)
+def check_deadline(run_id: int) -> None:
+    """Mark jobs that never reported as missing and raise a missing-data alert."""
+    nightly.check_deadline(run_id)
+
+
+@app.task(name="night.sweep_deadlines", acks_late=True, autoretry_for=RETRYABLE,
+          retry_backoff=True, max_retries=3)
+def sweep_deadlines() -> None:
+    """Periodic (beat): check every unfinished run past its deadline."""
+    nightly.sweep_deadlines()
+
+
+@app.task(name="issues.sync", acks_late=True, autoretry_for=RETRYABLE,
+          retry_backoff=True, max_retries=3)
+def sync_issues() -> None:
+    """Periodic (beat): read filed issues' state and labels back into triage states."""
+    from workers import issues
+
+    issues.sync_from_tracker()
+
+
+class ProbeTask(Task):  # type: ignore[misc]
+    """A probe task that failed for good ends its probe as skipped, so the bisection goes on."""
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        from workers import bisecting
+
+        probe_id = args[0] if args else kwargs.get("probe_id")
+        reason = f"probe task failed: {type(exc).__name__}: {exc}"
+        ended = bisecting.fail_probe(probe_id, reason=reason)
+        if ended is not None:
+            advance_bisection.apply_async(args=[ended], queue="control")
+
+
+@app.task(name="bisect.probe", bind=True, base=ProbeTask, acks_late=True,
+          autoretry_for=RETRYABLE, retry_backoff=True, retry_backoff_max=600, max_retries=5)
+def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Build and measure one commit of a bisection; the probe ending its round advances it."""
+    from workers import bisecting
+
+    worker = self.request.hostname or f"in-process@{socket.gethostname()}"
+    bisection_id = bisecting.measure_probe(probe_id, worker=worker)
+    if bisection_id is not None:
+        advance_bisection.apply_async(args=[bisection_id], queue="control")
+
+
+@app.task(name="bisect.advance", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
+          max_retries=5)
+def advance_bisection(bisection_id: int) -> None:
+    """Plan a bisection's next round from its rows, or store its outcome and resume the night."""
+    from workers import bisecting
+
+    bisecting.step(bisection_id)
+
+
+
+@app.task(name="night.dispatch", acks_late=False, autoretry_for=RETRYABLE, retry_backoff=True,
+          max_retries=3)
+def dispatch_night() -> None:
+    """Periodic (beat, when ``NIGHTBENCH_SCHEDULE_CRON`` is set): dispatch tonight's runs.
+
+    ``acks_late=False``: a redelivered dispatch would create a second night.
+    """
+    nightly.dispatch_scheduled()
