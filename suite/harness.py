@@ -187,23 +187,36 @@ def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[s
     return verdict
 
 
-def _injected_work(fraction: float, iteration_ms: float) -> Callable[[], None]:
-    """Calibrate a matmul loop costing ``fraction`` × ``iteration_ms`` and return it."""
+def _prepare_injection(fraction: float) -> Callable[[float], Callable[[], None]]:
+    """Set up injected work costing ``fraction`` of an iteration; calibrate it after warm-up.
+
+    The matmul's operand is allocated and the operator run once here, before the "ready" RSS
+    is read, so that whatever the first ``torch.mm`` allocates (thread pools, workspaces)
+    counts as footprint, not as peak memory: injected work changes latency only. The unit cost
+    is timed later, after the model's warm-up, on a warm CPU. Returns
+    ``calibrate(iteration_ms) -> work``.
+    """
     if fraction <= 0:
-        return lambda: None
+        return lambda iteration_ms: (lambda: None)
     a = torch.randn(96, 96)
-    unit_runs = 200
-    start = time.perf_counter()
-    for _ in range(unit_runs):
+    for _ in range(10):
         torch.mm(a, a)
-    unit_ms = (time.perf_counter() - start) * 1e3 / unit_runs
-    reps = max(1, round(fraction * iteration_ms / unit_ms))
 
-    def work() -> None:
-        for _ in range(reps):
+    def calibrate(iteration_ms: float) -> Callable[[], None]:
+        unit_runs = 200
+        start = time.perf_counter()
+        for _ in range(unit_runs):
             torch.mm(a, a)
+        unit_ms = (time.perf_counter() - start) * 1e3 / unit_runs
+        reps = max(1, round(fraction * iteration_ms / unit_ms))
 
-    return work
+        def work() -> None:
+            for _ in range(reps):
+                torch.mm(a, a)
+
+        return work
+
+    return calibrate
 
 
 def _inject_fraction(model: str, mode: str, default: float) -> float:
@@ -326,6 +339,7 @@ def _measure(
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     rss = _RssReader()
     try:
+        calibrate_injection = _prepare_injection(inject)
         gc.collect()
         ready_rss = rss()
         reset_ok = reset_peak_rss()
@@ -343,7 +357,7 @@ def _measure(
             warm_ms.append((time.perf_counter() - t0) * 1e3)
             if len(warm_ms) >= 10 * max(cfg.warmup_iterations, 1):
                 break
-        extra = _injected_work(inject, statistics.median(warm_ms[len(warm_ms) // 2 :]))
+        extra = calibrate_injection(statistics.median(warm_ms[len(warm_ms) // 2 :]))
 
         gc.collect()
         memory = torch.cuda.memory_allocated if cuda else rss

@@ -88,6 +88,19 @@ class BuildError(NightbenchError):
         self.reason = message
         self.log = log
 
+    def detail(self, limit: int = 2000) -> str:
+        """The reason in full, then as much of the log's end as fits in ``limit`` characters.
+
+        The reason (what failed: ``install command 'pip install -e .' exited with status 2``)
+        is never cut; a long traceback in the log is trimmed from its start, where the frames
+        that matter least are.
+        """
+        if not self.log:
+            return self.reason
+        room = max(limit - len(self.reason) - 1, 0)
+        log = self.log.strip()
+        return f"{self.reason}\n{log[-room:] if room else ''}".strip()
+
 
 @dataclass(frozen=True)
 class BuildEnvironment:

@@ -101,8 +101,7 @@ def run_probe(request: ProbeRequest, *, build: Callable[[str], BuildEnvironment]
     try:
         env = build(request.sha)
     except BuildError as exc:
-        detail = f"{exc.reason}\n{exc.log}".strip() if exc.log else exc.reason
-        return ProbeResult(request.sha, request.purpose, skipped=detail[-2000:])
+        return ProbeResult(request.sha, request.purpose, skipped=exc.detail())
     samples: dict[str, tuple[float, ...]] = {}
     errors: dict[str, str] = {}
     for benchmark in request.benchmarks:
@@ -275,8 +274,7 @@ def run_round(
     for request, env, got, where, failed in zip(requests, envs, taken, slot_of, errors,
                                                 strict=True):
         if isinstance(env, BuildError):
-            detail = f"{env.reason}\n{env.log}".strip() if env.log else env.reason
-            results.append(ProbeResult(request.sha, request.purpose, skipped=detail[-2000:]))
+            results.append(ProbeResult(request.sha, request.purpose, skipped=env.detail()))
             continue
         samples = {b: tuple(v) for b, v in got.items() if b not in failed and v}
         results.append(ProbeResult(request.sha, request.purpose, samples,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput, NotFound
@@ -147,8 +147,8 @@ def apply_confirmation(
 ) -> list[Regression]:
     """Judge each pending regression of ``parent`` with the re-run's samples (same build).
 
-    A regression the re-run does not reproduce is marked ``not_reproduced`` and stops being
-    alertable (a one-night blip); one whose re-run failed or is missing is ``not_possible`` and
+    A regression the re-run does not reproduce is marked ``not_reproduced``, stops being
+    alertable and leaves the run's alert (a one-night blip; an alert left empty is deleted); one whose re-run failed or is missing is ``not_possible`` and
     waits for the next night. Returns the regressions that were reproduced.
     """
     reproduced: list[Regression] = []
@@ -175,9 +175,25 @@ def apply_confirmation(
         else:
             regression.confirmation = "not_reproduced"
             regression.alertable = False
+            # A blip is kept (reported, queryable) but is no longer part of the run's alert.
+            regression.alert_id = None
             regression.reason += f" Not reproduced by the confirmation re-run ({verdict.reason})."
     session.flush()
+    _drop_empty_alerts(session, run=parent)
     return reproduced
+
+
+def _drop_empty_alerts(session: Session, *, run: Run) -> None:
+    """Delete the run's open regression alert when confirmation left it without regressions."""
+    for alert in session.scalars(select(Alert).where(
+            Alert.run_id == run.id, Alert.kind == "regression", Alert.status == "open")):
+        count = session.scalar(select(func.count()).select_from(Regression).where(
+            Regression.alert_id == alert.id))
+        if count:
+            alert.summary = f"{count} regression(s) in run {run.id} ({run.night})"
+        else:
+            session.delete(alert)
+    session.flush()
 
 
 def get_regression(session: Session, regression_id: int) -> Regression:

@@ -201,3 +201,13 @@ def test_environment_drops_an_outer_pythonpath(tmp_path: Path) -> None:
     assert environ["PYTHONPATH"] == "/overlay"
     assert environ["PATH"].split(":")[0] == str(tmp_path / "bin")
     assert environ["VIRTUAL_ENV"] == str(tmp_path) and "PYTHONHOME" not in environ
+
+
+def test_build_error_detail_keeps_the_reason_and_the_end_of_the_log() -> None:
+    log = "\n".join(f"  File \"frame{i}.py\", line {i}" for i in range(400)) + "\nTOMLDecodeError: x"
+    error = BuildError("a" * 40, "install command 'pip install -e .' exited with status 2", log=log)
+    detail = error.detail(limit=500)
+    assert len(detail) <= 500
+    assert detail.startswith("install command 'pip install -e .' exited with status 2\n")
+    assert detail.endswith("TOMLDecodeError: x")
+    assert BuildError("b" * 40, "git worktree add failed").detail() == "git worktree add failed"
