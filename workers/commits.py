@@ -44,6 +44,8 @@ class CommitInfo:
         pr_number: the pull request the message names, or None.
         files: paths changed relative to the first parent (all paths for a root commit).
         parent: first parent's sha, or None for a root commit.
+        author_login: the author's GitHub login when GitHub links the commit to an account
+            (compare API), else None (a local clone knows only name and e-mail).
     """
 
     sha: str
@@ -54,6 +56,7 @@ class CommitInfo:
     pr_number: int | None
     files: tuple[str, ...]
     parent: str | None
+    author_login: str | None = None
 
     @property
     def short(self) -> str:
@@ -71,6 +74,7 @@ class CommitInfo:
             "pr_number": self.pr_number,
             "files": list(self.files),
             "parent": self.parent,
+            "author_login": self.author_login,
         }
 
 
@@ -274,4 +278,6 @@ def _github_info(commit, with_files: bool) -> CommitInfo:
         pr_number=parse_pr_number(message),
         files=tuple(files),
         parent=parents[0].sha if parents else None,
+        # The GitHub account behind the commit (``author`` of the REST shape), when linked.
+        author_login=commit.author.login if commit.author is not None else None,
     )

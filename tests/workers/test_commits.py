@@ -133,6 +133,9 @@ def test_parse_pr_number(message: str, number: int | None) -> None:
 # ----- GitHub's compare API -----------------------------------------------------------------
 
 
+ACCOUNTS = {"ada@example.org": "ada-moreno"}  # author e-mail -> GitHub login
+
+
 class CompareGitHub(FakeGitHub):
     """The shared GitHub stand-in plus ``compare`` and ``commits/{sha}``, answered from a real
     local repository in GitHub's response shapes."""
@@ -156,7 +159,10 @@ class CompareGitHub(FakeGitHub):
                 "tree": {"sha": "0" * 40, "url": f"{api}/git/trees/{'0' * 40}"},
                 "url": f"{api}/git/commits/{full}", "comment_count": 0,
             },
-            "author": None, "committer": None,
+            # GitHub links a commit to the account owning its author e-mail (else null).
+            "author": ({**self._user(), "login": ACCOUNTS[ae], "id": 2}
+                       if ae in ACCOUNTS else None),
+            "committer": None,
             "parents": [{"sha": p, "url": f"{api}/commits/{p}"} for p in parents.split()],
         }
         if files:
@@ -220,6 +226,8 @@ def test_range_from_github_compare_matches_the_local_one(
             loc.title, loc.pr_number, loc.author_name, loc.author_email, loc.parent)
         assert r.date == loc.date
         assert set(r.files) == set(loc.files)
+        # Only GitHub knows the author's account; the issue cc's it.
+        assert (r.author_login, loc.author_login) == ("ada-moreno", None)
     assert compare_server.requests_to("GET", f"{compare_server.repo_path}/compare/"
                                       f"{shas['c1']}...{shas['c4']}")
 
