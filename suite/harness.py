@@ -203,11 +203,14 @@ def _prepare_injection(fraction: float) -> Callable[[float], Callable[[], None]]
         torch.mm(a, a)
 
     def calibrate(iteration_ms: float) -> Callable[[], None]:
-        unit_runs = 200
-        start = time.perf_counter()
-        for _ in range(unit_runs):
-            torch.mm(a, a)
-        unit_ms = (time.perf_counter() - start) * 1e3 / unit_runs
+        # The median of several short batches: one preempted batch does not skew the dose.
+        batch_ms = []
+        for _ in range(7):
+            start = time.perf_counter()
+            for _ in range(40):
+                torch.mm(a, a)
+            batch_ms.append((time.perf_counter() - start) * 1e3 / 40)
+        unit_ms = statistics.median(batch_ms)
         reps = max(1, round(fraction * iteration_ms / unit_ms))
 
         def work() -> None:

@@ -115,9 +115,7 @@ def record_regressions(
         session.add(regression)
     session.flush()
     if alert is not None:
-        count = session.scalars(select(Regression).where(Regression.alert_id == alert.id)).all()
-        alert.summary = f"{len(count)} regression(s) in run {run.id} ({run.night})"
-        session.flush()
+        _refresh_alert(session, alert, run)
     return alert
 
 
@@ -148,8 +146,9 @@ def apply_confirmation(
     """Judge each pending regression of ``parent`` with the re-run's samples (same build).
 
     A regression the re-run does not reproduce is marked ``not_reproduced``, stops being
-    alertable and leaves the run's alert (a one-night blip; an alert left empty is deleted); one whose re-run failed or is missing is ``not_possible`` and
-    waits for the next night. Returns the regressions that were reproduced.
+    alertable and leaves the run's alert (a one-night blip; an alert left empty is deleted);
+    one whose re-run failed or is missing is ``not_possible`` and waits for the next night.
+    Returns the regressions that were reproduced.
     """
     reproduced: list[Regression] = []
     for regression in pending_regressions(session, run_id=parent.id):
@@ -179,20 +178,20 @@ def apply_confirmation(
             regression.alert_id = None
             regression.reason += f" Not reproduced by the confirmation re-run ({verdict.reason})."
     session.flush()
-    _drop_empty_alerts(session, run=parent)
+    for alert in session.scalars(select(Alert).where(
+            Alert.run_id == parent.id, Alert.kind == "regression", Alert.status == "open")):
+        _refresh_alert(session, alert, parent)
     return reproduced
 
 
-def _drop_empty_alerts(session: Session, *, run: Run) -> None:
-    """Delete the run's open regression alert when confirmation left it without regressions."""
-    for alert in session.scalars(select(Alert).where(
-            Alert.run_id == run.id, Alert.kind == "regression", Alert.status == "open")):
-        count = session.scalar(select(func.count()).select_from(Regression).where(
-            Regression.alert_id == alert.id))
-        if count:
-            alert.summary = f"{count} regression(s) in run {run.id} ({run.night})"
-        else:
-            session.delete(alert)
+def _refresh_alert(session: Session, alert: Alert, run: Run) -> None:
+    """Write the alert's summary from the regressions it holds; delete it when it holds none."""
+    count = session.scalar(select(func.count()).select_from(Regression).where(
+        Regression.alert_id == alert.id))
+    if count:
+        alert.summary = f"{count} regression(s) in run {run.id} ({run.night})"
+    else:
+        session.delete(alert)
     session.flush()
 
 
