@@ -9,7 +9,10 @@ Starts ``nightbench serve`` (one uvicorn process) on a database filled by
 * ingest: ``POST /api/runs`` then ``POST /api/runs/{id}/results`` in batches of ``--batch``
   suite records (4 metrics each, so 4 results per record), ``--rounds`` rounds of
   ``--records`` records on fresh runs; results stored per second of wall time;
-* the Postgres plan of the history query (``EXPLAIN (ANALYZE, BUFFERS)``), naming its index.
+* ingest of one more night into the existing series, with and without the ``series_months``
+  triggers (rolled back);
+* the Postgres plans of the history's queries (``EXPLAIN (ANALYZE, BUFFERS)``), naming their
+  indexes.
 
 Usage::
 
@@ -169,33 +172,85 @@ def bench_ingest(base: str, token: str, *, rounds: int, records: int, batch: int
             "max": max(rates)}
 
 
-def explain_history(url: str, model: str) -> str:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of the query the history endpoint runs."""
+def ingest_existing(url: str, models: list[str], night: date, *, triggers: bool) -> float:
+    """Results/s of the ingest path (``ingest_records``, one ``COPY``) storing one more night of
+    every CPU benchmark of ``models`` into their existing three-year series (the generator's CPU
+host: same environment, batch sizes and benchmark version, hence the same series keys), in a transaction
+    rolled back at the end; ``triggers=False`` stores it with the ``series_months`` triggers
+    disabled (their cost is the difference). Each record holds latency and peak memory, the
+    two metrics the generated series have."""
+    from sqlalchemy import text
+    from sqlalchemy.orm import Session
+
+    from service.db import make_engine
+    from service.runs.ingest import create_ingest_run, ingest_records
+    from service.runs.service import BenchmarkSpec
+
+    env = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "threads": 1, "cpu_count": 128,
+           "hostname": "bench-cpu-1", "device_class": "cpu",
+           "platform": "Linux-6.8.0-x86_64-with-glibc2.39", "python": "3.11.9"}
+    records = [{"model": m, "mode": mode, "device": "cpu", "compiler": "eager",
+                "batch_size": 4 if mode == "train" else 8, "benchmark_version": "b" * 16,
+                "environment": env, "error": None, "metrics": [
+                    {"metric": "latency", "unit": "ms", "samples": [10.0 + i * 0.01 for i in range(15)],
+                     "median": 10.07, "iqr": 0.07},
+                    {"metric": "cpu_peak_mem", "unit": "bytes", "samples": [3.2e9],
+                     "median": 3.2e9, "iqr": 0.0}]}
+               for m in models for mode in ("train", "eval")]
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            trans = conn.begin()
+            session = Session(bind=conn)
+            if not triggers:
+                session.execute(text("ALTER TABLE results DISABLE TRIGGER USER"))
+            run, _ = create_ingest_run(
+                session, night=night, torch_spec="current", torch_version=None,
+                torch_git_commit=None, key=None,
+                benchmarks=[BenchmarkSpec(model=r["model"], mode=r["mode"]) for r in records])
+            t = time.perf_counter()
+            outcome = ingest_records(session, run_id=run.id, records=records)
+            dt = time.perf_counter() - t
+            session.close()
+            trans.rollback()
+    finally:
+        engine.dispose()
+    return outcome.results / dt
+
+
+def _packed_sql(model: str) -> list[tuple[str, dict]]:
+    """Text and parameters of the queries the history endpoint runs (months, errors)."""
     from sqlalchemy.dialects import postgresql
 
-    from service.results.history import HistoryFilter, history_sql, history_statement
+    from service.results.points import HistoryFilter, history_sql, packed_statements
 
-    sql, params = history_sql(postgresql.psycopg.dialect(),
-                              *history_statement(model, HistoryFilter()))
+    months, errors, params = packed_statements(model, HistoryFilter())
+    dialect = postgresql.psycopg.dialect()
+    return [history_sql(dialect, months, params), history_sql(dialect, errors, params)]
+
+
+def explain_history(url: str, model: str) -> str:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of the queries the history endpoint runs."""
+    out = []
     with psycopg.connect(url) as conn:
-        rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params).fetchall()
-    return "\n".join(row[0] for row in rows)
+        for sql, params in _packed_sql(model):
+            rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params).fetchall()
+            out.extend(row[0] for row in rows)
+    return "\n".join(out)
 
 
 def history_query_ms(url: str, models: list[str], seed: int, n: int = 30) -> list[float]:
-    """Postgres execution time (ms, EXPLAIN ANALYZE) of the history query for random models."""
-    from sqlalchemy.dialects import postgresql
-
-    from service.results.history import HistoryFilter, history_sql, history_statement
-
+    """Postgres execution time (ms, EXPLAIN ANALYZE) of the history's queries (months and
+    errors together) for random models."""
     rng = random.Random(seed + 1)
     out = []
     with psycopg.connect(url) as conn:
         for model in rng.sample(models, min(n, len(models))):
-            sql, params = history_sql(postgresql.psycopg.dialect(),
-                                      *history_statement(model, HistoryFilter()))
-            rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params).fetchall()
-            out.append(float(rows[-1][0].split(":")[1].split()[0]))
+            total = 0.0
+            for sql, params in _packed_sql(model):
+                rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params).fetchall()
+                total += float(rows[-1][0].split(":")[1].split()[0])
+            out.append(total)
     return out
 
 
@@ -270,12 +325,18 @@ def main() -> None:
     table.add_row("ingest min / max", f"{ingest['min']:,.0f} / {ingest['max']:,.0f} results/s")
     table.add_row(f"ingest, 2 posters at once (median of {args.rounds})",
                   f"{ingest2['median']:,.0f} results/s")
+    for triggers in (True, False):
+        rates = [ingest_existing(url, models, last[0] + timedelta(days=1), triggers=triggers)
+                 for _ in range(args.rounds)]
+        table.add_row(f"ingest into {2 * len(models):,} existing series pairs, "
+                      f"{'with' if triggers else 'without'} series_months triggers "
+                      f"(median of {args.rounds})", f"{statistics.median(rates):,.0f} results/s")
     pg = history_query_ms(url, models, args.seed)
-    table.add_row("history query in Postgres p50 / p95 (EXPLAIN ANALYZE)",
+    table.add_row("history queries in Postgres p50 / p95 (EXPLAIN ANALYZE)",
                   f"{_pct(pg, 50):.1f} / {_pct(pg, 95):.1f} ms")
     console.print(table)
     console.print(f"load average after: {os.getloadavg()[0]:.1f}")
-    console.print("history query plan:")
+    console.print("history query plans:")
     console.print(explain_history(url, models[len(models) // 2]))
 
 

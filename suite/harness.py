@@ -188,12 +188,15 @@ def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[s
 
 
 def _prepare_injection(fraction: float) -> Callable[[float], Callable[[], None]]:
-    """Set up injected work costing ``fraction`` of an iteration; calibrate it after warm-up.
+    """Set up injected work costing ``fraction`` of an iteration; fix its length after warm-up.
 
     The matmul's operand is allocated and the operator run once here, before the "ready" RSS
     is read, so that whatever the first ``torch.mm`` allocates (thread pools, workspaces)
-    counts as footprint, not as peak memory: injected work changes latency only. The unit cost
-    is timed later, after the model's warm-up, on a warm CPU. Returns
+    counts as footprint, not as peak memory: injected work changes latency only. The work is
+    real (small matmuls on the CPU) and runs until ``fraction * iteration_ms`` of wall-clock
+    time has passed, so the step it plants is that fraction of the warm-up median whatever a
+    matmul costs between two model steps (cold caches, contention): a dose counted in
+    matmuls timed back to back fell short by a third here. Returns
     ``calibrate(iteration_ms) -> work``.
     """
     if fraction <= 0:
@@ -203,18 +206,13 @@ def _prepare_injection(fraction: float) -> Callable[[float], Callable[[], None]]
         torch.mm(a, a)
 
     def calibrate(iteration_ms: float) -> Callable[[], None]:
-        # The median of several short batches: one preempted batch does not skew the dose.
-        batch_ms = []
-        for _ in range(7):
-            start = time.perf_counter()
-            for _ in range(40):
-                torch.mm(a, a)
-            batch_ms.append((time.perf_counter() - start) * 1e3 / 40)
-        unit_ms = statistics.median(batch_ms)
-        reps = max(1, round(fraction * iteration_ms / unit_ms))
+        seconds = fraction * iteration_ms / 1e3
+        clock = time.perf_counter
 
         def work() -> None:
-            for _ in range(reps):
+            end = clock() + seconds
+            torch.mm(a, a)
+            while clock() < end:
                 torch.mm(a, a)
 
         return work

@@ -51,6 +51,8 @@ class Change:
         chart_url: an image of the series' history (the API's chart endpoint), if known.
         history_url: the API address of the series' history, if known.
         recent: the last nights' values in ``unit``, oldest first, tonight last.
+        since: the step's first night at the new level when it began before tonight (it was
+            raised once it persisted); ``None`` when it began tonight.
     """
 
     model: str
@@ -69,6 +71,7 @@ class Change:
     chart_url: str | None = None
     history_url: str | None = None
     recent: tuple[float, ...] = ()
+    since: date | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.baseline) and self.baseline > 0):
@@ -585,7 +588,8 @@ def _summary_table(ordered: Sequence[Change]) -> str:
         samples = f"{_count(c.baseline_samples)} / {_count(c.tonight_samples)}"
         rows.append(
             f"| {c.benchmark} | {c.metric} | {format_value(c.baseline, c.unit)} → "
-            f"{format_value(c.tonight, c.unit)} | **{format_change(c.relative)}** | "
+            f"{format_value(c.tonight, c.unit)} | **{format_change(c.relative)}**"
+            f"{f' since {c.since}' if c.since else ''} | "
             f"{_confidence_cell(c)} | {samples} | {_cell(c.machine) or 'n/a'} |"
         )
     return "\n".join(rows)

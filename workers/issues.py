@@ -47,7 +47,7 @@ from service.models import (
 )
 from service.models.base import utcnow
 from service.regressions.detection import MEMORY_METRICS, Night, confirm
-from service.regressions.service import history_nights, set_state
+from service.regressions.service import history_nights, range_start, set_state
 from service.results.service import series_history
 from workers.bisection import CULPRIT, INCONCLUSIVE, NOT_REPRODUCED, SKIPPED, Outcome, ProbeRecord
 from workers.github import IssueTracker, TrackedIssue, make_tracker
@@ -430,7 +430,7 @@ def _night_range(session: Session, run: Run) -> tuple[str | None, str | None]:
     commits = _commit_dicts(run.commit_range or [])
     if len(commits) >= 2:
         return commits[0]["sha"], commits[-1]["sha"]
-    previous = session.get(Run, run.previous_run_id) if run.previous_run_id else None
+    previous = range_start(session, run=run)
     good = previous.torch_git_commit if previous is not None else None
     return _sha_or_none(good), _sha_or_none(run.torch_git_commit)
 
@@ -576,6 +576,8 @@ def _change(
         chart_url=chart_url,
         history_url=history_url,
         recent=recent,
+        since=(regression.first_night if result is not None and regression.first_night
+               and regression.first_night < result.night else None),
     )
 
 

@@ -214,7 +214,9 @@ def _after_confirmation(parent_id: int, confirm_id: int, settings: Settings) -> 
 
 
 def resolve_commit_range(run_id: int, *, settings: Settings | None = None) -> list[dict] | None:
-    """The night's commit range: previous night's torch commit → tonight's, stored on the run.
+    """The night's commit range, stored on the run: from the torch commit of the previous
+    night, or, when a step raised tonight began on an earlier night, of the night two before
+    that step's first night (:func:`service.regressions.service.range_start`) → tonight's.
 
     From a local clone (``source_repo_path``) when configured, else from GitHub's compare API
     (``source_github_repository``). Returns None, with a reason in the run's note, when either
@@ -227,9 +229,12 @@ def resolve_commit_range(run_id: int, *, settings: Settings | None = None) -> li
         run = runs.get_run(session, run_id)
         if run.commit_range is not None:
             return run.commit_range
-        previous = session.get(Run, run.previous_run_id) if run.previous_run_id else None
+        previous = regressions.range_start(session, run=run)
         good = previous.torch_git_commit if previous else None
         bad = run.torch_git_commit
+        if previous is not None and previous.id != run.previous_run_id:
+            _note_in(run, f"commit range starts at night {previous.night}: a step raised "
+                          "tonight began on an earlier night")
     if not good or not bad or good == bad:
         reason = "no earlier night with a known commit" if not good else (
             "tonight's build has no git commit" if not bad else "same commit as the previous night")
@@ -260,8 +265,11 @@ def resolve_commit_range(run_id: int, *, settings: Settings | None = None) -> li
 
 def _note(run_id: int, text: str) -> None:
     with session_scope() as session:
-        run = runs.get_run(session, run_id)
-        run.note = f"{run.note}\n{text}" if run.note else text
+        _note_in(runs.get_run(session, run_id), text)
+
+
+def _note_in(run: Run, text: str) -> None:
+    run.note = f"{run.note}\n{text}" if run.note else text
 
 
 def triage(run_id: int, *, settings: Settings | None = None) -> None:

@@ -12,7 +12,7 @@ from service.models.bisection import (
 from service.models.issue import ISSUE_STATES, TRACKERS, IssueRecord, IssueRegression
 from service.models.machine import Machine
 from service.models.regression import ALERT_KINDS, CONFIRMATIONS, TRIAGE_STATES, Alert, Regression
-from service.models.result import Result
+from service.models.result import POINT_BYTES, POINT_FIELDS, Result, SeriesMonth
 from service.models.run import JOB_ENDED, JOB_STATUSES, RUN_KINDS, RUN_STATUSES, Job, Run
 from service.models.stability import BenchmarkStability
 from service.models.token import ApiToken
@@ -20,6 +20,8 @@ from service.models.token import ApiToken
 __all__ = [
     "BISECTION_OUTCOMES",
     "BISECTION_STATUSES",
+    "POINT_BYTES",
+    "POINT_FIELDS",
     "PROBE_ENDED",
     "PROBE_STATUSES",
     "Bisection",
@@ -44,4 +46,5 @@ __all__ = [
     "Regression",
     "Result",
     "Run",
+    "SeriesMonth",
 ]

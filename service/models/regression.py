@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, Date, DateTime, Float, ForeignKey, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base
@@ -42,6 +42,12 @@ class Regression(TimestampMixin, Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="SET NULL"), index=True)
     result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"))
+    # The series' result on the step's first night at the new level (the night whose build
+    # brought it: the commit range ends there); tonight's unless the step persisted from
+    # earlier nights before it was raised. None for rows stored before it was recorded.
+    first_result_id: Mapped[int | None] = mapped_column(
+        ForeignKey("results.id", ondelete="SET NULL"))
+    first_night: Mapped[date | None] = mapped_column(Date)
     series_key: Mapped[str] = mapped_column(String(64), index=True)
     model: Mapped[str] = mapped_column(String(128))
     mode: Mapped[str] = mapped_column(String(8))

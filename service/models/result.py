@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Date, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Date,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, JSONType
@@ -56,3 +66,39 @@ class Result(TimestampMixin, Base):
     def benchmark(self) -> str:
         name = f"{self.model}:{self.mode}:{self.device}"
         return name if self.compiler == "eager" else f"{name}:{self.compiler}"
+
+
+class SeriesMonth(Base):
+    """A series' points of one calendar month, packed: what a history request reads.
+
+    One row per (model, series, month) holding the results of nightly and ingest runs that
+    ``ix_results_history`` would return for that month, in (night, run_id) order, as
+    ``nights`` records of :data:`POINT_BYTES` bytes each, big-endian: result id (int8), run id
+    (int8), night (int4, days since 2000-01-01), median (float8, NaN for none), IQR (float8,
+    NaN for none), sample count (int4, 0 for none); see :data:`POINT_FIELDS`.
+
+    Postgres keeps it: triggers on ``results`` (insert, update, delete, truncate) and on a run's
+    ``kind`` rebuild every month they touch from the results themselves (migration 0002), so no
+    write path can leave it behind. Monthly rows keep a rebuild small (one month of one series)
+    and a model's full history a few hundred rows. Other databases (SQLite) leave it empty; the
+    history is then read row by row.
+    """
+
+    __tablename__ = "series_months"
+
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    series_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    month: Mapped[date] = mapped_column(Date, primary_key=True)  # first day of the month
+    mode: Mapped[str] = mapped_column(String(8))
+    device: Mapped[str] = mapped_column(String(8))
+    compiler: Mapped[str] = mapped_column(String(16))
+    metric: Mapped[str] = mapped_column(String(32))
+    machine_id: Mapped[int | None] = mapped_column(Integer)
+    nights: Mapped[int] = mapped_column(Integer)  # records in points
+    points: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+# Layout of a SeriesMonth.points record (numpy structured dtype, big-endian as Postgres sends).
+POINT_FIELDS = (("result_id", ">i8"), ("run_id", ">i8"), ("night", ">i4"), ("median", ">f8"),
+                ("iqr", ">f8"), ("samples", ">i4"))
+POINT_BYTES = 40

@@ -17,17 +17,22 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   difference of the baseline levels, scaled to a standard deviation (1.4826 / sqrt 2): it
   ignores outlier nights, steps and slow drift (a robust form of von Neumann's successive
   differences; the 1.4826 consistency factor of Rousseeuw & Croux, JASA 1993).
-* **Magnitude with a grey zone.** With ``se`` the standard error of the change estimate (from
-  the noise, the number of nights on each side and the pi/2 variance factor of a median),
-  a change ``d`` counts when ``d >= max(thr - z*se, thr/2 + z_low*se)`` (z = 1.645,
-  z_low = 2.576): at least the threshold unless the noise cannot tell it from the threshold,
-  and in any case clearly above half of it. On a quiet series (``se`` ~ 0, e.g. peak memory
-  in exact bytes) this is exactly ``d >= thr``; on a noisy one it waits for more nights
-  instead of guessing. Changes between thr/2 and thr are a grey zone.
-* **Persistence.** A flag needs a *run* of 2 to ``max_run`` (3) consecutive nights ending
-  tonight (or tonight plus its confirmation re-run), each closer to the new level than to the
-  baseline; its first night is the first night at the new level. A one-night blip never
-  forms such a run.
+* **Magnitude.** With ``se`` the standard error of the change estimate (from the noise, the
+  number of nights on each side and the pi/2 variance factor of a median), a change ``d``
+  counts when ``d >= max(thr, thr/2 + z_low*se)`` (z_low = 2.576): at least the threshold,
+  and clearly above half of it whatever the noise. On a quiet series (``se`` ~ 0, e.g. peak
+  memory in exact bytes) this is exactly ``d >= thr``; on a noisy one it waits for more
+  nights instead of guessing. Offline, where a change point is located with both sides
+  known, a change may fall short of the threshold by ``z*se`` (z = 1.645) when the noise
+  cannot tell it from the threshold: ``d >= max(thr - z*se, thr/2 + z_low*se)``.
+* **Persistence.** A flag needs a *run* of 2 to ``max_run`` (7) consecutive nights ending
+  tonight (confirmation re-runs count as nights), each closer to the new level than to the
+  baseline (from five nights on, all but the run's lowest quarter); its first night is the
+  first night at the new level. A one-night blip never forms such a run. The run may reach
+  back a week, so that on a noisy host a step the first nights could not yet tell from the
+  noise is still judged against the baseline from before it as evidence accumulates (with
+  3, a step whose first re-run came out low had its own nights in the baseline by the third
+  night and was never raised).
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which
   the baseline visits regularly, are not a step. A short baseline (under 12 nights) allows

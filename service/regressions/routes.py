@@ -33,7 +33,8 @@ def regression_payloads(session: Session, regressions: list[Regression]) -> list
     culprits = culprits_for_regressions(session, ids)
     bisections = bisections_for_regressions(session, ids)
     return [{
-        "id": r.id, "run_id": r.run_id, "night": nights.get(r.run_id), "alert_id": r.alert_id,
+        "id": r.id, "run_id": r.run_id, "night": nights.get(r.run_id),
+        "first_night": r.first_night or nights.get(r.run_id), "alert_id": r.alert_id,
         "series_key": r.series_key, "benchmark": r.benchmark, "model": r.model, "mode": r.mode,
         "device": r.device, "compiler": r.compiler, "metric": r.metric, "unit": r.unit,
         "direction": r.direction, "baseline": r.baseline, "value": r.value, "change": r.change,

@@ -40,7 +40,7 @@ class DetectorParams:
     Attributes:
         window: earlier nights in a baseline (and nights per side offline).
         min_baseline: fewest earlier nights that make a baseline.
-        max_run: longest run of recent nights tested for persistence (>= 2).
+        max_run: longest run of recent nights (re-runs included) tested for persistence.
         alpha: one-sided significance level of the Mann-Whitney U test.
         z: standard-normal quantile by which a noisy change may fall short of the threshold.
         z_low: standard-normal quantile by which a change must clear the grey zone's lower edge.
@@ -53,7 +53,7 @@ class DetectorParams:
 
     window: int = 28
     min_baseline: int = 4
-    max_run: int = 3
+    max_run: int = 7
     alpha: float = 0.01
     z: float = 1.645
     z_low: float = 2.576
@@ -130,6 +130,24 @@ def _run_median(y: np.ndarray, m: int) -> np.ndarray:
     return med
 
 
+def _quartile_nights(post: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The run's lower and upper quartile nights: its lowest and highest for runs of up to 4.
+
+    Args:
+        post: (n, width) log levels of n runs, NaN past each run's end.
+
+    Returns:
+        Two arrays of shape (n,). From five nights on, one wild night neither lifts a run
+        nor breaks it: a run of a week in a noisy series is not undone by one low night.
+    """
+    m = np.sum(~np.isnan(post), axis=1)
+    ordered = np.sort(post, axis=1)  # NaN last
+    q = (m - 1) // 4
+    low = np.take_along_axis(ordered, q[:, None], axis=1)[:, 0]
+    high = np.take_along_axis(ordered, (m - 1 - q)[:, None], axis=1)[:, 0]
+    return low, high
+
+
 def _significant(
     y: np.ndarray, rows: np.ndarray, post_start: np.ndarray, post_size: np.ndarray,
     base_start: np.ndarray, base_size: np.ndarray, up: np.ndarray, memory: np.ndarray,
@@ -157,9 +175,7 @@ def _significant(
         # Against the run's lower quartile night (its lowest night for runs of up to 4), so
         # that one wild night cannot lift the run.
         m = np.sum(~np.isnan(post), axis=1)
-        ordered = np.sort(post, axis=1)  # NaN last
-        low = np.take_along_axis(ordered, ((m - 1) // 4)[:, None], axis=1)[:, 0]
-        high = np.take_along_axis(ordered, (m - 1 - (m - 1) // 4)[:, None], axis=1)[:, 0]
+        low, high = _quartile_nights(post)
         near = np.where(up[:, None], base >= (low - quarter)[:, None],
                         base <= (high + quarter)[:, None])
     # A short baseline (a young series, just reset) must not reach the new level at all.
@@ -251,12 +267,21 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams):
     post = gather(y, rows, s, m, width)
     with np.errstate(invalid="ignore"):
         est = row_median(post) - ref
-        lo, hi = np.nanmin(post, axis=1), np.nanmax(post, axis=1)
+        lo, hi = _quartile_nights(post)
     noise = window_noise(y, rows, b0, k, p, memory)
     se = noise * np.sqrt(MEDIAN_VAR * (1.0 / m + 1.0 / k))
     cut = np.where(kind == 1, _cutoff(thr[rows], se, p, drift=True), _cutoff(thr[rows], se, p))
+    # Online, a raised step is held to the threshold itself: an alert reading "+6%" under a
+    # 7% promise is not believed, and the allowance below it (thr - z*se, kept offline, where
+    # a change point is located with both sides known) let 3% steps with heavy-tailed nights
+    # through on week-long runs.
+    cut = np.where(kind == 0, np.maximum(cut, thr[rows]), cut)
     up = est > 0
     ok = (np.abs(est) >= cut) & np.where(up, lo - ref >= 0.5 * est, hi - ref <= 0.5 * est)
+    # A step's first night is itself at the new level: the quartile rule must not let a run
+    # start one night early (its first night is where the commit range for bisection starts).
+    first = post[:, 0] - ref
+    ok &= (kind == 1) | np.where(up, first >= 0.5 * est, first <= 0.5 * est)
     pval = np.full(rows.size, np.nan)
     idx = np.nonzero(ok)[0]
     if idx.size:
@@ -275,9 +300,10 @@ def _online_pass(
 
     Only nights ``n > n_min[row]`` may raise; ``level`` is the baseline median before each
     night (``prev_median(y, window)``). Returns positions relative to the segment.
-    Whole-matrix work is kept to a screen that no flag can escape (a change of at least the
-    smallest cut-off any noise allows); the full rule then runs on the screened nights of each
-    row in order, until the row's first flag.
+    Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
+    threshold from the baseline; for runs of 4+ nights, half of them that far, counted without
+    a sort); the full rule then runs on the screened nights of each row in order, until the
+    row's first flag.
     """
     rows_n, cols = y.shape
     w = p.window
@@ -286,15 +312,25 @@ def _online_pass(
     anchor = np.full(rows_n, np.nan)
     if cols >= w:
         anchor = median_last(y[:, :w])
-    least = thr * (1 - p.z * (1 - p.grey_fraction) / (p.z + p.z_low))
+    least = thr  # online, a step must reach the threshold itself (``_judge``)
     screen = np.zeros((rows_n, cols), dtype=bool)
-    for m in range(2, p.max_run + 1):
-        med = _run_median(y, m)
-        base = np.full((rows_n, cols), np.nan)
-        base[:, m - 1 :] = level[:, : cols - m + 1]
-        s_col = col - m + 1
+    for m in range(2, min(p.max_run, cols) + 1):
+        span = cols - m + 1  # runs [s, s + m) for s < span, ending at column s + m - 1
+        ref = level[:, :span]
         with np.errstate(invalid="ignore"):
-            screen |= (np.abs(med - base) >= least[:, None]) & (s_col >= p.min_baseline)
+            if m <= 3:
+                beyond = np.abs(_run_median(y, m)[:, m - 1 :] - ref) >= least[:, None]
+            else:
+                # The median of m nights is beyond ref +- least only if (m + 1) // 2 of them
+                # are: counting is a superset of the median's test, without a sort.
+                up = np.zeros((rows_n, span), dtype=np.int8)
+                down = np.zeros((rows_n, span), dtype=np.int8)
+                for o in range(m):
+                    d = y[:, o : o + span] - ref
+                    up += d >= least[:, None]
+                    down += d <= -least[:, None]
+                beyond = np.maximum(up, down) >= (m + 1) // 2
+        screen[:, m - 1 :] |= beyond & (col[:span] >= p.min_baseline)[None, :]
     if p.drift:
         # A drift needs the median of the last drift_nights nights beyond the threshold.
         med = _run_median(y, p.drift_nights)

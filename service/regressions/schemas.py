@@ -18,6 +18,9 @@ class RegressionRead(BaseModel):
     id: int
     run_id: int
     night: date
+    first_night: date = Field(description="the step's first night at the new level (the night "
+                              "whose build brought it); earlier than night when it was raised "
+                              "once it persisted")
     alert_id: int | None
     series_key: str
     benchmark: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -24,16 +25,26 @@ def _expected_results(session: Session, series_keys: set[str]) -> set[int]:
     """Result ids at which a maintainer marked a step ``expected`` (the baseline resets there)."""
     if not series_keys:
         return set()
+    # At the step's first night at the new level, where it began (tonight's when unknown).
     rows = session.scalars(
-        select(Regression.result_id).where(
+        select(func.coalesce(Regression.first_result_id, Regression.result_id)).where(
             Regression.series_key.in_(series_keys), Regression.state == "expected"
         )
     )
     return set(rows)
 
 
-def history_nights(session: Session, *, result: Result, limit: int) -> list[Night]:
-    """Earlier nights of ``result``'s series as detection input, oldest first."""
+class Assessed(NamedTuple):
+    """One result's verdict, with the result on the first night of the step it raises."""
+
+    result: Result
+    assessment: Assessment
+    first_result: Result | None = None
+
+
+def _history(session: Session, *, result: Result, limit: int) -> tuple[list[Night], list[Result]]:
+    """Earlier nights of ``result``'s series as detection input, and their results; oldest
+    first, a night's position in the list as its ordinal."""
     assert result.series_key is not None
     history = series_history(
         session, series_key=result.series_key, night=result.night, run_id=result.run_id, limit=limit
@@ -42,14 +53,34 @@ def history_nights(session: Session, *, result: Result, limit: int) -> list[Nigh
     kinds = dict(session.execute(
         select(Run.id, Run.kind).where(Run.id.in_({r.run_id for r in history}))
     ).all()) if history else {}
-    return [_night(r, i, r.id in expected, kinds.get(r.run_id) == "confirm")
-            for i, r in enumerate(history)]
+    nights = [_night(r, i, r.id in expected, kinds.get(r.run_id) == "confirm")
+              for i, r in enumerate(history)]
+    return nights, history
+
+
+def history_nights(session: Session, *, result: Result, limit: int) -> list[Night]:
+    """Earlier nights of ``result``'s series as detection input, oldest first."""
+    return _history(session, result=result, limit=limit)[0]
+
+
+def _first_result(assessment: Assessment, nights: list[Night], results: list[Result]) -> Result | None:
+    """The result of the step's first night (``assessment.first_night``, an ordinal into
+    ``nights``/``results``, which end with tonight and, for a confirmation, its re-run).
+
+    A re-run stands for the night it re-ran (same build); None when nothing was raised.
+    """
+    i = assessment.first_night
+    if i is None or not 0 <= i < len(results):
+        return None
+    while i > 0 and nights[i].rerun:
+        i -= 1
+    return results[i]
 
 
 def assess_run(
     session: Session, *, run: Run, threshold_for: ThresholdFor, baseline_nights: int,
     unstable: set[str] | frozenset[str] = frozenset(),
-) -> list[tuple[Result, Assessment]]:
+) -> list[Assessed]:
     """Assess every alertable metric of every successful result of ``run`` against its baseline.
 
     Args:
@@ -58,29 +89,31 @@ def assess_run(
         unstable: benchmark names (``model:mode:device``) marked unstable: shown, not alerted.
 
     Returns:
-        ``(result, assessment)`` pairs in a stable order.
+        ``(result, assessment, first_result)`` in a stable order; ``first_result`` is the
+        result of the raised step's first night at the new level (tonight's for a candidate).
     """
     results = session.scalars(
         select(Result).where(
             Result.run_id == run.id, Result.error.is_(None), Result.metric.in_(ALERT_METRICS)
         ).order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
     )
-    out: list[tuple[Result, Assessment]] = []
+    out: list[Assessed] = []
     for result in results:
-        history = history_nights(session, result=result, limit=baseline_nights)
-        tonight = _night(result, len(history))
+        nights, history = _history(session, result=result, limit=baseline_nights)
+        tonight = _night(result, len(nights))
         assessment = assess_night(
-            history, tonight, metric=result.metric,
+            nights, tonight, metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
             unstable=result.benchmark in unstable,
         )
-        out.append((result, assessment))
+        first = (_first_result(assessment, [*nights, tonight], [*history, result])
+                 if assessment.confirmed else result)
+        out.append(Assessed(result, assessment, first))
     return out
 
 
 def record_regressions(
-    session: Session, *, run: Run, assessed: list[tuple[Result, Assessment]],
-    threshold_for: ThresholdFor,
+    session: Session, *, run: Run, assessed: list[Assessed], threshold_for: ThresholdFor,
 ) -> Alert | None:
     """Store regressions and improvements of ``run``; group alertable regressions in one alert.
 
@@ -91,9 +124,10 @@ def record_regressions(
     """
     known = set(session.scalars(select(Regression.series_key).where(Regression.run_id == run.id)))
     alert = session.scalar(select(Alert).where(Alert.run_id == run.id, Alert.kind == "regression"))
-    for result, a in assessed:
+    for result, a, first in assessed:
         if a.verdict not in ("regression", "improvement") or result.series_key in known:
             continue
+        first = first or result
         assert a.baseline is not None and a.change is not None and result.series_key is not None
         regression = Regression(
             run_id=run.id, result_id=result.id, series_key=result.series_key, model=result.model,
@@ -101,7 +135,8 @@ def record_regressions(
             unit=result.unit, direction=a.verdict, baseline=a.baseline, value=a.value,
             change=a.change, p_value=a.p_value,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
-            alertable=a.alertable, reason=a.reason,
+            alertable=a.alertable, reason=a.reason, first_result_id=first.id,
+            first_night=first.night,
             state="improvement" if a.verdict == "improvement" else "untriaged",
             # A step the detector saw persist over earlier nights needs no re-run.
             confirmation=("reproduced" if a.confirmed else "pending") if a.alertable else "not_possible",
@@ -162,14 +197,18 @@ def apply_confirmation(
             regression.confirmation = "not_possible"
             regression.reason += " Confirmation re-run failed; waiting for the next night."
             continue
-        history = history_nights(session, result=original, limit=baseline_nights)
+        nights, history = _history(session, result=original, limit=baseline_nights)
+        tonight, again = _night(original, len(nights)), _night(rerun, len(nights) + 1, rerun=True)
         verdict = confirm(
-            history, _night(original, len(history)), _night(rerun, len(history) + 1, rerun=True),
-            metric=regression.metric,
+            nights, tonight, again, metric=regression.metric,
             threshold=threshold_for(regression.metric, f"{regression.model}:{regression.mode}"),
         )
         if verdict.verdict == "regression":
             regression.confirmation = "reproduced"
+            # With its re-run the step may reach back to earlier nights (a week-long run).
+            first = _first_result(verdict, [*nights, tonight, again], [*history, original, rerun])
+            if first is not None:
+                regression.first_result_id, regression.first_night = first.id, first.night
             reproduced.append(regression)
         else:
             regression.confirmation = "not_reproduced"
@@ -193,6 +232,41 @@ def _refresh_alert(session: Session, alert: Alert, run: Run) -> None:
     else:
         session.delete(alert)
     session.flush()
+
+
+def range_start(session: Session, *, run: Run) -> Run | None:
+    """The run whose build starts the commit range to search for ``run``'s regressions.
+
+    The previous night when every step began tonight. A step raised once it persisted over
+    several nights began on its first night at the new level, and its culprit lies between
+    the build before that night and that night's; but that night is located from noisy
+    nights: the night before the step may come out high and be taken for its first (the range
+    is then one night longer than needed, still holding the culprit), or the step's own first
+    night may come out low and the next one be named (the range would then miss the
+    culprit). So for such steps the range starts two nights before the earliest first night:
+    one more night of commits, about one more build in a bisection. A first night measured by
+    a confirmation re-run stands for the night it re-ran. None when there is no earlier night.
+    """
+    firsts = session.execute(
+        select(Run).join(Result, Result.run_id == Run.id)
+        .join(Regression, Regression.first_result_id == Result.id)
+        .where(Regression.run_id == run.id, Regression.direction == "regression",
+               Regression.alertable.is_(True), Regression.confirmation == "reproduced")
+    ).scalars().all()
+    nights = [session.get(Run, r.parent_run_id) if r.kind == "confirm" and r.parent_run_id
+              else r for r in firsts]
+    earliest = min((r for r in nights if r is not None), key=lambda r: (r.night, r.id),
+                   default=run)
+    steps_back = 2
+    if earliest.night >= run.night:
+        earliest, steps_back = run, 1
+    start = earliest
+    for _ in range(steps_back):
+        previous = session.get(Run, start.previous_run_id) if start.previous_run_id else None
+        if previous is None:
+            break
+        start = previous
+    return None if start is earliest else start
 
 
 def get_regression(session: Session, regression_id: int) -> Regression:

@@ -1,7 +1,8 @@
 """A model's history: every series with its baseline at each night and its flags.
 
-One index-only scan reads the model's results (errors included) in series order
-(``ix_results_history``); the baseline track of every series is then computed at once with
+The points come from :mod:`service.results.points` (on Postgres the ``series_months`` table:
+each series packed by month, a few hundred rows for three years; elsewhere one index-only scan
+of ``ix_results_history``); the baseline track of every series is then computed at once with
 numpy, following the detector's rule (``service/regressions/detection.py``: the median of the
 levels of up to ``window`` earlier nights since the last reset, ``min_baseline`` nights at
 least; the band is the baseline ± 2 night-to-night noise on the log scale, the noise being the
@@ -32,34 +33,26 @@ from typing import Any
 import numpy as np
 import yaml
 from numpy.lib.stride_tricks import sliding_window_view
-from sqlalchemy import Select, and_, bindparam, func, or_, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.errors import NotFound
 from service.models import Machine, Regression, Result, Run
 from service.regressions.detection import MEMORY_METRICS, METRICS, DetectorParams
+from service.results.points import (
+    HISTORY_KINDS,
+    HistoryFilter,
+    fetch,
+    model_exists,
+    read_points,
+)
 
-HISTORY_KINDS = ("nightly", "ingest")
 _METRIC_ORDER = {"latency": 0, "gpu_peak_mem": 1, "cpu_peak_mem": 2}
 DEFAULT_PARAMS = DetectorParams()
 _MAD_TO_SD = 1.4826  # MAD -> standard deviation for normal noise (Rousseeuw & Croux, 1993)
 # Suite model metadata, read as data (service never imports the suite package).
 _SUITE_MODELS = Path(__file__).resolve().parents[2] / "suite" / "models"
-
-
-@dataclass(frozen=True)
-class HistoryFilter:
-    """Which series of a model to return; None means any."""
-
-    metric: str | None = None
-    mode: str | None = None
-    device: str | None = None
-    compiler: str | None = None
-    machine: int | None = None
-    series: str | None = None
-    since: date | None = None
-    until: date | None = None
 
 
 def _empty_float() -> np.ndarray:
@@ -303,64 +296,7 @@ def baseline_track(
 
 
 # --------------------------------------------------------------------------------------------
-# Queries
-
-
-def model_exists(session: Session, model: str) -> bool:
-    return session.scalar(select(Result.id).where(Result.model == model).limit(1)) is not None
-
-
-_FILTER_COLUMNS = (("metric", Result.metric), ("mode", Result.mode), ("device", Result.device),
-                   ("compiler", Result.compiler), ("machine", Result.machine_id),
-                   ("series", Result.series_key))
-
-
-@lru_cache(maxsize=128)
-def _history_select(shape: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
-    # Plain comparisons rather than IN lists: the statement compiles once, with no expanding
-    # parameters to render per call.
-    other_runs = (select(Run.id).where(and_(*(Run.kind != kind for kind in HISTORY_KINDS)))
-                  .scalar_subquery())
-    stmt = (
-        select(Result.id, Result.run_id, Result.night, Result.series_key, Result.median,
-               Result.iqr, Result.sample_count, Result.error)
-        .where(Result.model == bindparam("model"), Result.run_id.not_in(other_runs))
-        .order_by(Result.series_key, Result.night, Result.run_id)
-    )
-    for name, column in _FILTER_COLUMNS:
-        if name in shape:
-            stmt = stmt.where(column == bindparam(name))
-    if "until" in shape:
-        stmt = stmt.where(Result.night <= bindparam("until"))
-    return stmt
-
-
-def history_statement(model: str, f: HistoryFilter) -> tuple[Select, dict[str, Any]]:  # type: ignore[type-arg]
-    """The query of a model's history and its parameters: narrow rows in index order.
-
-    ``ix_results_history`` (model, series_key, night, run_id, including every other column read
-    or filtered on) makes it one index-only scan with no sort; runs of other kinds drop out by
-    a hashed ``NOT IN``. The statement is built once per combination of filters; the values
-    travel as parameters.
-    """
-    params: dict[str, Any] = {"model": model}
-    for name, _ in _FILTER_COLUMNS:
-        value = getattr(f, name)
-        if value is not None:
-            params[name] = value
-    if f.until is not None:
-        params["until"] = f.until
-    return _history_select(tuple(sorted(k for k in params if k != "model"))), params
-
-
-def history_sql(dialect: Any, stmt: Select, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:  # type: ignore[type-arg]
-    """Text and parameters of a module-level or cached statement for ``dialect`` (compiled
-    once per statement; it must hold no expanding ``IN`` parameter)."""
-    hit = _COMPILED.get(id(stmt))
-    if hit is None or hit[0] is not stmt:
-        hit = _COMPILED[id(stmt)] = (stmt, stmt.compile(dialect=dialect))
-    compiled = hit[1]
-    return str(compiled), compiled.construct_params(params)
+# The history
 
 
 def model_history(
@@ -401,56 +337,49 @@ def _model_history(
     session: Session, *, model: str, f: HistoryFilter, settings: Settings,
     params: DetectorParams,
 ) -> ModelHistory:
-    stmt, values = history_statement(model, f)
-    rows = _fetch(session, stmt, values)
-    if not rows:
+    points = read_points(session, model=model, f=f)
+    if not points.series and not points.errors:
         if not model_exists(session, model):
             raise NotFound(f"model {model!r} has no results")
         return ModelHistory(model=model, series=[], errors=[], machines={})
-    ids_t, runs_t, nights_t, keys_t, medians_t, iqrs_t, counts_t, errs_t = zip(*rows, strict=True)
-    ids = np.array(ids_t, dtype=np.int64)
-    run_ids = np.array(runs_t, dtype=np.int64)
-    medians = np.array(medians_t, dtype=float)  # None -> NaN
-    iqrs = np.array(iqrs_t, dtype=float)
-    counts = np.nan_to_num(np.array(counts_t, dtype=float)).astype(np.int64)
-    nights = list(nights_t)
-    keys = np.array(keys_t, dtype=object)
-
-    # Stretches of equal series_key (rows come ordered by it); errors carry no key.
-    cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-    bounds = [(int(a), int(b)) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True)]
-    error_rows = [k for a, b in bounds if keys[a] is None for k in range(a, b)
-                  if errs_t[k] is not None]
-    bounds = [(a, b) for a, b in bounds if keys[a] is not None]
-    meta, machines = _identities(session, [int(ids[a]) for a, _ in bounds]
-                                 + [int(ids[k]) for k in error_rows])
-    # Each night's build, by position of its run among the distinct runs.
-    run_keys, run_pos = np.unique(run_ids, return_inverse=True)
-    build_ids, build_versions, build_commits = _builds(session, min(nights), max(nights))
-    at = np.clip(np.searchsorted(build_ids, run_keys), 0, max(len(build_ids) - 1, 0))
-    known = (build_ids[at] == run_keys) if len(build_ids) else np.zeros(len(run_keys), bool)
-    versions = np.where(known, build_versions[at] if len(build_ids) else None, None)
-    commits = np.where(known, build_commits[at] if len(build_ids) else None, None)
+    meta, machines = _identities(session, [int(p.result_id[0]) for p in points.series]
+                                 + [e.result_id for e in points.errors])
     series: list[SeriesHistory] = []
-    for a, b in bounds:
-        mode, device, compiler, metric, unit, batch, version, machine_id = meta[int(ids[a])]
-        s = SeriesHistory(
-            key=str(keys[a]), mode=mode, device=device, compiler=compiler, metric=metric,
-            unit=unit, batch_size=batch, benchmark_version=version, machine_id=machine_id,
-            threshold=settings.threshold_for(metric, f"{model}:{mode}"),
-            result_id=ids[a:b], run_id=run_ids[a:b], night=nights[a:b],
-            torch_version=versions[run_pos[a:b]].tolist(),
-            torch_git_commit=commits[run_pos[a:b]].tolist(),
-            median=medians[a:b].copy(), iqr=iqrs[a:b], samples=counts[a:b])
-        series.append(s)
-    errors = [ErrorPoint(night=nights[k], run_id=int(run_ids[k]), result_id=int(ids[k]),
-                         mode=meta[int(ids[k])][0], device=meta[int(ids[k])][1],
-                         compiler=meta[int(ids[k])][2], error=errs_t[k])
-              for k in error_rows if f.since is None or nights[k] >= f.since]
+    if points.series:
+        # Each night's build, by position of its run among the distinct runs.
+        run_ids = np.concatenate([p.run_id for p in points.series])
+        run_keys, run_pos = np.unique(run_ids, return_inverse=True)
+        build_ids, build_versions, build_commits = _builds(
+            session, min(p.night[0] for p in points.series),
+            max(p.night[-1] for p in points.series))
+        versions = np.full(len(run_keys), None, dtype=object)
+        commits = np.full(len(run_keys), None, dtype=object)
+        if len(build_ids):
+            at = np.clip(np.searchsorted(build_ids, run_keys), 0, len(build_ids) - 1)
+            known = build_ids[at] == run_keys
+            versions[known] = build_versions[at[known]]
+            commits[known] = build_commits[at[known]]
+        a = 0
+        for p in points.series:
+            b = a + len(p.night)
+            mode, device, compiler, metric, unit, batch, version, machine_id = meta[
+                int(p.result_id[0])]
+            series.append(SeriesHistory(
+                key=p.key, mode=mode, device=device, compiler=compiler, metric=metric,
+                unit=unit, batch_size=batch, benchmark_version=version, machine_id=machine_id,
+                threshold=settings.threshold_for(metric, f"{model}:{mode}"),
+                result_id=p.result_id, run_id=p.run_id, night=p.night,
+                torch_version=versions[run_pos[a:b]].tolist(),
+                torch_git_commit=commits[run_pos[a:b]].tolist(),
+                median=p.median, iqr=p.iqr, samples=p.samples))
+            a = b
+    errors = [ErrorPoint(night=e.night, run_id=e.run_id, result_id=e.result_id,
+                         mode=meta[e.result_id][0], device=meta[e.result_id][1],
+                         compiler=meta[e.result_id][2], error=e.error)
+              for e in points.errors if f.since is None or e.night >= f.since]
     _fill_missing_medians(session, series)
     series.sort(key=lambda s: (s.mode, s.device, s.compiler, _METRIC_ORDER.get(s.metric, 9),
                                s.metric, s.machine_id or 0, s.night[0]))
-    errors.sort(key=lambda e: (e.night, e.run_id, e.result_id))
 
     stored = _stored_regressions(session, [s.key for s in series])
     resets = [_flags(s, stored.get(s.key, {})) for s in series]
@@ -491,35 +420,12 @@ _BUILDS = (select(Run.id, Run.torch_version, Run.torch_git_commit)
 
 def _builds(session: Session, first: date, last: date) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Runs of the period: ids (sorted), torch versions and git commits, as arrays."""
-    rows = _fetch(session, _BUILDS, {"first": first, "last": last})
+    rows = fetch(session, _BUILDS, {"first": first, "last": last})
     if not rows:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object), np.zeros(0, dtype=object)
     ids, versions, commits = zip(*rows, strict=True)
     return (np.array(ids, dtype=np.int64), np.array(versions, dtype=object),
             np.array(commits, dtype=object))
-
-
-# id(statement) -> (statement, Postgres text, constant parameters); statements are module-level
-# or lru-cached, so they live as long as the process.
-_COMPILED: dict[int, tuple[Any, Any]] = {}
-
-
-def _fetch(session: Session, stmt: Select, params: dict[str, Any]) -> list[tuple[Any, ...]]:  # type: ignore[type-arg]
-    """All rows of ``stmt`` with ``params``; on Postgres through a binary-format cursor.
-
-    Tens of thousands of rows cost more in parsing than in the database: psycopg's binary
-    format hands over numbers and dates without text parsing (about 40% less time here), and
-    the statement's text is compiled once.
-    """
-    conn = session.connection()
-    if conn.dialect.name != "postgresql":
-        return [tuple(row) for row in conn.execute(stmt, params)]
-    sql, values = history_sql(conn.dialect, stmt, params)
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    with driver.cursor(binary=True) as cur:
-        cur.execute(sql, values)
-        return cur.fetchall()
 
 
 def _fill_missing_medians(session: Session, series: list[SeriesHistory]) -> None:
@@ -535,23 +441,32 @@ def _fill_missing_medians(session: Session, series: list[SeriesHistory]) -> None
 
 def _stored_regressions(
     session: Session, keys: list[str],
-) -> dict[str, dict[int, tuple[int, str, str, str]]]:
-    """series_key -> result_id -> (regression id, direction, confirmation, state)."""
-    out: dict[str, dict[int, tuple[int, str, str, str]]] = {}
+) -> dict[str, dict[int, tuple[int, str, str, str, int]]]:
+    """series_key -> result_id -> (regression id, direction, confirmation, state, result id of
+    the step's first night)."""
+    out: dict[str, dict[int, tuple[int, str, str, str, int]]] = {}
     if not keys:
         return out
     rows = session.execute(
         select(Regression.series_key, Regression.result_id, Regression.id, Regression.direction,
-               Regression.confirmation, Regression.state)
+               Regression.confirmation, Regression.state,
+               func.coalesce(Regression.first_result_id, Regression.result_id))
         .where(Regression.series_key.in_(keys))
     )
-    for key, result_id, reg_id, direction, confirmation, state in rows:
-        out.setdefault(key, {})[result_id] = (reg_id, direction, confirmation, state)
+    for key, result_id, reg_id, direction, confirmation, state, first_id in rows:
+        out.setdefault(key, {})[result_id] = (reg_id, direction, confirmation, state, first_id)
     return out
 
 
-def _flags(s: SeriesHistory, stored: dict[int, tuple[int, str, str, str]]) -> list[tuple[int, int]]:
-    """Set the series' flags from the stored verdicts; return where its baseline resets."""
+def _flags(s: SeriesHistory,
+           stored: dict[int, tuple[int, str, str, str, int]]) -> list[tuple[int, int]]:
+    """Set the series' flags from the stored verdicts; return where its baseline resets.
+
+    Resets are ``(first night of the new segment, first night it applies to)`` positions, as
+    the detector resets: at a step marked expected from its first night on, and after a raised
+    step at the step's first night at the new level (earlier than the night it was raised when
+    it persisted first) from the night after it was raised.
+    """
     n = len(s)
     s.regression = np.zeros(n, dtype=bool)
     s.improvement = np.zeros(n, dtype=bool)
@@ -561,19 +476,21 @@ def _flags(s: SeriesHistory, stored: dict[int, tuple[int, str, str, str]]) -> li
     if not stored:
         return resets
     for i in np.flatnonzero(np.isin(s.result_id, list(stored))).tolist():
-        reg_id, direction, confirmation, state = stored[int(s.result_id[i])]
+        reg_id, direction, confirmation, state, first_id = stored[int(s.result_id[i])]
         s.regression_id[i] = reg_id
+        at = np.flatnonzero(s.result_id[: i + 1] == first_id)
+        j = int(at[-1]) if at.size else i
         if state == "expected":
-            s.expected[i] = True
-            resets.append((i, i))
+            s.expected[j] = True
+            resets.append((j, j))
         if direction == "improvement":
             s.improvement[i] = True
-            resets.append((i, i + 1))
+            resets.append((j, i + 1))
         elif confirmation != "not_reproduced":
             # A candidate the confirmation re-run did not reproduce was a one-night blip.
             s.regression[i] = True
             if confirmation == "reproduced":
-                resets.append((i, i + 1))
+                resets.append((j, i + 1))
     return resets
 
 

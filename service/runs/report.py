@@ -37,7 +37,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
     jobs = list(session.scalars(select(Job).where(Job.run_id == run_id)))
     counts = Counter(j.status for j in jobs)
     assessed = {
-        r.id: a for r, a in assess_run(
+        r.id: a for r, a, _ in assess_run(
             session, run=run, threshold_for=lambda m, b: settings.threshold_for(m, b),
             baseline_nights=settings.baseline_nights,
         )

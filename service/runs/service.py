@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput, NotFound
@@ -142,10 +142,10 @@ def begin_finishing(session: Session, *, run_id: int) -> bool:
     """
     if jobs_pending(session, run_id=run_id):
         return False
-    moved = session.execute(
+    moved = cast(CursorResult[Any], session.execute(
         update(Run).where(Run.id == run_id, Run.status.in_(("queued", "running")))
         .values(status="detecting")
-    ).rowcount
+    )).rowcount
     session.flush()
     return bool(moved)
 

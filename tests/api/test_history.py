@@ -216,3 +216,29 @@ def test_baseline_track_restarts_after_a_step() -> None:
     assert track.baseline[20] == pytest.approx(10.0)  # the step night against the old level
     assert np.isnan(track.baseline[21:20 + k]).all()  # too few nights at the new level
     assert track.baseline[20 + k] == pytest.approx(12.0)
+
+
+def test_a_step_raised_after_it_persisted_restarts_the_baseline_at_its_first_night(
+    client: TestClient, db: Session,
+) -> None:
+    # +20% from night 16, raised on night 17 (it persisted): the detector's baseline restarts
+    # at night 16, so night 16 + k has a baseline of the new level's k nights.
+    train = latency_series(N, step_at=STEP, seed=3)
+    runs = [add_night(db, night(i), [make_record("vit", "train", {"latency": train[i]})])
+            for i in range(N)]
+    results = [db.scalar(select(Result).where(Result.run_id == r.id, Result.metric == "latency"))
+               for r in runs]
+    reg = flag(db, results[STEP + 1])
+    reg.first_result_id, reg.first_night = results[STEP].id, night(STEP)
+    db.flush()
+    pts = rows(_series(client.get("/api/models/vit/history").json(), "train", "latency")["points"])
+    k = DEFAULT_PARAMS.min_baseline
+    levels = [float(np.median(s)) for s in train]
+    assert [i for i, p in enumerate(pts) if p["regression"]] == [STEP + 1]
+    assert pts[STEP + 1]["baseline"] == pytest.approx(float(np.median(levels[:STEP + 1])))
+    assert all(p["baseline"] is None for p in pts[STEP + 2:STEP + k])
+    assert pts[STEP + k]["baseline"] == pytest.approx(float(np.median(levels[STEP:STEP + k])))
+    # The detector, replayed over the same nights, holds the same baseline.
+    nights = [Night(i, tuple(s)) for i, s in enumerate(train)]
+    a = assess_night(nights[:STEP + k], nights[STEP + k], metric="latency")
+    assert a.baseline == pytest.approx(pts[STEP + k]["baseline"], rel=1e-9)

@@ -41,6 +41,7 @@ def test_list_filters_by_state_and_night(client: TestClient, db: Session) -> Non
     assert regs[0].id not in {r["id"] for r in untriaged}
     item = next(r for r in untriaged if r["id"] == regs[1].id)
     assert item["benchmark"] == "vit:eval:cpu" and item["night"] == night(2).isoformat()
+    assert item["first_night"] == item["night"]  # a step that began the night it was raised
     assert item["chart_url"].startswith("/api/models/vit/history.svg?series=")
     r = client.get("/api/regressions", params={"state": "bogus"})
     assert r.status_code == 422 and r.json()["detail"].startswith("query state:")

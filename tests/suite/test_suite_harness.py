@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from suite.environment import build_variant
-from suite.harness import HarnessConfig, describe_failure, leak_check, run_benchmark
+from suite.harness import (
+    HarnessConfig,
+    _prepare_injection,
+    describe_failure,
+    leak_check,
+    run_benchmark,
+)
 from suite.registry import benchmark_version
 from tests.suite.helpers import metric, run_record
 
@@ -122,6 +128,20 @@ def test_steady_model_is_not_reported_as_leaking() -> None:
     assert proc.returncode == 0, proc.stderr
     assert record["leak"]["suspected"] is False
     assert abs(record["leak"]["growth_bytes"]) < 8 * MIB
+
+
+def test_injected_work_lasts_its_fraction_of_an_iteration() -> None:
+    # The planted slowdown of the pipeline tests must be the dose asked for: each call does
+    # real matmuls for at least fraction x iteration (here 0.25 x 8 ms), however fast a
+    # matmul runs, so a "+20%" night is never a +12% one.
+    work = _prepare_injection(0.25)(8.0)
+    spent = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        work()
+        spent.append((time.perf_counter() - t0) * 1e3)
+    assert min(spent) >= 2.0, spent
+    assert _prepare_injection(0.0)(8.0)() is None  # no dose, no work
 
 
 def test_leak_check_rules() -> None:

@@ -269,6 +269,12 @@ def test_summary_table_has_units_change_confidence_samples_machine() -> None:
     ]
 
 
+def test_a_step_that_began_before_tonight_says_since_when() -> None:
+    body = render_issue(report(regressions=(latency(since=date(2026, 10, 9)),))).body
+    (row,) = table_rows(body, "| benchmark | metric | baseline → tonight")
+    assert row[3] == "**+12.4%** since 2026-10-09"
+
+
 def test_culprit_section_links_commit_pr_and_ccs_author() -> None:
     body = render_issue(report()).body
     assert f"[`abc1234`](https://github.com/pytorch/pytorch/commit/{CULPRIT.sha})" in body

@@ -1,8 +1,8 @@
 """A real slowdown is caught, a small one is not: injected extra work measured for real.
 
-The harness's ``NIGHTBENCH_SUITE_INJECT_WORK`` adds a calibrated matmul loop to every timed
-iteration, costing the given fraction of an iteration: real extra work on this CPU, measured by
-the same subprocesses, stored, and judged by the same detector as any night.
+The harness's ``NIGHTBENCH_SUITE_INJECT_WORK`` adds matmuls to every timed iteration, lasting
+the given fraction of the warm-up's iteration: real extra work on this CPU, measured by the same
+subprocesses, stored, and judged by the same detector as any night.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from service.db import session_scope
 from service.models import Alert, Regression, Run
+from service.regressions.service import range_start
 from service.runs.service import BenchmarkSpec
 from workers import nightly
 
@@ -33,27 +34,38 @@ def test_twenty_percent_is_flagged_two_percent_is_not(
     for day in range(1, 9):
         _night(day)
     monkeypatch.setenv("NIGHTBENCH_SUITE_INJECT_WORK", "resnet18:eval=0.20,resnet18:train=0.02")
-    # The +20% must be alerted on its first night when the confirmation re-run reproduces it,
-    # else on the next night: on a shared CPU a night can stray by ~10%, and the detector
-    # waits for evidence at p <= 0.01 rather than guess (issue 5). Never later than that.
-    for day in (9, 10):
+    # The +20% must be alerted within its first three nights: on its first night when the
+    # confirmation re-run reproduces it, else as the nights at the new level add up. On a
+    # shared CPU a night can stray by ~10%, and the detector waits for evidence at p <= 0.01
+    # rather than guess (issue 5); a night or a re-run that comes out low must not lose it.
+    seen: list[str] = []
+    alert = None
+    for day in (9, 10, 11):
         run_id = _night(day)
         with session_scope() as session:
             alert = session.scalar(select(Alert).where(Alert.run_id == run_id,
                                                        Alert.kind == "regression"))
-            regs = list(session.scalars(select(Regression).where(
-                Regression.run_id == run_id, Regression.direction == "regression")))
-            flagged = {(r.mode, r.metric): r for r in regs}
-            latency = flagged.get(("eval", "latency"))
-            assert latency is not None, f"+20% not flagged on night {day}; flagged: {list(flagged)}"
+            tonight = session.scalar(select(Regression).where(
+                Regression.run_id == run_id, Regression.direction == "regression",
+                Regression.mode == "eval", Regression.metric == "latency"))
+            seen.append(f"night {day}: " + (tonight.reason if tonight else "no candidate"))
             if alert is not None:
                 break
-            assert latency.confirmation == "not_reproduced", latency.reason
     with session_scope() as session:
-        assert alert is not None, f"+20% not alerted by its second night: {latency.reason}"
+        assert alert is not None, "+20% not alerted by its third night: " + " | ".join(seen)
         assert alert.status == "filed"
+        latency = session.scalar(select(Regression).where(
+            Regression.alert_id == alert.id, Regression.mode == "eval",
+            Regression.metric == "latency"))
+        assert latency is not None, seen
         # Nominally +20%; one process's figure strays by up to ~10% on a shared CPU.
         assert latency.change > 0.07, latency.reason
+        # Its first night is located from noisy nights: the step's own, or a night off when
+        # one came out high or low by chance. Whichever, the commit range to search must hold
+        # the change, which came between the builds of Oct 8 and Oct 9.
+        assert date(2026, 10, 8) <= latency.first_night <= date(2026, 10, 10), latency.reason
+        start = range_start(session, run=session.get(Run, run_id))
+        assert start is not None and start.night <= date(2026, 10, 8), latency.first_night
         in_alert = session.scalars(select(Regression).where(Regression.alert_id == alert.id)).all()
         alerted = {(r.model, r.mode, r.metric) for r in in_alert}
         assert ("resnet18", "eval", "latency") in alerted
