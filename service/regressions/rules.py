@@ -1,0 +1,266 @@
+"""The detector's rules on ``(series, nights)`` matrices: constants, cut-offs, noise,
+significance; shared by the online pass (:mod:`service.regressions.scan`) and the offline
+change-point scan (:mod:`service.regressions.offline`).
+
+The method and its sources are described in ``service.regressions.detection``. Pure: numpy
+and scipy only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy import stats
+
+from service.regressions.robust import (
+    MWU_MAX,
+    DetectionInputError,
+    envelope,
+    gather,
+    median_last,
+    mwu_p,
+    mwu_tail,
+    row_median,
+)
+
+MAD_TO_SD = 1.4826  # MAD -> standard deviation for a normal distribution
+MEDIAN_VAR = math.pi / 2  # variance of a median relative to a mean (large samples)
+CHUNK = 8192  # series per block of matrix work (bounds memory)
+
+
+@dataclass(frozen=True)
+class DetectorParams:
+    """Constants of the detector (see the module docstring for their roles).
+
+    Attributes:
+        window: earlier nights in a baseline (and nights per side offline).
+        min_baseline: fewest earlier nights that make a baseline.
+        max_run: longest run of recent nights (re-runs included) tested for persistence.
+        alpha: one-sided significance level of the Mann-Whitney U test.
+        z: standard-normal quantile by which a noisy change may fall short of the threshold.
+        z_low: standard-normal quantile by which a change must clear the grey zone's lower edge.
+        grey_fraction: the lower edge of the grey zone as a fraction of the threshold.
+        visited: a new level is not new when this many baseline nights reach it (bimodal).
+        noise_floor: least night-to-night noise assumed for latency (log units, 0.001 ~ 0.1%).
+        drift: compare with the anchor window as well (slow drift).
+        drift_nights: recent nights whose median is compared with the anchor.
+    """
+
+    window: int = 28
+    min_baseline: int = 4
+    max_run: int = 7
+    alpha: float = 0.01
+    z: float = 1.645
+    z_low: float = 2.576
+    grey_fraction: float = 0.5
+    visited: int = 3
+    noise_floor: float = 0.001
+    drift: bool = True
+    drift_nights: int = 7
+
+    def __post_init__(self) -> None:
+        if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 8
+                and 2 <= self.drift_nights <= self.window):
+            raise DetectionInputError(
+                f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 8 "
+                "and 2 <= drift_nights <= window")
+
+
+DEFAULT_PARAMS = DetectorParams()
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A raised change of one series of a batch (positions are column indices).
+
+    Attributes:
+        series: row of the batch.
+        night: column of the first night at the new level.
+        raised_night: column of the night on which the flag is raised.
+        direction: ``regression`` | ``improvement``.
+        change: relative change of the new level against the baseline (0.12 = +12%).
+        p_value: one-sided Mann-Whitney U p-value (latency), None for peak memory.
+        baseline: baseline level, same unit as the input levels.
+        kind: ``step`` (recent window or two-window scan) or ``drift`` (anchor comparison).
+    """
+
+    series: int
+    night: int
+    raised_night: int
+    direction: str
+    change: float
+    p_value: float | None
+    baseline: float
+    kind: str = "step"
+
+
+# --------------------------------------------------------------------------------------------
+# Baselines, noise and runs
+
+
+def cutoff(thr: np.ndarray, se: np.ndarray, p: DetectorParams, drift: bool = False):
+    """Least log change that counts: ``max(thr - z*se, grey*thr + z_low*se)``.
+
+    A drift is not urgent (it keeps growing), so it must clear the threshold itself by
+    ``z * se``: a grey-zone step judged against the anchor night after night would otherwise
+    cross it by chance sooner or later.
+    """
+    high = thr + p.z * se if drift else thr - p.z * se
+    return np.maximum(high, p.grey_fraction * thr + p.z_low * se)
+
+
+def run_median(y: np.ndarray, m: int) -> np.ndarray:
+    """Median of ``y[:, n-m+1 : n+1]`` at column n (NaN for n < m - 1)."""
+    rows, cols = y.shape
+    med = np.full((rows, cols), np.nan)
+    if cols < m:
+        return med
+    if m == 2:
+        med[:, 1:] = 0.5 * (y[:, :-1] + y[:, 1:])
+    elif m == 3:
+        a, b, c = y[:, :-2], y[:, 1:-1], y[:, 2:]
+        med[:, 2:] = np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+    else:
+        med[:, m - 1 :] = median_last(sliding_window_view(y, m, axis=1))
+    return med
+
+
+def quartile_nights(post: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The run's lower and upper quartile nights: its lowest and highest for runs of up to 4.
+
+    Args:
+        post: (n, width) log levels of n runs, NaN past each run's end.
+
+    Returns:
+        Two arrays of shape (n,). From five nights on, one wild night neither lifts a run
+        nor breaks it: a run of a week in a noisy series is not undone by one low night.
+    """
+    m = np.sum(~np.isnan(post), axis=1)
+    ordered = np.sort(post, axis=1)  # NaN last
+    q = (m - 1) // 4
+    low = np.take_along_axis(ordered, q[:, None], axis=1)[:, 0]
+    high = np.take_along_axis(ordered, (m - 1 - q)[:, None], axis=1)[:, 0]
+    return low, high
+
+
+def significant(
+    y: np.ndarray, rows: np.ndarray, post_start: np.ndarray, post_size: np.ndarray,
+    base_start: np.ndarray, base_size: np.ndarray, up: np.ndarray, memory: np.ndarray,
+    noise: np.ndarray, p: DetectorParams, width: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Significance of candidate runs: (passes, p-value with NaN for memory).
+
+    Latency: the exact one-sided Mann-Whitney U test of the run's levels against the
+    baseline's. While the baseline is too short for any arrangement of ranks to reach
+    ``alpha`` (two nights against fewer than 13, three against fewer than 7), a one-sided
+    t-test of the change in medians over its standard error from the robust noise, with
+    ``k - 1`` degrees of freedom, stands in (Student, Biometrika 1908; the prediction form
+    with the baseline's spread), so that a young series or one just reset can be confirmed
+    by a re-run. Also requires the new level to be new: fewer than ``p.visited`` baseline
+    nights reach to within a quarter of the change of it. A bimodal benchmark's nights at its
+    other mode, which the baseline visits regularly, are thereby not a step. A baseline of
+    fewer than 12 nights allows fewer such nights (none below 8).
+    """
+    post = gather(y, rows, post_start, post_size, width)
+    base = gather(y, rows, base_start, base_size, p.window)
+    pval = np.full(rows.size, np.nan)
+    with np.errstate(invalid="ignore"):
+        change = row_median(post) - row_median(base)
+        quarter = 0.25 * np.abs(change)
+        # Against the run's lower quartile night (its lowest night for runs of up to 4), so
+        # that one wild night cannot lift the run.
+        m = np.sum(~np.isnan(post), axis=1)
+        low, high = quartile_nights(post)
+        near = np.where(up[:, None], base >= (low - quarter)[:, None],
+                        base <= (high + quarter)[:, None])
+    # A short baseline (a young series, just reset) must not reach the new level at all.
+    kb = np.sum(~np.isnan(base), axis=1)
+    ok = near.sum(axis=1) < np.minimum(p.visited, np.maximum(1, kb // 4))
+    new = ok.copy()
+    lat = ~memory[rows]
+    if lat.any():
+        pval[lat] = mwu_p(post[lat], base[lat], up[lat])
+        k = np.sum(~np.isnan(base), axis=1)
+        short = lat & (mwu_tail(MWU_MAX, MWU_MAX)[m, k, m * k] > p.alpha)
+        if short.any():
+            se = noise[short] * np.sqrt(MEDIAN_VAR * (1.0 / m[short] + 1.0 / k[short]))
+            t = np.where(up[short], change[short], -change[short]) / np.maximum(se, 1e-12)
+            pval[short] = stats.t.sf(t, df=np.maximum(k[short] - 1, 1))
+        ok[lat] = new[lat] & (pval[lat] <= p.alpha)
+    mem = ~lat
+    if mem.any():
+        tol = np.maximum(3.0 * noise[mem], 1e-12)
+        hi = envelope(base[mem], tol, upper=True)
+        lo = envelope(base[mem], tol, upper=False)
+        ok[mem] = new[mem] & np.where(up[mem], low[mem] > hi, high[mem] < lo)
+    return ok, pval
+
+
+@dataclass
+class Found:
+    """Flags of a pass; positions relative to each row's segment."""
+
+    rows: np.ndarray
+    first: np.ndarray  # first night at the new level (start of the persisting nights)
+    raised: np.ndarray
+    up: np.ndarray
+    pval: np.ndarray
+    drift: np.ndarray
+    base_start: np.ndarray  # baseline window [base_start, base_start + base_size)
+    base_size: np.ndarray
+    post_start: np.ndarray  # nights at the new level [post_start, post_start + post_size)
+    post_size: np.ndarray
+
+
+def window_noise(
+    y: np.ndarray, rows: np.ndarray, start: np.ndarray, size: np.ndarray, p: DetectorParams,
+    memory: np.ndarray,
+) -> np.ndarray:
+    """Robust night-to-night noise of windows of log levels.
+
+    The median absolute successive difference times 1.4826 / sqrt(2): a standard deviation for
+    normal noise that ignores outlier nights, steps and slow drift (von Neumann's successive
+    differences made robust; the MAD factor of Rousseeuw & Croux, JASA 1993).
+
+    Args:
+        y: (series, nights) log levels.
+        rows, start, size: shape (n,) each: the windows ``y[row, start : start + size]``
+            (size <= ``p.window``).
+        p: detector constants (window, noise floor).
+        memory: (series,) True for peak memory.
+
+    Returns:
+        Shape (n,): the noise in log units (0.01 ~ 1%), at least ``p.noise_floor`` for
+        latency, 0 from fewer than 3 nights.
+    """
+    win = gather(y, rows, start, size, p.window)
+    diffs = np.abs(np.diff(win, axis=1))  # NaN past the window's end
+    ordered = np.sort(diffs, axis=1)
+    cnt = np.maximum(size - 1, 1)
+    lo = np.take_along_axis(ordered, ((cnt - 1) // 2)[:, None], axis=1)[:, 0]
+    hi = np.take_along_axis(ordered, (cnt // 2)[:, None], axis=1)[:, 0]
+    noise = np.nan_to_num(0.5 * (lo + hi) * (MAD_TO_SD / math.sqrt(2)), nan=0.0)
+    noise = np.where(size >= 3, noise, 0.0)
+    return np.maximum(noise, np.where(memory[rows], 0.0, p.noise_floor))
+
+
+
+def segment_matrix(y: np.ndarray, rows, starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    lengths = ends - starts
+    width = max(int(lengths.max(initial=0)), 1)
+    return gather(y, rows, starts, lengths, width), lengths
+
+
+def to_log(levels: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    """Log levels, shape (series, nights): ``log(ms)`` for latency, ``log1p(bytes)`` for memory
+    rows (``memory`` shape (series,)), so that 0 bytes stays finite."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(memory[:, None], np.log1p(levels), np.log(levels))
+
+
+def from_log(x: np.ndarray, memory: np.ndarray | bool) -> np.ndarray:
+    """Inverse of ``to_log`` (elementwise; ``memory`` broadcasts against ``x``)."""
+    return np.where(memory, np.expm1(x), np.exp(x))
