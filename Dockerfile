@@ -3,7 +3,7 @@
 # build with the CUDA wheel index, e.g.
 #   docker compose --profile gpu build   (worker-gpu passes TORCH_INDEX_URL=.../whl/cu130)
 # The torch installed here is the "current" build; builds under test get their own cached venvs
-# at run time (workers/environments.py), under NIGHTBENCH_ENV_CACHE_DIR.
+# at run time (workers/builds/torch_envs.py), under NIGHTBENCH_ENV_CACHE_DIR.
 ARG PYTHON_VERSION=3.11
 FROM python:${PYTHON_VERSION}-slim-bookworm
 
@@ -17,9 +17,10 @@ ENV PYTHONUNBUFFERED=1 \
     NIGHTBENCH_DATA_DIR=/var/lib/nightbench \
     NIGHTBENCH_ENV_CACHE_DIR=/var/cache/nightbench/envs
 
-# git: commit ranges and bisection checkouts; build tools for probes built from source.
+# git: commit ranges and bisection checkouts; build tools for probes built from source;
+# jemalloc: the allocator every benchmark process preloads (suite/cpu_setup.py).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git build-essential \
+    && apt-get install -y --no-install-recommends git build-essential libjemalloc2 \
     && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --gid 10001 nightbench \

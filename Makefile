@@ -27,6 +27,7 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check service workers suite tests benchmarks migrations
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
 clean:

@@ -1,6 +1,6 @@
 """Bisection benchmark: accuracy, builds against the floor, and rounds against workers.
 
-Three parts, all on the ``minitok`` repository of :mod:`workers.demo_package` (a real package,
+Three parts, all on the ``minitok`` repository of :mod:`workers.demo.minitok` (a real package,
 a real slowdown in its hot path: about +30% in ``encode``), measured by its ``bench.py``:
 
 1. **Accuracy** (``--trials``, default 20): ``nightbench bisect --json`` on a fresh 32-commit
@@ -12,7 +12,7 @@ a real slowdown in its hot path: about +30% in ``encode``), measured by its ``be
 3. **Search under recorded noise** (``--sim-trials`` per case): ``--pool`` pairs of samples
    recorded from ``bench.py``, each pair one process on the good commit and one on the bad
    commit back to back (so a pair shares the machine's state, as a slot of the local driver
-   does), feed the pure search (:mod:`workers.bisection`): each slot of a round draws one
+   does), feed the pure search (:mod:`workers.bisect.search`): each slot of a round draws one
    recorded pair, and every commit in that slot takes the pair's sample of its side. This
    repeats the search hundreds of times for N = 8, 32, 70 and W = 1, 2, 4 at no build cost:
    builds against ⌈log2(N+1)⌉ + 2 (the endpoints), rounds against W, accuracy.
@@ -45,7 +45,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from workers.bisection import (  # noqa: E402
+from workers.bisect.search import (  # noqa: E402
     ProbeResult,
     SearchConfig,
     floor_builds,
@@ -54,7 +54,7 @@ from workers.bisection import (  # noqa: E402
     record_round,
     start,
 )
-from workers.demo_package import ENCODE, INSTALL_COMMAND, make_package_repository  # noqa: E402
+from workers.demo.minitok import ENCODE, INSTALL_COMMAND, make_package_repository  # noqa: E402
 
 console = Console(stderr=True)
 

@@ -52,7 +52,7 @@ from rich.progress import (
 import service.models  # noqa: F401  (registers every table)
 from service.db import Base, normalise_url
 from service.migrate import upgrade
-from service.results.service import machine_fingerprint, series_key
+from service.results.records import machine_fingerprint, series_key
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 MODES = ("train", "eval")

@@ -5,7 +5,7 @@ noise is small (night medians of 15+ samples). On a shared CPU host the level of
 moves by ~5% from process to process, and the nightly service does more than replay a series:
 a candidate gets a confirmation re-run of the same build (``confirm``), which counts as one more
 night, and a candidate the re-run does not reproduce stays in the history with its re-run. This
-benchmark drives ``assess_night`` and ``confirm`` exactly as ``workers/nightly.py`` does,
+benchmark drives ``assess_night`` and ``confirm`` exactly as ``workers/night/finish.py`` does,
 night by night, over simulated series:
 
 * ``nb`` baseline nights at level 1, then ``after`` nights at ``1 + step`` (``step`` 0: no
@@ -46,11 +46,13 @@ class Outcome:
             (0 = on the event's first night, by its re-run or the night itself); None if none.
         false_alerts: alerts raised before the event (or on a series with no change).
         nights: nights judged (those with a baseline chance: all of them).
+        reruns: confirmation re-runs before the event (each a candidate: a re-run's cost).
     """
 
     alert_night: int | None
     false_alerts: int
     nights: int
+    reruns: int = 0
 
 
 def run_series(levels: np.ndarray, rerun_levels: np.ndarray, event: int,
@@ -71,7 +73,7 @@ def run_series(levels: np.ndarray, rerun_levels: np.ndarray, event: int,
     """
     history: list[Night] = []
     alert: int | None = None
-    false_alerts = 0
+    false_alerts = reruns = 0
     for i, (level, again) in enumerate(zip(levels, rerun_levels, strict=True)):
         tonight = Night(night=i, samples=(float(level * np.exp(rng.normal(0, cv))),))
         a = assess_night(history, tonight, metric="latency", params=params)
@@ -83,12 +85,13 @@ def run_series(levels: np.ndarray, rerun_levels: np.ndarray, event: int,
             c = confirm(history[:-1], tonight, rerun, metric="latency", params=params)
             history.append(rerun)
             raised = c.verdict == "regression"
+            reruns += i < event
         if raised:
             if i >= event and alert is None:
                 alert = i - event
             elif i < event:
                 false_alerts += 1
-    return Outcome(alert, false_alerts, len(levels))
+    return Outcome(alert, false_alerts, len(levels), reruns)
 
 
 def main() -> None:
@@ -107,7 +110,7 @@ def main() -> None:
         ("step", s) for s in (0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)]
     table = Table(title=f"nightly flow, {args.baseline} baseline nights, {args.trials} series a cell")
     for col in ("max_run", "cv", "case", "alerted night 1", "by night 3", "by night 7", "never",
-                "false alerts /100 nights"):
+                "false alerts /100 nights", "re-runs /100 nights"):
         table.add_column(col, justify="right")
     out = []
     with Progress(console=Console(stderr=True)) as progress:
@@ -119,7 +122,7 @@ def main() -> None:
                 for case, (kind, size) in enumerate(cases):
                     # One seed per cell: every max_run sees the same noise.
                     rng = np.random.default_rng([args.seed, round(cv * 1e4), case])
-                    alerts, false, nights = [], 0, 0
+                    alerts, false, nights, reruns = [], 0, 0, 0
                     for _ in range(args.trials):
                         if kind == "flat":
                             levels, event = np.ones(args.flat_nights), args.flat_nights
@@ -136,18 +139,21 @@ def main() -> None:
                         o = run_series(levels, again, event, rng, cv, params)
                         alerts.append(o.alert_night)
                         false += o.false_alerts
+                        reruns += o.reruns
                         nights += event
                         progress.advance(task)
                     a = np.array([99 if x is None else x for x in alerts])
                     row = {"max_run": mr, "cv": cv, "case": kind, "size": size,
                            "night1": float(np.mean(a <= 0)), "by3": float(np.mean(a <= 2)),
                            "by7": float(np.mean(a <= 6)), "never": float(np.mean(a == 99)),
-                           "false_per_100": 100 * false / max(nights, 1)}
+                           "false_per_100": 100 * false / max(nights, 1),
+                           "reruns_per_100": 100 * reruns / max(nights, 1)}
                     out.append(row)
                     label = kind if kind != "step" else f"step {size:+.1%}"
                     table.add_row(str(mr), f"{cv:.0%}", label, f"{row['night1']:.2f}",
                                   f"{row['by3']:.2f}", f"{row['by7']:.2f}",
-                                  f"{row['never']:.2f}", f"{row['false_per_100']:.3f}")
+                                  f"{row['never']:.2f}", f"{row['false_per_100']:.3f}",
+                                  f"{row['reruns_per_100']:.2f}")
     Console(width=140).print(table)
     if args.json:
         with open(args.json, "w") as fh:

@@ -87,14 +87,16 @@ def main() -> int:
         round_walls.append(ends[round_no] - previous)
         previous = ends[round_no]
 
-    print(f"{'benchmark':<40} {'median ms':>10} {'CV':>7} {'spread':>8}  verdict")
+    print(f"{'benchmark':<40} {'setup':<16} {'median ms':>10} {'CV':>7} {'spread':>8}  verdict")
     for r in results:
         med = statistics.median(r.medians_ms) if r.medians_ms else float("nan")
         verdict = {True: "UNSTABLE", False: "stable", None: "unknown"}[r.unstable]
         cv = "-" if r.cv is None else f"{r.cv:.2%}"
         spread = "-" if r.spread is None else f"{r.spread:.2%}"
         errors = f" ({len(r.errors)} errors: {r.errors[0][:80]})" if r.errors else ""
-        print(f"{r.model + ':' + r.mode:<40} {med:>10.3f} {cv:>7} {spread:>8}  {verdict}{errors}")
+        setup = ", ".join(r.setups) or "-"
+        print(f"{r.model + ':' + r.mode:<40} {setup:<16} {med:>10.3f} {cv:>7} {spread:>8}  "
+              f"{verdict}{errors}")
     floor = noise_floor(results)
     # The same floor on CPU time: what is left once waiting for a core is taken out.
     cpu_cvs = sorted(summarize(v)[0] for v in cpu_medians.values() if len(v) >= 2)
@@ -105,6 +107,7 @@ def main() -> int:
         "benchmarks": len(results),
         "repeats": args.repeats,
         "run_args": args.run_args,
+        "setups": sorted({s for r in results for s in r.setups}),
         "noise_floor_cv": floor,
         "cpu_time_noise_floor_cv": cpu_floor,
         "cv_p90": cvs[int(0.9 * (len(cvs) - 1))] if cvs else None,
@@ -124,6 +127,7 @@ def main() -> int:
     print("whole CPU suite, wall time per round (s): "
           + ", ".join(f"{w:.0f}" for w in round_walls)
           + f"; median {statistics.median(round_walls):.0f} s")
+    print(f"measurement setup in force: {', '.join(summary['setups']) or '-'}")
     print(f"leak suspected in any process: {', '.join(sorted(leaks)) or 'none'}")
     print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}")
     if args.json:

@@ -43,6 +43,7 @@ Cursor = Annotated[int | None, Query(ge=1, le=MAX_ID,
 
 
 class ErrorRead(BaseModel):
+    """An error answer: detail says what was wrong."""
     detail: str
 
 

@@ -61,6 +61,12 @@ class Settings(BaseSettings):
     schedule_modes: list[str] = Field(default_factory=lambda: ["train", "eval"])
     schedule_device_classes: list[str] = Field(default_factory=lambda: ["cpu"])
     api_base_url: str = Field(default="http://127.0.0.1:8000", description="links in issues")
+    api_max_request_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=1024,
+        description="request bodies above this are refused (413) before they are read")
+    torchbench_path: Path | None = Field(
+        default=None, description="a pytorch/benchmark checkout: its models join the listing "
+                                  "as torchbench.<name> (the suite reads the same variable)")
     suite_timeout_s: float = Field(default=900, gt=0, description="per benchmark subprocess")
     suite_iterations: int = Field(default=15, ge=1, description="minimum timed iterations")
     suite_min_seconds: float = Field(default=2.0, ge=0, description="minimum timed seconds")
@@ -68,6 +74,14 @@ class Settings(BaseSettings):
     baseline_nights: int = Field(
         default=60, ge=1, description="earlier nights read for the baseline and slow-drift check"
     )
+    job_max_worker_losses: int = Field(
+        default=3, ge=1,
+        description="a job whose worker died this many times mid-run ends as an error result")
+    job_heartbeat_s: float = Field(
+        default=30, gt=0, description="a running job's heartbeat in the database, every s")
+    job_lost_after_s: float = Field(
+        default=180, gt=0,
+        description="a running job silent this long lost its worker; the sweep requeues it")
     night_deadline_s: float = Field(default=6 * 3600, gt=0, description="missing-data deadline")
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
@@ -114,6 +128,7 @@ class Settings(BaseSettings):
 
     @property
     def effective_outbox_dir(self) -> Path:
+        """Where filed issues are written as Markdown files: outbox_dir, else data_dir/outbox."""
         return self.outbox_dir if self.outbox_dir is not None else self.data_dir / "outbox"
 
     @property

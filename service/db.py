@@ -32,6 +32,7 @@ JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 
 class Base(DeclarativeBase):
+    """Declarative base of every table, with the constraint naming convention Alembic relies on."""
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
@@ -68,6 +69,7 @@ def get_engine(url: str | None = None) -> Engine:
 
 
 def get_sessionmaker(url: str | None = None) -> sessionmaker[Session]:
+    """A session factory bound to the engine for ``url`` (default: the configured database)."""
     return sessionmaker(bind=get_engine(url), expire_on_commit=False)
 
 

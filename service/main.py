@@ -9,6 +9,7 @@ with 503. Routes are plain ``def`` on sync SQLAlchemy sessions (run in the threa
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import re
 import time
@@ -26,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api import errors
 from service.bisections.routes import router as bisections_router
-from service.config import Settings
+from service.config import Settings, get_settings
 from service.db import get_sessionmaker
 from service.deps import SessionDep
 from service.errors import NightbenchError, Unauthorized
@@ -34,6 +35,7 @@ from service.regressions.routes import router as regressions_router
 from service.results.routes import pages as pages_router
 from service.results.routes import router as history_router
 from service.runs.routes import router as runs_router
+from service.status.routes import router as status_router
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,10 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        malformed = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+        if malformed:  # not JSON at all: a bad request, not a bad value (docs/api.md)
+            ctx = malformed[0].get("ctx") or {}
+            return _error(400, f"request body: malformed JSON ({ctx.get('error', 'invalid')})")
         return _error(422, _validation_message(exc))
 
     @app.exception_handler(IntegrityError)
@@ -116,6 +122,7 @@ class ServerTiming:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """ASGI entry: time HTTP requests (wall and CPU, ms) and pass everything through."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -130,6 +137,70 @@ class ServerTiming:
             await send(message)
 
         await self.app(scope, receive, send_with_timing)
+
+
+class _TooLarge(StarletteHTTPException):
+    """The body being read went past the limit (413; FastAPI passes HTTP errors through)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, _too_large_message(limit))
+
+
+def _too_large_message(limit: int) -> str:
+    return f"request body over {limit} bytes (NIGHTBENCH_API_MAX_REQUEST_BYTES)"
+
+
+class BodyLimit:
+    """ASGI middleware refusing a request body over the limit with 413, before it is read.
+
+    A declared ``Content-Length`` over the limit is refused at once; a body sent without one
+    (chunked) is counted as it arrives and refused once it passes the limit, so no route ever
+    parses more than ``api_max_request_bytes`` (the app's settings) whatever a client sends.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """ASGI entry: pass through what fits, answer 413 for what does not."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = (scope["app"].state.settings or get_settings()).api_max_request_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _send_too_large(send, limit)
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge(limit)
+            return message
+
+        async def tracking(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracking)
+        except _TooLarge:
+            if not started:
+                await _send_too_large(send, limit)
+
+
+async def _send_too_large(send: Any, limit: int) -> None:
+    body = json.dumps({"detail": _too_large_message(limit)}).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def create_app(
@@ -154,9 +225,10 @@ def create_app(
     app.state.session_factory = session_factory or (lambda: get_sessionmaker(
         settings.effective_database_url if settings else None)())
     _install_error_handlers(app)
+    app.add_middleware(BodyLimit)
     app.add_middleware(ServerTiming)
     for router in (history_router, runs_router, regressions_router, bisections_router,
-                   pages_router):
+                   status_router, pages_router):
         app.include_router(router)
 
     @app.get("/healthz", tags=["health"], responses=errors(503),

@@ -24,3 +24,16 @@ def alembic_config(url: str | None = None) -> Config:
 def upgrade(url: str | None = None, revision: str = "head") -> None:
     """Migrate the database at ``url`` to ``revision``."""
     command.upgrade(alembic_config(url), revision)
+
+
+def upgrade_embedded_store() -> bool:
+    """Create or migrate the embedded SQLite store on first use (commands that read or write it).
+
+    A configured database (Postgres) is left alone: deployments migrate it once with
+    ``nightbench db upgrade``. Returns whether the embedded store was upgraded.
+    """
+    settings = get_settings()
+    if not (settings.embedded and settings.effective_database_url.startswith("sqlite")):
+        return False
+    upgrade()
+    return True

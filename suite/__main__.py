@@ -2,16 +2,27 @@
 
 Usage::
 
-    python -m suite list [--json] [--suite nightbench|torchbench|all]
+    python -m suite list [--json] [--suite nightbench|torchbench|all] [--torchbench PATH]
     python -m suite run --model M --mode train|eval --device cpu|cuda [--compiler eager|inductor]
                         [--batch-size N] [--iterations N] [--min-seconds S] [--threads N]
-                        [--cpus 0,1] --out FILE|-
+                        [--cpus 0,1] [--no-setup] --out FILE|-
+    python -m suite coverage [--json] [--models M ...] [--threads N]
 
 ``run`` exits 0 when the record has no error, 1 when the benchmark failed (the record then holds
 the reason: an exception, ``NotImplementedError`` for an unsupported configuration, an
-out-of-memory), 2 on bad arguments. ``list --suite torchbench`` exits 0 with an empty list and a
-message on stderr when TorchBench is not installed. This module uses argparse on purpose: it runs
+out-of-memory), 2 on bad arguments (a ``--torchbench`` path that is not a pytorch/benchmark
+checkout included). ``list --suite torchbench`` exits 0 with an empty list and a message on
+stderr when no TorchBench checkout is configured; a TorchBench model whose requirements are
+missing is listed with ``"available": false`` and the reason (also on stderr). ``coverage`` prints
+the distinct operators one train and one eval iteration of each model send to the dispatcher, per
+model and in union (:mod:`suite.coverage`); it exits 1 when a model failed (reported, not raised).
+This module uses argparse on purpose: it runs
 inside the environment under test, which holds torch and the suite's model libraries only.
+
+``run`` re-executes itself once with the measurement setup (``suite/cpu_setup.py``: a preloaded
+allocator or glibc tunables, thread variables, core binding) unless ``--no-setup`` or
+``NIGHTBENCH_SUITE_SETUP=off``; only when started as a program, never from :func:`main` called
+with explicit arguments.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import argparse
 import contextlib
 import faulthandler
 import json
+import os
 import sys
 
 from suite.registry import ModelInfo, list_models
@@ -31,11 +43,17 @@ def _selected_models(suite: str) -> list[ModelInfo]:
         models += list_models()
     if suite in ("torchbench", "all"):
         from suite import torchbench
+        from suite import torchbench_checkout as checkout
 
         try:
-            models += torchbench.list_models()
-        except torchbench.TorchBenchUnavailable as exc:
+            found = torchbench.list_models()
+        except checkout.TorchBenchUnavailable as exc:
             print(f"torchbench suite skipped: {exc}", file=sys.stderr)
+        else:
+            models += found
+            for m in found:
+                if not m.available:
+                    print(f"{m.name} unavailable: {m.reason}", file=sys.stderr)
     return models
 
 
@@ -94,10 +112,67 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    # A hard crash inside torch (a segfault, an abort) leaves its Python stack on stderr, where
-    # the worker picks it up as the error's reason.
-    faulthandler.enable()
+def _apply_setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Re-execute this process with the measurement setup unless it is in force or disabled."""
+    from suite.cpu_setup import SetupUnavailable, reexec_if_needed
+
+    try:
+        reexec_if_needed(threads=args.threads if args.device == "cpu" else None,
+                         cpus=args.cpus, enabled=not args.no_setup)
+    except SetupUnavailable as exc:
+        parser.error(str(exc))  # exit 2: a forced allocator that is not installed
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    import torch
+
+    from suite import coverage
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = args.models or [m.name for m in list_models()]
+    redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with redirect:  # a model's prints never mix with the JSON document
+        results = coverage.suite_coverage(names, device=args.device)
+    doc = coverage.coverage_json(results, device=args.device)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        _print_coverage_table(doc)
+    for c in results:
+        if c.error:
+            print(f"{c.model}: {c.error}", file=sys.stderr)
+    return 1 if doc["failed"] else 0
+
+
+def _print_coverage_table(doc: dict[str, object]) -> None:
+    models = doc["models"]
+    assert isinstance(models, list)
+    rows = [(m["model"], str(m["count"]), str(m["aten_count"]), ",".join(m["modes"]),
+             m["error"] or "; ".join(f"{k}: {v}" for k, v in m["skipped"].items()))
+            for m in models]
+    total = ("union", str(doc["union_count"]), str(doc["union_aten_count"]), "", "")
+    header = ("model", "operators", "aten", "modes", "note")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # the environment under test may lack rich: plain columns then
+        widths = [max(len(r[i]) for r in [header, *rows, total]) for i in range(4)]
+        for row in [header, *rows, total]:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
+        return
+    table = Table(title=f"operator coverage ({doc['device']}, torch {doc['torch']})")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="right" if i in (1, 2) else "left")
+    for row in rows:
+        table.add_row(*row)
+    table.add_section()
+    table.add_row(*total, style="bold")
+    Console().print(table)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: ``list``, ``run`` and ``coverage``."""
     parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list the suite's models")
@@ -122,9 +197,47 @@ def main(argv: list[str] | None = None) -> int:
                        help="pin the process to these CPU ids, e.g. 1 or 0,1 (default: inherited)")
     p_run.add_argument("--inject-work", type=float, default=0.0,
                        help="extra work per iteration, as a fraction of an iteration (calibration)")
+    p_run.add_argument("--no-setup", action="store_true",
+                       help="measure without the measurement setup (allocator, tunables, threads)")
     p_run.add_argument("--out", required=True, help="output JSON file, or - for stdout")
     p_run.set_defaults(func=_run)
+    p_cov = sub.add_parser("coverage", help="distinct operators the models exercise")
+    p_cov.add_argument("--json", action="store_true", help="print JSON")
+    p_cov.add_argument("--models", nargs="+", metavar="M", default=None,
+                       help="suite models to measure (default: all of the suite's own)")
+    p_cov.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p_cov.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: default)")
+    p_cov.set_defaults(func=_coverage)
+    for p in (p_list, p_run):
+        p.add_argument("--torchbench", metavar="PATH", default=None,
+                       help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m suite`` with ``argv`` (default: the process's); return the exit status.
+
+    0 on success, 1 when a benchmark failed (its record carries the error); argparse exits
+    with 2 on bad arguments.
+    """
+    # A hard crash inside torch (a segfault, an abort) leaves its Python stack on stderr, where
+    # the worker picks it up as the error's reason.
+    faulthandler.enable()
+    parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "run" and argv is None:
+        _apply_setup(parser, args)
+    if getattr(args, "torchbench", None):
+        os.environ["NIGHTBENCH_TORCHBENCH_PATH"] = args.torchbench
+    if args.command == "list" and args.suite != "nightbench":
+        from suite.torchbench_checkout import InvalidCheckout, TorchBenchUnavailable, checkout_root
+
+        try:
+            checkout_root()
+        except InvalidCheckout as exc:
+            parser.error(str(exc))  # exit 2: a path that is not a checkout is a bad argument
+        except TorchBenchUnavailable:
+            pass  # none configured: the listing says so and goes on
     return int(args.func(args))
 
 

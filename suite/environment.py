@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from suite.cpu_setup import setup_in_force
+
 
 def _cpu_model() -> str:
     try:
@@ -147,7 +149,8 @@ def collect_environment(device: str = "cpu") -> dict[str, Any]:
         ``gpu_capability``, ``gpu_memory_bytes`` (bytes), ``cpu_model``, ``cpu_count``,
         ``cpu_capability``, ``cpu_governor``, ``cpu_affinity``, ``threads``, ``interop_threads``,
         ``mkldnn``, ``openmp``, the fp32 precision flags of :func:`precision_flags`, ``python``,
-        ``platform``, ``hostname``, ``executable``.
+        ``platform``, ``hostname``, ``executable``, and ``measurement_setup``, the allocator,
+        tunables and kernel settings verified in force (:func:`suite.cpu_setup.setup_in_force`).
     """
     env: dict[str, Any] = dict(_static_environment())
     env.update({
@@ -162,4 +165,5 @@ def collect_environment(device: str = "cpu") -> dict[str, Any]:
     env["threads"] = torch.get_num_threads()
     env["interop_threads"] = torch.get_num_interop_threads()
     env.update(precision_flags())
+    env["measurement_setup"] = setup_in_force()
     return env

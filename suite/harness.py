@@ -40,7 +40,7 @@ import torch
 
 from suite.environment import collect_environment
 from suite.records import UNITS, BenchmarkRecord, MetricRecord
-from suite.registry import benchmark_version, load_model_class
+from suite.registry import benchmark_version, load_model_class, model_domain
 
 INJECT_ENV = "NIGHTBENCH_SUITE_INJECT_WORK"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -70,7 +70,7 @@ class HarnessConfig:
         max_iterations: maximum timed iterations.
         min_seconds: timed iterations continue until this much wall time (s) has passed.
         threads: ``torch.set_num_threads`` for CPU benchmarks (None: leave torch's default).
-        inject_work: extra work per iteration as a fraction of the warm-up median (0 = none);
+        inject_work: extra work per iteration as a fraction of its model step (0 = none);
             a calibration knob to check that the detector catches a known slowdown.
         cpus: CPU ids to pin this process to (``os.sched_setaffinity``); None leaves the
             affinity as inherited.
@@ -187,37 +187,37 @@ def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[s
     return verdict
 
 
-def _prepare_injection(fraction: float) -> Callable[[float], Callable[[], None]]:
-    """Set up injected work costing ``fraction`` of an iteration; fix its length after warm-up.
+def _prepare_injection(fraction: float) -> Callable[[float], None]:
+    """Set up injected work costing ``fraction`` of each iteration.
 
     The matmul's operand is allocated and the operator run once here, before the "ready" RSS
     is read, so that whatever the first ``torch.mm`` allocates (thread pools, workspaces)
     counts as footprint, not as peak memory: injected work changes latency only. The work is
-    real (small matmuls on the CPU) and runs until ``fraction * iteration_ms`` of wall-clock
-    time has passed, so the step it plants is that fraction of the warm-up median whatever a
-    matmul costs between two model steps (cold caches, contention): a dose counted in
-    matmuls timed back to back fell short by a third here. Returns
-    ``calibrate(iteration_ms) -> work``.
+    real (small matmuls on the CPU) and runs until ``fraction * step_ms`` of wall-clock time
+    has passed, where ``step_ms`` is the model step it follows. Each timed iteration is then
+    ``(1 + fraction)`` times its own model step, so the planted step is the dose asked for in
+    every process, whatever that process's level (a dose fixed from the warm-up median fell
+    short by half when the timed loop ran slower than the warm-up, and a dose counted in
+    matmuls fell short by a third when the matmuls ran cold).
+
+    Returns:
+        ``work(step_ms)``: does the extra work for a model step of ``step_ms`` milliseconds;
+        does nothing when ``fraction`` is 0.
     """
     if fraction <= 0:
-        return lambda iteration_ms: (lambda: None)
+        return lambda step_ms: None
     a = torch.randn(96, 96)
     for _ in range(10):
         torch.mm(a, a)
+    clock = time.perf_counter
 
-    def calibrate(iteration_ms: float) -> Callable[[], None]:
-        seconds = fraction * iteration_ms / 1e3
-        clock = time.perf_counter
-
-        def work() -> None:
-            end = clock() + seconds
+    def work(step_ms: float) -> None:
+        end = clock() + fraction * step_ms / 1e3
+        torch.mm(a, a)
+        while clock() < end:
             torch.mm(a, a)
-            while clock() < end:
-                torch.mm(a, a)
 
-        return work
-
-    return calibrate
+    return work
 
 
 def _inject_fraction(model: str, mode: str, default: float) -> float:
@@ -256,7 +256,7 @@ def describe_failure(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if f.filename.startswith(_MODELS_ROOT)
            or (not f.filename.startswith(_LIBRARY_ROOTS) and f.filename != __file__)]
-    frame = (own or frames or [None])[-1]
+    frame = (own or frames)[-1] if (own or frames) else None
     where = ""
     if frame is not None:
         where = f" (at {os.path.basename(os.path.dirname(frame.filename))}/"
@@ -315,6 +315,8 @@ def run_benchmark(
         record.batch_size = bench.batch_size
         # Re-read after the model is built: its code may have changed a precision switch.
         record.environment = collect_environment(device)
+        # What the model is, for the service's catalogue (not part of the machine fingerprint).
+        record.environment["model_domain"] = model_domain(model)
         step = bench.train if mode == "train" else bench.eval
         _measure(step=step, device=device, cfg=cfg, record=record,
                  inject=_inject_fraction(model, mode, cfg.inject_work))
@@ -340,7 +342,7 @@ def _measure(
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     rss = _RssReader()
     try:
-        calibrate_injection = _prepare_injection(inject)
+        inject_work = _prepare_injection(inject)
         gc.collect()
         ready_rss = rss()
         reset_ok = reset_peak_rss()
@@ -348,17 +350,11 @@ def _measure(
             sync()
             torch.cuda.reset_peak_memory_stats()
 
-        warm_ms: list[float] = []
-        start = time.perf_counter()
-        while (len(warm_ms) < cfg.warmup_iterations
-               or time.perf_counter() - start < cfg.warmup_seconds):
-            t0 = time.perf_counter()
-            step()
-            sync()
-            warm_ms.append((time.perf_counter() - t0) * 1e3)
-            if len(warm_ms) >= 10 * max(cfg.warmup_iterations, 1):
-                break
-        extra = calibrate_injection(statistics.median(warm_ms[len(warm_ms) // 2 :]))
+        warm_ms = _warm_up(step, sync, cfg)
+        warm_median = statistics.median(warm_ms[len(warm_ms) // 2 :])
+        extra: Callable[[float], None] = inject_work
+        if cuda:  # the host cannot see a step's GPU time: dose from the warm-up median
+            extra = lambda _step_ms: inject_work(warm_median)  # noqa: E731
 
         gc.collect()
         memory = torch.cuda.memory_allocated if cuda else rss
@@ -393,9 +389,29 @@ def _measure(
     record.metrics = metrics
 
 
+def _warm_up(step: Callable[[], object], sync: Callable[[], None],
+             cfg: HarnessConfig) -> list[float]:
+    """Run the warm-up steps; return each step's latency (ms).
+
+    Stops when both minimums (``cfg.warmup_iterations``, ``cfg.warmup_seconds``) are met, or
+    after ten times the minimum iterations.
+    """
+    warm_ms: list[float] = []
+    start = time.perf_counter()
+    while (len(warm_ms) < cfg.warmup_iterations
+           or time.perf_counter() - start < cfg.warmup_seconds):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        warm_ms.append((time.perf_counter() - t0) * 1e3)
+        if len(warm_ms) >= 10 * max(cfg.warmup_iterations, 1):
+            break
+    return warm_ms
+
+
 def _timed_loop(
     step: Callable[[], object],
-    extra: Callable[[], None],
+    extra: Callable[[float], None],
     cfg: HarnessConfig,
     cuda: bool,
     sync: Callable[[], None],
@@ -403,9 +419,12 @@ def _timed_loop(
     readings: list[int],
     cpu_times: list[float] | None = None,
 ) -> list[float]:
-    """Run the timed iterations; return their latencies (ms) and fill ``readings`` (bytes) and,
-    on CPU, ``cpu_times`` (this process's CPU time per iteration, ms; read just outside the
-    wall-clock window, so the latency samples do not include the extra clock reads)."""
+    """Run the timed iterations; return their latencies (ms).
+
+    Also fills ``readings`` (memory after each iteration, bytes) and, on CPU, ``cpu_times``
+    (this process's CPU time per iteration, ms; read just outside the wall-clock window, so
+    the latency samples do not include the extra clock reads).
+    """
     perf_counter = time.perf_counter
     process_time = time.process_time
     cpu_ms = cpu_times if cpu_times is not None else []
@@ -414,7 +433,7 @@ def _timed_loop(
     try:
         start = perf_counter()
         if cuda:
-            events = []
+            events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
             while len(events) < cfg.min_iterations or (
                 perf_counter() - start < cfg.min_seconds and len(events) < cfg.max_iterations
             ):
@@ -422,7 +441,7 @@ def _timed_loop(
                 end = torch.cuda.Event(enable_timing=True)
                 begin.record()
                 step()
-                extra()
+                extra(0.0)
                 end.record()
                 events.append((begin, end))
                 readings.append(memory())
@@ -437,7 +456,7 @@ def _timed_loop(
             c0 = process_time()
             t0 = perf_counter()
             step()
-            extra()
+            extra((perf_counter() - t0) * 1e3)
             t1 = perf_counter()
             c1 = process_time()
             samples.append((t1 - t0) * 1e3)

@@ -59,6 +59,7 @@ class BenchmarkRecord:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """This record as a JSON-ready dict (``dataclasses.asdict``)."""
         return asdict(self)
 
     def metric(self, name: str) -> MetricRecord | None:

@@ -17,18 +17,17 @@ regression.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from suite.model_info import TORCHBENCH_PREFIX, ModelInfo, hash_folder
 from suite.records import MEASUREMENT_VERSION
 
 if TYPE_CHECKING:  # torch is imported only when a model is loaded: listing stays quick
@@ -36,7 +35,6 @@ if TYPE_CHECKING:  # torch is imported only when a model is loaded: listing stay
 
 MODELS_DIR = Path(__file__).parent / "models"
 EXTRA_MODELS_ENV = "NIGHTBENCH_SUITE_EXTRA_MODELS"
-TORCHBENCH_PREFIX = "torchbench."
 DOMAINS = (
     "computer_vision",
     "nlp",
@@ -46,43 +44,11 @@ DOMAINS = (
     "other",
 )
 _CONTRACT_FILE = Path(__file__).parent / "model.py"
-_SOURCE_SUFFIXES = {".py", ".yaml", ".yml", ".json"}
 _EXTRA_NAMESPACE = "_nightbench_extra_models"
 
 
 class UnknownModelError(LookupError):
     """No suite model has the requested name."""
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What ``python -m suite list --json`` prints for one model."""
-
-    name: str
-    domain: str
-    task: str
-    modes: list[str]
-    devices: list[str]
-    train_batch_size: dict[str, int]
-    eval_batch_size: dict[str, int]
-    benchmark_version: str
-    compilers: list[str] = field(default_factory=lambda: ["eager", "inductor"])
-    suite: str = "nightbench"
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "domain": self.domain,
-            "task": self.task,
-            "modes": self.modes,
-            "devices": self.devices,
-            "compilers": self.compilers,
-            "train_batch_size": self.train_batch_size,
-            "eval_batch_size": self.eval_batch_size,
-            "benchmark_version": self.benchmark_version,
-            "suite": self.suite,
-        }
 
 
 def extra_model_dirs() -> list[Path]:
@@ -141,23 +107,6 @@ def load_metadata(name: str, models_dir: Path = MODELS_DIR) -> dict[str, Any]:
     return meta
 
 
-def hash_folder(folder: Path, digest: Any | None = None) -> Any:
-    """Feed the sources (``.py``, ``.yaml``, ``.yml``, ``.json``) under ``folder`` into a digest.
-
-    Files are taken in sorted order with their relative path, so a rename counts as a change.
-    """
-    digest = digest if digest is not None else hashlib.sha256()
-    files = sorted(
-        p for p in folder.rglob("*")
-        if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts
-    )
-    for path in files:
-        digest.update(str(path.relative_to(folder)).encode())
-        digest.update(b"\0")
-        digest.update(path.read_bytes())
-    return digest
-
-
 def benchmark_version(name: str, models_dir: Path = MODELS_DIR) -> str:
     """A 16-hex-digit SHA-256 of the model's files, the model contract and the method version.
 
@@ -169,13 +118,27 @@ def benchmark_version(name: str, models_dir: Path = MODELS_DIR) -> str:
         UnknownModelError: no such model.
     """
     if name.startswith(TORCHBENCH_PREFIX):
-        from suite import torchbench
+        from suite import torchbench  # imports torch: only for TorchBench models
 
         return torchbench.benchmark_version(name[len(TORCHBENCH_PREFIX):])
     digest = hash_folder(model_folder(name, models_dir))
     digest.update(_CONTRACT_FILE.read_bytes())
     digest.update(MEASUREMENT_VERSION.encode())
     return digest.hexdigest()[:16]
+
+
+def model_domain(name: str, models_dir: Path = MODELS_DIR) -> str | None:
+    """The model's domain (``computer_vision``, ``nlp``, ...): its metadata's, or for a TorchBench
+    model the one its source declares (``other`` when none), read without importing it; None
+    when neither can be read (the record is still measured)."""
+    try:
+        if name.startswith(TORCHBENCH_PREFIX):
+            from suite import torchbench_checkout
+
+            return torchbench_checkout.describe(name[len(TORCHBENCH_PREFIX):])[0]
+        return str(load_metadata(name, models_dir)["domain"])
+    except (LookupError, SyntaxError, ValueError, OSError):
+        return None
 
 
 def model_info(name: str, models_dir: Path = MODELS_DIR) -> ModelInfo:
@@ -249,7 +212,7 @@ def load_model_class(name: str) -> type[BenchmarkModel]:
         suite.torchbench.TorchBenchUnavailable: a ``torchbench.`` name without ``torchbenchmark``.
     """
     if name.startswith(TORCHBENCH_PREFIX):
-        from suite import torchbench
+        from suite import torchbench  # imports torch: only for TorchBench models
 
         return torchbench.adapter_class(name[len(TORCHBENCH_PREFIX):])
     from suite.model import BenchmarkModel

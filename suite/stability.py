@@ -29,12 +29,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite.cpu_setup import setup_label
+
 UNSTABLE_SPREAD = 0.07  # TorchBench's STABLE_THRESHOLD in userbenchmark/model-stableness/run.py
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
-class BenchmarkSpec:
+class StabilityBenchmark:
     """One benchmark: a model in a mode on a device with a compiler."""
 
     model: str
@@ -44,6 +46,7 @@ class BenchmarkSpec:
 
     @property
     def key(self) -> str:
+        """The benchmark's name, ``model:mode:device:compiler``."""
         return f"{self.model}:{self.mode}:{self.device}:{self.compiler}"
 
 
@@ -58,6 +61,9 @@ class StabilityResult:
         unstable: ``spread >= threshold``; None when fewer than 2 processes succeeded.
         errors: the error of each failed process.
         benchmark_version: the version the processes reported (None if none succeeded).
+        environment: the environment of the first process that succeeded.
+        setups: the measurement setups in force in the processes that succeeded, each named
+            once (:func:`suite.cpu_setup.setup_label`: ``jemalloc``, ``glibc+tunables``, ...).
     """
 
     model: str
@@ -73,8 +79,10 @@ class StabilityResult:
     errors: list[str] = field(default_factory=list)
     benchmark_version: str | None = None
     environment: dict[str, Any] = field(default_factory=dict)
+    setups: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """This record as a JSON-ready dict (``dataclasses.asdict``)."""
         return asdict(self)
 
 
@@ -115,7 +123,7 @@ def _suite_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-def run_once(spec: BenchmarkSpec, *, python: str = sys.executable,
+def run_once(spec: StabilityBenchmark, *, python: str = sys.executable,
              run_args: Sequence[str] = (), timeout_s: float = 600,
              env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Measure ``spec`` once in a fresh ``python -m suite run`` process; return its record.
@@ -150,7 +158,7 @@ def _median_latency(record: Mapping[str, Any]) -> float | None:
 
 
 def measure_stability(
-    benchmarks: Sequence[BenchmarkSpec],
+    benchmarks: Sequence[StabilityBenchmark],
     repeats: int = 5,
     *,
     python: str = sys.executable,
@@ -158,7 +166,7 @@ def measure_stability(
     timeout_s: float = 600,
     env: Mapping[str, str] | None = None,
     threshold: float = UNSTABLE_SPREAD,
-    on_record: Callable[[BenchmarkSpec, int, dict[str, Any]], None] | None = None,
+    on_record: Callable[[StabilityBenchmark, int, dict[str, Any]], None] | None = None,
 ) -> list[StabilityResult]:
     """Run every benchmark ``repeats`` times, each in its own process, and judge its stability.
 
@@ -183,7 +191,7 @@ def measure_stability(
         raise ValueError(f"repeats must be at least 2, got {repeats}")
     if not benchmarks:
         raise ValueError("no benchmarks to measure")
-    records: dict[BenchmarkSpec, list[dict[str, Any]]] = {b: [] for b in benchmarks}
+    records: dict[StabilityBenchmark, list[dict[str, Any]]] = {b: [] for b in benchmarks}
     for round_no in range(repeats):
         for spec in benchmarks:
             record = run_once(spec, python=python, run_args=run_args, timeout_s=timeout_s,
@@ -204,13 +212,14 @@ def measure_stability(
             threshold=threshold, errors=errors,
             benchmark_version=ok[0].get("benchmark_version") if ok else None,
             environment=dict(ok[0].get("environment") or {}) if ok else {},
+            setups=list(dict.fromkeys(setup_label(r.get("environment") or {}) for r in ok)),
         ))
     return results
 
 
 def benchmarks_for(models: Sequence[Mapping[str, Any]], *, device: str = "cpu",
                    modes: Sequence[str] = ("train", "eval"), compiler: str = "eager"
-                   ) -> list[BenchmarkSpec]:
+                   ) -> list[StabilityBenchmark]:
     """The benchmarks of ``python -m suite list --json`` entries on ``device``.
 
     Models that do not list ``device`` or a mode are left out.
@@ -221,7 +230,7 @@ def benchmarks_for(models: Sequence[Mapping[str, Any]], *, device: str = "cpu",
             continue
         for mode in modes:
             if mode in m.get("modes", []):
-                specs.append(BenchmarkSpec(m["name"], mode, device, compiler))
+                specs.append(StabilityBenchmark(m["name"], mode, device, compiler))
     return specs
 
 

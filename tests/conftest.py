@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -125,6 +125,19 @@ def database_url(pg_template: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 
 @pytest.fixture
+def configure(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Settings for the rest of one test: ``configure(job_max_worker_losses=1)`` sets
+    ``NIGHTBENCH_JOB_MAX_WORKER_LOSSES`` and makes every cached setting read it."""
+
+    def apply(**values: object) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(f"NIGHTBENCH_{name.upper()}", str(value))
+        _reset_caches()
+
+    return apply
+
+
+@pytest.fixture
 def broker_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The local Redis as broker, with a key prefix of this test's own."""
     import redis
@@ -145,6 +158,9 @@ def broker_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
     monkeypatch.setenv("NIGHTBENCH_TASK_SOFT_TIME_LIMIT_S", "45")
     monkeypatch.setenv("NIGHTBENCH_TASK_TIME_LIMIT_S", "50")
     monkeypatch.setenv("NIGHTBENCH_VISIBILITY_TIMEOUT_S", "55")
+    # A heartbeat every second; a job silent for 5 s lost its worker (defaults: 30 s, 180 s).
+    monkeypatch.setenv("NIGHTBENCH_JOB_HEARTBEAT_S", "1")
+    monkeypatch.setenv("NIGHTBENCH_JOB_LOST_AFTER_S", "5")
     _reset_caches()
     yield REDIS_URL
     client = redis.Redis.from_url(REDIS_URL)
@@ -160,10 +176,12 @@ class WorkerPool:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[Path] = []
 
-    def start(self, *queues: str, log_dir: Path, name: str | None = None) -> subprocess.Popen[bytes]:
+    def start(self, *queues: str, log_dir: Path, name: str | None = None,
+              extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
         name = name or f"w{len(self.procs)}"
         log = log_dir / f"{name}.log"
-        args = [sys.executable, "-m", "workers.cli", "worker", "--name", f"{name}@%h", "--loglevel", "INFO"]
+        args = [sys.executable, "-m", "workers.cli", "worker", "--name", f"{name}@%h",
+                "--loglevel", "INFO", *extra]
         for q in queues or ("cpu",):
             args += ["--queue", q]
         proc = subprocess.Popen(args, cwd=ROOT, env=dict(os.environ), stdout=log.open("wb"),

@@ -49,7 +49,9 @@ class Fault:
     """An injected answer for requests matching ``method`` and the regex ``path``.
 
     ``after=True`` performs the request first, then answers with the fault (the write landed but
-    the client saw a failure, as when a gateway times out behind GitHub).
+    the client saw a failure, as when a gateway times out behind GitHub). ``method="*"`` matches
+    every method; ``then`` are faults that start once this one has answered (an outage that
+    begins right after a write landed).
     """
 
     method: str
@@ -59,9 +61,10 @@ class Fault:
     after: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)
+    then: tuple[Fault, ...] = ()
 
     def matches(self, method: str, path: str) -> bool:
-        if self.times <= 0 or method != self.method:
+        if self.times <= 0 or self.method not in ("*", method):
             return False
         return re.fullmatch(self.path, path) is not None
 
@@ -97,13 +100,15 @@ class FakeGitHub:
         self._next_id = 1000
         self._remaining = _RATE_LIMIT
         self._server: ThreadingHTTPServer | None = None
+        self._port = 0
         self._thread: threading.Thread | None = None
 
     # ----- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> FakeGitHub:
+    def start(self, port: int = 0) -> FakeGitHub:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._port = int(self._server.server_address[1])
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -116,6 +121,10 @@ class FakeGitHub:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def restart(self) -> None:
+        """Serve again on the port it had before :meth:`stop` (the end of an outage)."""
+        self.start(self._port)
 
     def __enter__(self) -> FakeGitHub:
         return self.start()
@@ -151,6 +160,7 @@ class FakeGitHub:
         after: bool = False,
         headers: dict[str, str] | None = None,
         message: str = "Server Error",
+        then: tuple[Fault, ...] = (),
     ) -> None:
         """Answer the next ``times`` matching requests with ``status``.
 
@@ -162,11 +172,18 @@ class FakeGitHub:
             after: carry out the request before answering with the failure.
             headers: extra response headers.
             message: the JSON body's ``message``.
+            then: faults that start once this one has answered.
         """
         with self._lock:
             self.faults.append(
-                Fault(method, path, status, times, after, dict(headers or {}), {"message": message})
+                Fault(method, path, status, times, after, dict(headers or {}),
+                      {"message": message}, then)
             )
+
+    def heal(self) -> None:
+        """Drop every injected fault still waiting: GitHub answers normally again."""
+        with self._lock:
+            self.faults.clear()
 
     def rate_limit(
         self,
@@ -415,6 +432,7 @@ class FakeGitHub:
             fault = next((f for f in self.faults if f.matches(method, path)), None)
             if fault is not None:
                 fault.times -= 1
+                self.faults.extend(fault.then)
                 if fault.after:
                     try:
                         self._route(method, path, query, body)

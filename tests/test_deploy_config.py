@@ -112,14 +112,21 @@ def test_nightly_dispatches_on_a_schedule_and_by_hand() -> None:
     data = _workflow("nightly.yml")
     assert data["on"]["schedule"][0]["cron"]
     inputs = data["on"]["workflow_dispatch"]["inputs"]
-    assert {"date", "torch", "models", "device_classes"} <= set(inputs)
+    assert {"date", "torch", "models", "device_classes", "suite"} <= set(inputs)
+    assert inputs["suite"]["options"] == ["own", "torchbench", "all"]
     assert data["concurrency"]["cancel-in-progress"] is False
     steps = data["jobs"]["dispatch"]["steps"]
     dispatch = next(step for step in steps if step.get("name") == "Dispatch the night")
     assert dispatch["env"]["NIGHTBENCH_DATABASE_URL"] == "${{ secrets.NIGHTBENCH_DATABASE_URL }}"
     assert dispatch["env"]["NIGHTBENCH_BROKER_URL"] == "${{ secrets.NIGHTBENCH_BROKER_URL }}"
     assert "nightbench \"${args[@]}\"" in dispatch["run"]
-    assert "(dispatch --date \"$NIGHT\" --torch \"$TORCH_SPEC\")" in dispatch["run"]
+    assert "(dispatch --date \"$NIGHT\" --torch \"$TORCH_SPEC\" --suite \"$SUITE\")" in \
+        dispatch["run"]
+    assert "args+=(--torchbench benchmark)" in dispatch["run"]
+    checkout = next(step for step in steps if step.get("with", {}).get("repository")
+                    == "pytorch/benchmark")
+    assert checkout["with"]["ref"] == "${{ vars.NIGHTBENCH_TORCHBENCH_COMMIT || 'main' }}"
+    assert checkout["with"]["path"] == "benchmark"
     assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in steps)
 
 

@@ -14,8 +14,9 @@ from celery.schedules import crontab
 from kombu import Queue
 
 from service.config import Settings, get_settings
+from service.queues import GPU_CLASSES, QUEUE_NAMES
 
-GPU_CLASSES = ("a100", "h100", "h200", "l4", "t4")
+__all__ = ["GPU_CLASSES", "app", "configure", "queue_for"]
 
 
 def queue_for(device: str, device_class: str | None = None) -> str:
@@ -41,9 +42,7 @@ def _crontab(expr: str) -> crontab:
 
 def configure(app: Celery, settings: Settings) -> Celery:
     """(Re)configure ``app`` for ``settings``: in-process without a broker, else the broker."""
-    queues = [Queue("cpu"), Queue("control"), Queue("gpu.default")] + [
-        Queue(f"gpu.{c}") for c in GPU_CLASSES
-    ]
+    queues = [Queue(name) for name in QUEUE_NAMES]
     app.conf.update(
         task_queues=queues,
         task_default_queue="control",
@@ -60,6 +59,11 @@ def configure(app: Celery, settings: Settings) -> Celery:
         beat_schedule={
             "sweep-deadlines": {
                 "task": "night.sweep_deadlines",
+                "schedule": 300.0,
+                "options": {"queue": "control"},
+            },
+            "retry-filing": {
+                "task": "issues.retry_filing",
                 "schedule": 300.0,
                 "options": {"queue": "control"},
             },

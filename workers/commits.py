@@ -23,7 +23,10 @@ from typing import TYPE_CHECKING
 from service.errors import InvalidInput
 
 if TYPE_CHECKING:  # pragma: no cover
+    from github import Github
     from github.Repository import Repository
+
+    from service.config import Settings
 
 # PyTorch's merge bot writes "Pull Request resolved: https://github.com/pytorch/pytorch/pull/N";
 # squash merges on GitHub end the title with "(#N)".
@@ -281,3 +284,25 @@ def _github_info(commit, with_files: bool) -> CommitInfo:
         # The GitHub account behind the commit (``author`` of the REST shape), when linked.
         author_login=commit.author.login if commit.author is not None else None,
     )
+
+
+def github_client(settings: Settings, *, retries: int = 5, backoff_factor: float = 1.0) -> Github:
+    """A PyGithub client for reading commits (``source_github_repository``).
+
+    The configured API URL and token (anonymous without one), a 30 s timeout, and PyGithub's
+    retry policy (``GithubRetry``: exponential backoff on 5xx and connection errors, rate limits
+    waited out), as the issue tracker has (:mod:`workers.issues.github`); reads only, so every
+    request may be repeated.
+
+    Args:
+        settings: where the API URL and token come from.
+        retries: attempts after the first, per request.
+        backoff_factor: seconds; waits grow as ``backoff_factor * 2**n``.
+    """
+    import github
+    from github.GithubRetry import GithubRetry
+
+    token = settings.github_token
+    auth = github.Auth.Token(token.get_secret_value()) if token is not None else None
+    retry = GithubRetry(total=retries, backoff_factor=backoff_factor)
+    return github.Github(base_url=settings.github_api_url, auth=auth, timeout=30, retry=retry)

@@ -1,6 +1,9 @@
 """Celery tasks: thin, named, take ids, and survive being run twice.
 
-Each body opens its own session scope through a function in ``workers/<topic>.py``.
+Each body calls one domain function (one session scope) and sends the steps it returns
+(:mod:`workers.enqueue`): a night is the chain ``bench.run`` → ``night.finish`` → (the
+confirmation run's ``bench.run`` → ``night.finish``) → ``night.triage`` → ``bisect.advance`` /
+``bisect.probe`` → ``night.file``. No domain module imports this one.
 """
 
 from __future__ import annotations
@@ -13,8 +16,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import OperationalError
 
 from service.errors import InfrastructureError
-from workers import benchmarking, nightly
 from workers.app import app
+from workers.bisect import celery_driver as bisecting
+from workers.enqueue import Step, send
+from workers.issues import missing, pending
+from workers.issues import sync as issue_sync
+from workers.night import deadline, finish, plan, triage
+from workers.night import jobs as benchmarking
 
 RETRYABLE = (OperationalError, InfrastructureError, ConnectionError)
 
@@ -23,10 +31,11 @@ class BenchmarkTask(Task):  # type: ignore[misc]
     """A benchmark task that failed for good still ends its job, so the night can finish."""
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """End the job as failed and send ``night.finish`` if it was the run's last."""
         job_id = args[0] if args else kwargs.get("job_id")
         run_id = benchmarking.fail_job(job_id, reason=f"task failed: {type(exc).__name__}: {exc}")
         if run_id is not None:
-            finish_run.apply_async(args=[run_id], queue="control")
+            send([Step("night.finish", (run_id,))])
 
 
 @app.task(name="bench.run", bind=True, base=BenchmarkTask, acks_late=True,
@@ -40,37 +49,63 @@ def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
         run_id = benchmarking.fail_job(
             job_id, reason=f"exceeded the task's soft time limit ({self.soft_time_limit or app.conf.task_soft_time_limit} s)")
     if run_id is not None:
-        finish_run.apply_async(args=[run_id], queue="control")
+        send([Step("night.finish", (run_id,))])
 
 
 @app.task(name="night.finish", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
           max_retries=5)
 def finish_run(run_id: int) -> None:
-    """Detect / confirm / triage once every job of the run has ended."""
-    nightly.finish(run_id)
+    """Detect / confirm once every job of the run has ended; then confirm jobs or triage."""
+    send(finish.finish(run_id))
+
+
+@app.task(name="night.triage", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
+          max_retries=5)
+def triage_run(run_id: int) -> None:
+    """Resolve the commit range and start the bisection of the run's confirmed regressions."""
+    send(triage.triage(run_id))
+
+
+@app.task(name="night.file", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
+          max_retries=5)
+def file_run(run_id: int) -> None:
+    """File the run's confirmed regressions (with the bisection's outcome) and close the run."""
+    triage.file_night(run_id)
 
 
 @app.task(name="night.check_deadline", acks_late=True, autoretry_for=RETRYABLE,
           retry_backoff=True, max_retries=5)
 def check_deadline(run_id: int) -> None:
     """Mark jobs that never reported as missing and raise a missing-data alert."""
-    nightly.check_deadline(run_id)
+    send(deadline.check_deadline(run_id))
+
+
+@app.task(name="night.file_missing", acks_late=True, autoretry_for=RETRYABLE,
+          retry_backoff=True, max_retries=5)
+def file_missing(run_id: int) -> None:
+    """File the run's missing-data issue (one per machine class; a repeat finds it)."""
+    missing.file_missing_data(run_id)
 
 
 @app.task(name="night.sweep_deadlines", acks_late=True, autoretry_for=RETRYABLE,
           retry_backoff=True, max_retries=3)
 def sweep_deadlines() -> None:
     """Periodic (beat): check every unfinished run past its deadline."""
-    nightly.sweep_deadlines()
+    deadline.sweep_deadlines()
 
 
 @app.task(name="issues.sync", acks_late=True, autoretry_for=RETRYABLE,
           retry_backoff=True, max_retries=3)
 def sync_issues() -> None:
     """Periodic (beat): read filed issues' state and labels back into triage states."""
-    from workers import issues
+    issue_sync.sync_from_tracker()
 
-    issues.sync_from_tracker()
+
+@app.task(name="issues.retry_filing", acks_late=True, autoretry_for=RETRYABLE,
+          retry_backoff=True, max_retries=3)
+def retry_filing() -> None:
+    """Periodic (beat, and the deadline sweep): file every alert whose filing is pending and due."""
+    pending.retry_pending()
 
 
 class ProbeTask(Task):  # type: ignore[misc]
@@ -79,35 +114,29 @@ class ProbeTask(Task):  # type: ignore[misc]
     def on_failure(
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
-        from workers import bisecting
-
+        """End the probe as skipped and send ``bisect.advance`` if it ended its round."""
         probe_id = args[0] if args else kwargs.get("probe_id")
         reason = f"probe task failed: {type(exc).__name__}: {exc}"
         ended = bisecting.fail_probe(probe_id, reason=reason)
         if ended is not None:
-            advance_bisection.apply_async(args=[ended], queue="control")
+            send([bisecting.advance_step(ended)])
 
 
 @app.task(name="bisect.probe", bind=True, base=ProbeTask, acks_late=True,
           autoretry_for=RETRYABLE, retry_backoff=True, retry_backoff_max=600, max_retries=5)
 def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
     """Build and measure one commit of a bisection; the probe ending its round advances it."""
-    from workers import bisecting
-
     worker = self.request.hostname or f"in-process@{socket.gethostname()}"
     bisection_id = bisecting.measure_probe(probe_id, worker=worker)
     if bisection_id is not None:
-        advance_bisection.apply_async(args=[bisection_id], queue="control")
+        send([bisecting.advance_step(bisection_id)])
 
 
 @app.task(name="bisect.advance", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
           max_retries=5)
 def advance_bisection(bisection_id: int) -> None:
-    """Plan a bisection's next round from its rows, or store its outcome and resume the night."""
-    from workers import bisecting
-
-    bisecting.step(bisection_id)
-
+    """Plan a bisection's next round from its rows, or store its outcome and file the night."""
+    send(bisecting.step(bisection_id))
 
 
 @app.task(name="night.dispatch", acks_late=False, autoretry_for=RETRYABLE, retry_backoff=True,
@@ -117,4 +146,4 @@ def dispatch_night() -> None:
 
     ``acks_late=False``: a redelivered dispatch would create a second night.
     """
-    nightly.dispatch_scheduled()
+    plan.dispatch_scheduled()

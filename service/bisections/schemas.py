@@ -20,6 +20,7 @@ class VerdictRead(BaseModel):
 
 
 class ProbeRead(BaseModel):
+    """One probe: a commit of the range measured in one round, with its samples and verdicts."""
     id: int
     round: int
     sha: str
@@ -37,6 +38,7 @@ class ProbeRead(BaseModel):
 
 
 class CulpritRead(BaseModel):
+    """A commit named as a culprit, with its title, author and pull request where known."""
     sha: str
     title: str | None = None
     author: str | None = None
@@ -47,6 +49,7 @@ class CulpritRead(BaseModel):
 
 
 class BenchmarkAnswerRead(BaseModel):
+    """What a bisection found for one benchmark: its culprit, or the range it narrowed to."""
     benchmark: str
     status: str = Field(description="culprit | inconclusive | not_reproduced")
     culprit: str | None
@@ -56,6 +59,7 @@ class BenchmarkAnswerRead(BaseModel):
 
 
 class BisectionRead(BaseModel):
+    """A bisection of a commit range: its state, probes, and answers per benchmark."""
     id: int
     run_id: int | None
     alert_id: int | None

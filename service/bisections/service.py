@@ -1,7 +1,7 @@
 """Bisections as the API reads them: a bisection with its probes and verdicts, and the culprits
 bisections named for regressions.
 
-The search itself runs in ``workers/bisecting.py``; it stores each probe as a
+The search itself runs in ``workers/bisect/celery_driver.py``; it stores each probe as a
 :class:`~service.models.bisection.Probe` row and, when it ends, the outcome's JSON in
 ``Bisection.result`` (``outcome``, ``culprits`` with commit details, per-benchmark answers
 with their culprit or narrowed range, and every probe's per-benchmark verdicts).
@@ -16,8 +16,9 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from service.benchmarks import benchmark_name
 from service.errors import NotFound
-from service.models import Regression
+from service.models import BisectionOutcome, BisectionStatus, Regression
 from service.models.bisection import Bisection, Probe
 
 
@@ -31,10 +32,12 @@ class BisectionView:
 
     @property
     def culprits(self) -> list[dict[str, Any]]:
+        """The culprits the bisection named (commit details), empty until it ends."""
         return list((self.bisection.result or {}).get("culprits") or [])
 
     @property
     def answers(self) -> list[dict[str, Any]]:
+        """The answer per benchmark (culprit, or narrowed range), empty until it ends."""
         return list((self.bisection.result or {}).get("benchmarks") or [])
 
 
@@ -53,8 +56,7 @@ def get_bisection(session: Session, bisection_id: int) -> BisectionView:
 
 
 def _names(model: str, mode: str, device: str, compiler: str) -> tuple[str, str]:
-    base = f"{model}:{mode}:{device}"
-    return base, base if compiler == "eager" else f"{base}:{compiler}"
+    return f"{model}:{mode}:{device}", benchmark_name(model, mode, device, compiler)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def _bisections_of(session: Session, regression_ids: Sequence[int]
 
 
 def bisections_for_regressions(session: Session, regression_ids: Sequence[int]) -> dict[int, list[int]]:
-    """regression id -> ids of the bisections run for it (oldest first)."""
+    """Regression id -> ids of the bisections run for it (oldest first)."""
     _, bisections = _bisections_of(session, regression_ids)
     out: dict[int, list[int]] = {}
     wanted = set(regression_ids)
@@ -109,7 +111,7 @@ def bisections_for_regressions(session: Session, regression_ids: Sequence[int]) 
 
 
 def culprits_for_regressions(session: Session, regression_ids: Sequence[int]) -> dict[int, str]:
-    """regression id -> culprit commit sha named by its latest finished bisection.
+    """Regression id -> culprit commit sha named by its latest finished bisection.
 
     The culprit is the one the bisection found for the regression's benchmark; when the
     bisection names a single culprit for all its benchmarks, that one.
@@ -117,13 +119,13 @@ def culprits_for_regressions(session: Session, regression_ids: Sequence[int]) ->
     names, bisections = _bisections_of(session, regression_ids)
     out: dict[int, str] = {}
     for b in bisections:
-        if b.status != "done":
+        if b.status != BisectionStatus.DONE:
             continue
         answers = {a.get("benchmark"): a.get("culprit") for a in b.answers}
         shas = [c.get("sha") for c in b.culprits if c.get("sha")]
         for rid in set(b.regression_ids) & names.keys():
             sha = next((answers[n] for n in names[rid] if answers.get(n)), None)
-            if sha is None and len(shas) == 1 and b.outcome == "culprit":
+            if sha is None and len(shas) == 1 and b.outcome == BisectionOutcome.CULPRIT:
                 sha = shas[0]
             if sha:
                 out[rid] = str(sha)

@@ -7,17 +7,47 @@ from service.models.bisection import (
     PROBE_ENDED,
     PROBE_STATUSES,
     Bisection,
+    BisectionOutcome,
+    BisectionStatus,
     Probe,
+    ProbeStatus,
 )
+from service.models.catalog import CatalogModel
 from service.models.issue import ISSUE_STATES, TRACKERS, IssueRecord, IssueRegression
 from service.models.machine import Machine
-from service.models.regression import ALERT_KINDS, CONFIRMATIONS, TRIAGE_STATES, Alert, Regression
+from service.models.regression import (
+    ALERT_KINDS,
+    CONFIRMATIONS,
+    FILING_UNFILED,
+    TRIAGE_STATES,
+    Alert,
+    AlertStatus,
+    Confirmation,
+    FilingState,
+    Regression,
+)
 from service.models.result import POINT_BYTES, POINT_FIELDS, Result, SeriesMonth
-from service.models.run import JOB_ENDED, JOB_STATUSES, RUN_KINDS, RUN_STATUSES, Job, Run
+from service.models.run import (
+    JOB_ENDED,
+    JOB_STATUSES,
+    RUN_KINDS,
+    RUN_OPEN,
+    RUN_STATUSES,
+    Job,
+    JobStatus,
+    Run,
+    RunKind,
+    RunStatus,
+)
 from service.models.stability import BenchmarkStability
 from service.models.token import ApiToken
 
 __all__ = [
+    "BisectionOutcome",
+    "BisectionStatus",
+    "Confirmation",
+    "ProbeStatus",
+    "CatalogModel",
     "BISECTION_OUTCOMES",
     "BISECTION_STATUSES",
     "POINT_BYTES",
@@ -27,8 +57,15 @@ __all__ = [
     "Bisection",
     "Probe",
     "ALERT_KINDS",
+    "AlertStatus",
+    "FILING_UNFILED",
+    "FilingState",
     "CONFIRMATIONS",
     "JOB_ENDED",
+    "JobStatus",
+    "RUN_OPEN",
+    "RunKind",
+    "RunStatus",
     "JOB_STATUSES",
     "RUN_KINDS",
     "RUN_STATUSES",

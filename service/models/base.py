@@ -9,10 +9,12 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 
 def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (what every timestamp column stores)."""
     return datetime.now(UTC)
 
 
 class TimestampMixin:
+    """``created_at`` (UTC, set on insert) for every table that has it."""
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, server_default=func.now()
     )

@@ -1,6 +1,6 @@
 """Bisections of a commit range and their probes: the search's state, kept in the database.
 
-A :class:`Bisection` holds what the pure search (``workers/bisection.py``) starts from: the
+A :class:`Bisection` holds what the pure search (``workers/bisect/search.py``) starts from: the
 commit range in first-parent order, the benchmarks, the search settings and the build provider.
 Each :class:`Probe` is one commit measured in one round, with its samples once measured. The
 search's state is a pure function of these rows (replay the rounds in order), so a bisection
@@ -13,6 +13,7 @@ A probe whose worker died stays ``running`` until its task is redelivered and ru
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
@@ -21,10 +22,37 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from service.db import Base, JSONType
 from service.models.base import TimestampMixin, utcnow
 
-BISECTION_STATUSES = ("running", "done", "failed")
-BISECTION_OUTCOMES = ("culprit", "culprits", "inconclusive", "not_reproduced")
-PROBE_STATUSES = ("queued", "running", "done", "skipped")
-PROBE_ENDED = ("done", "skipped")
+
+class BisectionStatus(StrEnum):
+    """Where a bisection stands (stored as its value)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class BisectionOutcome(StrEnum):
+    """What a finished bisection found (stored as its value)."""
+
+    CULPRIT = "culprit"
+    CULPRITS = "culprits"
+    INCONCLUSIVE = "inconclusive"
+    NOT_REPRODUCED = "not_reproduced"
+
+
+class ProbeStatus(StrEnum):
+    """Where one probe (a build measured for the bisection) stands (stored as its value)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    SKIPPED = "skipped"
+
+
+BISECTION_STATUSES = tuple(BisectionStatus)
+BISECTION_OUTCOMES = tuple(BisectionOutcome)
+PROBE_STATUSES = tuple(ProbeStatus)
+PROBE_ENDED = (ProbeStatus.DONE, ProbeStatus.SKIPPED)
 
 
 class Bisection(TimestampMixin, Base):

@@ -3,16 +3,61 @@
 from __future__ import annotations
 
 from datetime import date, datetime
+from enum import StrEnum
 
-from sqlalchemy import Boolean, Date, DateTime, Float, ForeignKey, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Date,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from service.db import Base
+from service.benchmarks import benchmark_name
+from service.db import Base, JSONType
 from service.models.base import TimestampMixin, utcnow
 
 TRIAGE_STATES = ("untriaged", "confirmed", "invalid", "expected", "fixed", "reverted", "improvement")
-CONFIRMATIONS = ("pending", "reproduced", "not_reproduced", "not_possible")
+
+
+class Confirmation(StrEnum):
+    """What a regression's confirmation re-run said (stored as its value)."""
+
+    PENDING = "pending"
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not_reproduced"
+    NOT_POSSIBLE = "not_possible"
+
+
+CONFIRMATIONS = tuple(Confirmation)
 ALERT_KINDS = ("regression", "missing_data")
+
+
+class AlertStatus(StrEnum):
+    """Where an alert stands for triage (stored as its value): ``filed`` once its issue is."""
+
+    OPEN = "open"
+    FILED = "filed"
+
+
+class FilingState(StrEnum):
+    """Where filing an alert's issue stands (stored as its value; NULL: nothing to file yet).
+
+    ``pending`` → ``filed``, or ``failed_retrying`` (the last attempt failed; the issue waits
+    in the outbox and the retry files it) → ``filed``.
+    """
+
+    PENDING = "pending"
+    FAILED_RETRYING = "failed_retrying"
+    FILED = "filed"
+
+
+FILING_UNFILED = (FilingState.PENDING, FilingState.FAILED_RETRYING)
 
 
 class Alert(TimestampMixin, Base):
@@ -24,8 +69,17 @@ class Alert(TimestampMixin, Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     kind: Mapped[str] = mapped_column(String(16), default="regression")
-    status: Mapped[str] = mapped_column(String(16), default="open")
+    status: Mapped[str] = mapped_column(String(16), default=AlertStatus.OPEN)
     summary: Mapped[str] = mapped_column(Text, default="")
+    # Filing its issue, a state of its own: a failed filing is retried until it is filed.
+    filing_state: Mapped[str | None] = mapped_column(String(16), index=True)
+    filing_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    filing_error: Mapped[str | None] = mapped_column(Text)
+    filing_pending_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    filing_next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    filed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Missing data: benchmarks whose data came later (told once each on the issue).
+    arrived: Mapped[list[str] | None] = mapped_column(JSONType)
 
     regressions: Mapped[list[Regression]] = relationship(
         back_populates="alert", lazy="raise", order_by="Regression.id"
@@ -73,5 +127,5 @@ class Regression(TimestampMixin, Base):
 
     @property
     def benchmark(self) -> str:
-        name = f"{self.model}:{self.mode}:{self.device}"
-        return name if self.compiler == "eager" else f"{name}:{self.compiler}"
+        """The benchmark's name, ``model:mode:device[:compiler]``."""
+        return benchmark_name(self.model, self.mode, self.device, self.compiler)

@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.benchmarks import benchmark_name
 from service.db import Base, JSONType
 from service.models.base import TimestampMixin
 
@@ -27,6 +28,7 @@ def _count_samples(context: Any) -> int:
 
 
 class Result(TimestampMixin, Base):
+    """One metric of one benchmark measured in one run: raw samples, median and IQR, its series."""
     __tablename__ = "results"
     __table_args__ = (
         UniqueConstraint("run_id", "model", "mode", "device", "compiler", "metric"),
@@ -64,8 +66,8 @@ class Result(TimestampMixin, Base):
 
     @property
     def benchmark(self) -> str:
-        name = f"{self.model}:{self.mode}:{self.device}"
-        return name if self.compiler == "eager" else f"{name}:{self.compiler}"
+        """The benchmark's name, ``model:mode:device[:compiler]``."""
+        return benchmark_name(self.model, self.mode, self.device, self.compiler)
 
 
 class SeriesMonth(Base):

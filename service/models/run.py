@@ -3,21 +3,56 @@
 from __future__ import annotations
 
 from datetime import date, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Date, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from service.benchmarks import benchmark_name
 from service.db import Base, JSONType
 from service.models.base import TimestampMixin
 
-RUN_KINDS = ("nightly", "confirm", "probe", "ingest")
-RUN_STATUSES = ("queued", "running", "detecting", "complete", "incomplete", "failed")
-JOB_STATUSES = ("queued", "running", "done", "error", "missing")
-JOB_ENDED = ("done", "error", "missing")
+
+class RunKind(StrEnum):
+    """What a run is: a night, its confirmation re-run, a bisection's probe, posted results."""
+
+    NIGHTLY = "nightly"
+    CONFIRM = "confirm"
+    PROBE = "probe"
+    INGEST = "ingest"
+
+
+class RunStatus(StrEnum):
+    """Where a run stands (stored as its value)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DETECTING = "detecting"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+
+
+class JobStatus(StrEnum):
+    """Where one benchmark of a run stands (stored as its value)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    ERROR = "error"
+    MISSING = "missing"
+
+
+RUN_KINDS = tuple(RunKind)
+RUN_STATUSES = tuple(RunStatus)
+RUN_OPEN = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.DETECTING)
+JOB_STATUSES = tuple(JobStatus)
+JOB_ENDED = (JobStatus.DONE, JobStatus.ERROR, JobStatus.MISSING)
 
 
 class Run(TimestampMixin, Base):
+    """A night's run (or its confirmation re-run, or posted results): its jobs and results."""
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -62,11 +97,13 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Written by the worker measuring it every ``job_heartbeat_s``: a running job silent for
+    # ``job_lost_after_s`` lost its worker and is requeued by the deadline sweep.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     run: Mapped[Run] = relationship(back_populates="jobs", lazy="raise")
 
     @property
     def benchmark(self) -> str:
         """``model:mode:device`` plus ``:compiler`` when not eager."""
-        name = f"{self.model}:{self.mode}:{self.device}"
-        return name if self.compiler == "eager" else f"{name}:{self.compiler}"
+        return benchmark_name(self.model, self.mode, self.device, self.compiler)

@@ -19,6 +19,7 @@ from service.models.base import TimestampMixin, utcnow
 
 
 class BenchmarkStability(TimestampMixin, Base):
+    """A benchmark's measured stability on a machine: its spread, CV and verdict."""
     __tablename__ = "benchmark_stability"
     __table_args__ = (UniqueConstraint("model", "mode", "device", "compiler", "machine_id"),)
 

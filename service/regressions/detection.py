@@ -1,6 +1,6 @@
 """Regression detection: series in, verdicts out (pure: no database, no torch, no I/O).
 
-A *series* is the history of one metric of one benchmark (see the glossary in DESIGN.md). Each
+A *series* is the history of one metric of one benchmark (see the glossary in docs/architecture.md). Each
 night contributes one *level*: the median of that night's raw samples. All three metrics
 (``latency`` in ms, ``gpu_peak_mem`` and ``cpu_peak_mem`` in bytes) are "higher is worse".
 Levels are compared on a log scale, so a change is relative and symmetric
@@ -18,7 +18,9 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   ignores outlier nights, steps and slow drift (a robust form of von Neumann's successive
   differences; the 1.4826 consistency factor of Rousseeuw & Croux, JASA 1993).
 * **Magnitude.** With ``se`` the standard error of the change estimate (from the noise, the
-  number of nights on each side and the pi/2 variance factor of a median), a change ``d``
+  number of nights on each side and the pi/2 variance factor of a median; when judging a run,
+  the noise is pooled from the successive differences inside the baseline and inside the run,
+  never across the step, as a two-sample t-test pools its variance), a change ``d``
   counts when ``d >= max(thr, thr/2 + z_low*se)`` (z_low = 2.576): at least the threshold,
   and clearly above half of it whatever the noise. On a quiet series (``se`` ~ 0, e.g. peak
   memory in exact bytes) this is exactly ``d >= thr``; on a noisy one it waits for more
@@ -48,7 +50,9 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   deterministic, where any p-value would only count nights, so it gets no p-value: every
   night of the run must stand beyond the baseline's *recurring* envelope (the highest level
   seen on at least two baseline nights), so a bimodal allocation is not a step and one
-  outlier night does not hide one.
+  outlier night does not hide one. When the baseline has more than one recurring level
+  (multimodal peak memory, as CPU RSS is from process to process), a level it took even once
+  is one of its modes: neither a candidate nor a step.
 * **Slow drift.** Besides the recent window, the median of the last ``drift_nights`` (7)
   nights is compared with the *anchor*: the first ``window`` nights after the last reset,
   once there are 2 * ``window`` nights since it. A drift too slow to show between
@@ -72,29 +76,32 @@ the manner of E-Divisive's segment-wise testing (Matteson & James, JASA 2014). I
 ``raised_night`` is the last night of the series.
 
 Everything runs on ``(series, nights)`` numpy matrices, one code path for one series
-(``assess_night``), a document (``detect_document``) and a benchmark of 100,000 series.
+(``assess_night``), a document (``detect_document``) and a benchmark of 100,000 series. The
+baseline rule (window, noise, band) is coded once, in :mod:`service.regressions.baseline`,
+which the history charts share.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from service.regressions.baseline import band, has_baseline, window_nights, window_noise
+from service.regressions.document import MEMORY_METRICS, METRICS, parse_series
 from service.regressions.robust import DetectionInputError, envelope, mann_whitney_greater
+from service.regressions.rules import MODE_SAME, multimodal
 from service.regressions.scan import (
     DEFAULT_PARAMS,
-    MEDIAN_VAR,
     DetectorParams,
     Flag,
     detect_series,
     from_log,
     to_log,
-    window_noise,
 )
 
 __all__ = [
@@ -103,8 +110,6 @@ __all__ = [
     "detect_series", "mann_whitney_greater",
 ]
 
-METRICS = ("latency", "gpu_peak_mem", "cpu_peak_mem")
-MEMORY_METRICS = ("gpu_peak_mem", "cpu_peak_mem")
 VERDICTS = ("regression", "improvement", "unchanged", "no_baseline")
 
 
@@ -119,12 +124,18 @@ class Night:
             baseline resets here.
         rerun: the samples come from a confirmation re-run of the previous night's build; it
             counts as one more night right after the night it re-ran.
+        date: the calendar night, when known: reasons name it instead of the ordinal.
     """
 
     night: int
     samples: tuple[float, ...]
     expected: bool = False
     rerun: bool = False
+    date: datetime.date | None = None
+
+    def label(self) -> str:
+        """How a reason names this night: its date (``2026-11-09``), else ``night N``."""
+        return self.date.isoformat() if self.date is not None else f"night {self.night}"
 
 
 @dataclass(frozen=True)
@@ -204,9 +215,36 @@ def _fmt_change(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+def _fmt_level(value: float, memory: bool) -> str:
+    """A level as a reason prints it: MiB for memory (bytes in), ms for latency."""
+    return f"{value / 2**20:.1f} MiB" if memory else f"{value:.4g} ms"
+
+
 def _relative(value: float, base: float) -> float:
     """``value / base - 1``; a baseline of 0 (bytes) counts as 1 byte so the change is finite."""
     return (value - base) / max(base, 1.0) if base <= 0 else value / base - 1
+
+
+def _run_reaches(y: np.ndarray, thr: float, p: DetectorParams) -> bool:
+    """Whether a run of 2 to ``p.max_run`` nights ending at ``y[-1]`` reached the threshold.
+
+    ``y`` is one series' log levels since its last reset, tonight last. A run counts when each
+    of its nights stands at least half the threshold above the median of the (up to
+    ``p.window``, at least ``p.min_baseline``) nights before the run, and the run's median at
+    least the threshold above it: a step whose first nights came out at +12% and +5% gets its
+    confirmation re-run, a series wandering at +5% never does.
+    """
+    n = len(y)
+    for m in range(2, p.max_run + 1):
+        first = n - m
+        kb = min(first, p.window)
+        if kb < p.min_baseline:
+            break
+        base = float(np.median(y[first - kb : first]))
+        run = y[first:] - base
+        if np.all(run >= thr / 2) and float(np.median(run)) >= thr:
+            return True
+    return False
 
 
 def _assess(
@@ -218,88 +256,111 @@ def _assess(
             or not 0 < threshold < 10:
         raise DetectionInputError(f"threshold: must be between 0 and 10, got {threshold!r}")
     flags, lv = _replay(nights, names, memory, threshold, p)
-    last = len(nights) - 1
-    value = float(lv[last])
+    value = float(lv[-1])
     raised = [f for f in flags if f.raised_night in raise_at]
     if raised:
-        f = raised[-1]
-        base = f.baseline
-        change = _relative(value, base)
-        regression = f.direction == "regression"
-        what = "drift" if f.kind == "drift" else "step"
-        p_txt = "" if f.p_value is None else f", p={f.p_value:.2g}"
-        reason = (f"{'Regression' if regression else 'Improvement'} ({what}) of "
-                  f"{_fmt_change(f.change)} against a baseline of {base:.6g} since night "
-                  f"{nights[f.night].night}, persisting {last - f.night + 1} nights{p_txt}.")
-        if unstable and regression:
-            reason += " Benchmark marked unstable: shown, not alerted."
-        return Assessment(
-            verdict=f.direction, metric=metric, baseline=base, value=value, change=change,
-            p_value=f.p_value, alertable=regression and not unstable, reason=reason,
-            confirmed=True, first_night=nights[f.night].night, step_change=f.change)
+        return _raised(raised[-1], nights, value, metric=metric, memory=memory,
+                       unstable=unstable)
     # Not raised tonight: compare tonight with the current baseline (since the last reset).
-    start = 0
-    for i, n in enumerate(nights):
-        if n.expected:
-            start = i
-    for f in flags:
-        start = max(start, f.night)
-    seg = lv[start:]
-    k = min(last - start, p.window)
-    if k < p.min_baseline:
-        if start == 0:
-            why = "the series is new"
-        elif nights[start].expected and not any(f.night == start for f in flags):
-            why = f"the baseline restarted at night {nights[start].night}, marked expected"
-        else:
-            why = f"the baseline restarted at night {nights[start].night}, after a raised step"
-        return Assessment(
-            verdict="no_baseline", metric=metric, baseline=None, value=value, change=None,
-            p_value=None, alertable=False,
-            reason=f"No baseline: {why}; {k} of {p.min_baseline} earlier nights.")
+    start = _baseline_start(nights, flags)
+    k = window_nights(len(nights) - 1 - start, p)
+    if not has_baseline(k, p):
+        return _no_baseline(nights, flags, start, k, metric=metric, value=value, p=p)
+    return _against_baseline(lv[start:], k, metric=metric, memory=memory, threshold=threshold,
+                             unstable=unstable, p=p, confirming=confirming)
+
+
+def _raised(f: Flag, nights: Sequence[Night], value: float, *, metric: str, memory: bool,
+            unstable: bool) -> Assessment:
+    """The assessment of a change raised tonight (a persistent step or a drift)."""
+    base = f.baseline
+    regression = f.direction == "regression"
+    what = "drift" if f.kind == "drift" else "step"
+    p_txt = "" if f.p_value is None else f", p={f.p_value:.2g}"
+    reason = (f"{'Regression' if regression else 'Improvement'} ({what}) of "
+              f"{_fmt_change(f.change)} against a baseline of {_fmt_level(base, memory)} "
+              f"since {nights[f.night].label()}, persisting {len(nights) - f.night} "
+              f"nights{p_txt}.")
+    if unstable and regression:
+        reason += " Benchmark marked unstable: shown, not alerted."
+    return Assessment(
+        verdict=f.direction, metric=metric, baseline=base, value=value,
+        change=_relative(value, base), p_value=f.p_value, alertable=regression and not unstable,
+        reason=reason, confirmed=True, first_night=nights[f.night].night, step_change=f.change)
+
+
+def _baseline_start(nights: Sequence[Night], flags: Sequence[Flag]) -> int:
+    """Index of the night the current baseline starts at: the last reset (marked expected, or
+    the first night of a raised step)."""
+    start = max((i for i, n in enumerate(nights) if n.expected), default=0)
+    return max([start, *(f.night for f in flags)])
+
+
+def _no_baseline(nights: Sequence[Night], flags: Sequence[Flag], start: int, k: int, *,
+                 metric: str, value: float, p: DetectorParams) -> Assessment:
+    """``no_baseline``: fewer than ``p.min_baseline`` nights since the last reset, and why."""
+    if start == 0:
+        why = "the series is new"
+    elif nights[start].expected and not any(f.night == start for f in flags):
+        why = f"the baseline restarted at {nights[start].label()}, marked expected"
+    else:
+        why = f"the baseline restarted at {nights[start].label()}, after a raised step"
+    return Assessment(
+        verdict="no_baseline", metric=metric, baseline=None, value=value, change=None,
+        p_value=None, alertable=False,
+        reason=f"No baseline: {why}; {k} of {p.min_baseline} earlier nights.")
+
+
+def _against_baseline(
+    seg: np.ndarray, k: int, *, metric: str, memory: bool, threshold: float, unstable: bool,
+    p: DetectorParams, confirming: bool,
+) -> Assessment:
+    """Tonight (``seg[-1]``) against the median of the ``k`` nights before it: a candidate,
+    unchanged, or (for a confirmation re-run) not reproduced."""
     mem = np.array([memory])
     y = to_log(seg[None, :], mem)
-    window = y[0, len(seg) - 1 - k : len(seg) - 1]
     j = len(seg) - 1
+    window = y[0, j - k : j]
     base_log = float(np.median(window))
     noise = float(window_noise(y, np.array([0]), np.array([j - k]), np.array([k]), p, mem)[0])
-    base = float(np.median(seg[len(seg) - 1 - k : len(seg) - 1]))  # exact bytes for memory
+    base = float(np.median(seg[j - k : j]))  # exact bytes for memory
+    value = float(seg[j])
     est = float(y[0, j]) - base_log
-    se = noise * math.sqrt(MEDIAN_VAR * (1 + 1 / k))
     thr = math.log1p(threshold)
-    band = 2 * noise
-    lower = float(from_log(np.array(base_log - band), memory))
-    upper = float(from_log(np.array(base_log + band), memory))
+    lower, upper = (float(edge) for edge in band(base_log, noise, memory))
     change = _relative(value, base)
     pval = None
     if memory:
+        modes = bool(multimodal(window[None, :])[0])
+        noise = MODE_SAME if modes else noise  # the jitter inside a level (``scan._judge``)
         env = envelope(window[None, :], np.array([max(3 * noise, 1e-12)]), upper=True)[0]
-        up_candidate = est >= thr and y[0, j] > env
+        # A level the baseline took even once is one of its modes (``rules.significant``):
+        # its re-run could never raise it.
+        seen = modes and bool(np.any(np.abs(window - y[0, j]) <= 0.25 * abs(est)))
+        up_candidate = est >= thr and y[0, j] > env and not seen
         upper = float(from_log(np.array(env), memory))
     else:
         pval = mann_whitney_greater([float(y[0, j])], window.tolist())
-        up_candidate = est >= max(thr - p.z * se, p.grey_fraction * thr)
-    chg = _fmt_change(change)
+        # A candidate reaches the threshold itself, tonight alone or with the nights just before
+        # it: a change below it can never be raised online (``scan._judge``), so its
+        # confirmation re-run would be wasted.
+        up_candidate = est >= thr or _run_reaches(y[0], thr, p)
+    against = f"{_fmt_change(change)} against a baseline of {_fmt_level(base, memory)}"
+    verdict, alertable = "unchanged", False
     if confirming:
-        return Assessment(
-            verdict="unchanged", metric=metric, baseline=base, value=value, change=change,
-            p_value=pval, alertable=False, baseline_lower=lower, baseline_upper=upper,
-            reason=f"Not reproduced: the re-run is at {chg} against a baseline of {base:.6g}, "
-            "which does not confirm a persistent change.")
-    if up_candidate:
-        reason = (f"Candidate regression: {chg} against a baseline of {base:.6g} over {k} "
-                  "nights; needs its confirmation re-run or the next night.")
+        reason = (f"Not reproduced: the re-run is at {against}, which does not confirm a "
+                  "persistent change.")
+    elif up_candidate:
+        verdict, alertable = "regression", not unstable
+        reason = (f"Candidate regression: {against} over {k} nights; needs its confirmation "
+                  "re-run or the next night.")
         if unstable:
             reason += " Benchmark marked unstable: shown, not alerted."
-        return Assessment(
-            verdict="regression", metric=metric, baseline=base, value=value, change=change,
-            p_value=pval, alertable=not unstable, reason=reason, baseline_lower=lower,
-            baseline_upper=upper, confirmed=False)
-    reason = f"Unchanged: {chg} against a baseline of {base:.6g} over {k} nights"
+    else:
+        reason = f"Unchanged: {against} over {k} nights."
     return Assessment(
-        verdict="unchanged", metric=metric, baseline=base, value=value, change=change,
-        p_value=pval, alertable=False, reason=reason + ".", baseline_lower=lower,
-        baseline_upper=upper)
+        verdict=verdict, metric=metric, baseline=base, value=value, change=change, p_value=pval,
+        alertable=alertable, reason=reason, baseline_lower=lower, baseline_upper=upper)
 
 
 def assess_night(
@@ -313,9 +374,12 @@ def assess_night(
 
     * a change raised tonight (it persisted: the previous night, or a re-run in the history)
       is a ``confirmed`` ``regression`` or ``improvement``;
-    * otherwise, tonight alone standing above the baseline beyond the threshold is a candidate
-      ``regression`` (``confirmed=False``, alertable): it needs ``confirm`` on a re-run of the
-      same build, or the next night. A lone low night is ``unchanged`` until it persists;
+    * otherwise, a change that reaches the threshold itself is a candidate ``regression``
+      (``confirmed=False``, alertable): tonight alone at least the threshold above the
+      baseline, or a run of 2 to ``max_run`` nights ending tonight whose median is (each night
+      at least half of it). It needs ``confirm`` on a re-run of the same build, or the next
+      night. A night below the threshold is never a candidate (it could never be raised, so
+      its re-run would be wasted); a lone low night is ``unchanged`` until it persists;
     * fewer than ``params.min_baseline`` nights since the last reset give ``no_baseline``.
 
     Args:
@@ -377,76 +441,6 @@ def confirm(
 # `nightbench detect` documents
 
 
-def _threshold_for(doc_thr: Any, series: Mapping[str, Any], metric: str, where: str) -> float:
-    thr = series.get("threshold", doc_thr)
-    field = f"{where}.threshold" if "threshold" in series else "threshold"
-    if isinstance(thr, Mapping):
-        thr = thr.get(metric, 0.07)
-        field = f"{field}.{metric}"
-    if isinstance(thr, bool) or not isinstance(thr, int | float) or not 0 < thr < 10:
-        raise DetectionInputError(f"{field}: must be a number between 0 and 10 (0.07 = 7%)")
-    return float(thr)
-
-
-def _parse_series(doc: Mapping[str, Any]):
-    if not isinstance(doc, Mapping):
-        raise DetectionInputError("document: expected a JSON object with a 'series' list")
-    doc_thr = doc.get("threshold", 0.07)
-    if isinstance(doc_thr, Mapping):
-        unknown = set(doc_thr) - set(METRICS)
-        if unknown:
-            raise DetectionInputError(f"threshold: unknown metric {sorted(unknown)[0]!r}")
-    series = doc.get("series")
-    if not isinstance(series, list):
-        raise DetectionInputError("series: expected a list")
-    parsed = []
-    for i, s in enumerate(series):
-        where = f"series[{i}]"
-        if not isinstance(s, Mapping):
-            raise DetectionInputError(f"{where}: expected an object")
-        sid = s.get("id")
-        if not isinstance(sid, str):
-            raise DetectionInputError(f"{where}.id: expected a string")
-        metric = s.get("metric")
-        if metric not in METRICS:
-            raise DetectionInputError(f"{where}.metric: must be one of {', '.join(METRICS)}")
-        memory = metric in MEMORY_METRICS
-        thr = _threshold_for(doc_thr, s, metric, where)
-        nights = s.get("nights")
-        if not isinstance(nights, list):
-            raise DetectionInputError(f"{where}.nights: expected a list")
-        ordinals: list[int] = []
-        levels: list[float] = []
-        expected: list[bool] = []
-        for j, n in enumerate(nights):
-            nw = f"{where}.nights[{j}]"
-            if not isinstance(n, Mapping):
-                raise DetectionInputError(f"{nw}: expected an object")
-            night = n.get("night")
-            if isinstance(night, bool) or not isinstance(night, int):
-                raise DetectionInputError(f"{nw}.night: expected an integer")
-            if ordinals and night <= ordinals[-1]:
-                raise DetectionInputError(f"{nw}.night: nights must be increasing (oldest first)")
-            samples = n.get("samples")
-            if not isinstance(samples, list) or not samples or not all(
-                isinstance(x, int | float) and not isinstance(x, bool) for x in samples
-            ):
-                raise DetectionInputError(f"{nw}.samples: expected a non-empty list of numbers")
-            # Plain Python: per-night numpy calls would dominate on large exports.
-            low = min(samples)
-            if not all(math.isfinite(x) for x in samples) or (low < 0 if memory else low <= 0):
-                raise DetectionInputError(f"{nw}.samples: " + (
-                    "bytes must be finite and >= 0" if memory else "latency must be finite, > 0"))
-            exp = n.get("expected", False)
-            if not isinstance(exp, bool):
-                raise DetectionInputError(f"{nw}.expected: expected true or false")
-            ordinals.append(night)
-            levels.append(float(statistics.median(samples)))
-            expected.append(exp)
-        parsed.append((sid, memory, thr, ordinals, levels, expected))
-    return parsed
-
-
 def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
     """Run detection over an exported document (the ``nightbench detect`` JSON).
 
@@ -475,7 +469,7 @@ def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
         DetectionInputError: malformed input; the message names the field
             (e.g. ``series[2].nights[5].samples``).
     """
-    parsed = _parse_series(doc)
+    parsed = parse_series(doc)
     if not parsed:
         return {"flags": []}
     width = max(1, max(len(p[3]) for p in parsed))

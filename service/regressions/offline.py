@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
+from service.regressions.baseline import window_noise
 from service.regressions.robust import gather, median_last, prev_median, row_median
 from service.regressions.rules import (
     CHUNK,
@@ -19,7 +20,6 @@ from service.regressions.rules import (
     cutoff,
     segment_matrix,
     significant,
-    window_noise,
 )
 
 
@@ -168,6 +168,7 @@ def _offline_drift(y, lengths, cp_rows, cp_cols, fwd, thr, memory, p):
 
 
 def offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p):
+    """Offline change points of segments of ``y`` (series, nights), in chunks of rows; one flag list per segment."""
     out = []
     for c0 in range(0, seg_rows.size, CHUNK):
         rs, st = seg_rows[c0 : c0 + CHUNK], seg_starts[c0 : c0 + CHUNK]

@@ -1,6 +1,7 @@
-"""The detector's rules on ``(series, nights)`` matrices: constants, cut-offs, noise,
+"""The detector's rules on ``(series, nights)`` matrices: constants, cut-offs, runs,
 significance; shared by the online pass (:mod:`service.regressions.scan`) and the offline
-change-point scan (:mod:`service.regressions.offline`).
+change-point scan (:mod:`service.regressions.offline`). The baseline rule (window, noise,
+band) is in :mod:`service.regressions.baseline`.
 
 The method and its sources are described in ``service.regressions.detection``. Pure: numpy
 and scipy only.
@@ -26,9 +27,10 @@ from service.regressions.robust import (
     row_median,
 )
 
-MAD_TO_SD = 1.4826  # MAD -> standard deviation for a normal distribution
 MEDIAN_VAR = math.pi / 2  # variance of a median relative to a mean (large samples)
 CHUNK = 8192  # series per block of matrix work (bounds memory)
+MODE_SAME = 0.001  # two memory nights within 0.1% are the same level (log units)
+MODE_GAP = 0.01  # recurring memory levels more than 1% apart are distinct modes (log units)
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,10 @@ class DetectorParams:
     drift_nights: int = 7
 
     def __post_init__(self) -> None:
-        if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 8
+        if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 16
                 and 2 <= self.drift_nights <= self.window):
             raise DetectionInputError(
-                f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 8 "
+                f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 16 "
                 "and 2 <= drift_nights <= window")
 
 
@@ -146,6 +148,62 @@ def quartile_nights(post: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
+def new_level(
+    base: np.ndarray, low: np.ndarray, high: np.ndarray, change: np.ndarray, up: np.ndarray,
+    memory: np.ndarray, p: DetectorParams,
+) -> np.ndarray:
+    """Whether each run's level is new to its baseline (the ``visited`` rule).
+
+    Latency: fewer than ``p.visited`` baseline nights (fewer under 12 baseline nights, none
+    under 8) reach to within a quarter of the change of the run's lower quartile night (upper,
+    for a drop), so that one wild night cannot lift the run. Peak memory takes discrete levels
+    (allocator chunks, pages): a level between the run's quartile nights that the baseline
+    took even once is one of its modes, seen again, not a step (a baseline night far beyond the
+    run, an outlier, is not that level), when the baseline is :func:`multimodal`; a baseline
+    with one recurring level is judged as latency is.
+
+    Args:
+        base: (n, k) baseline log levels, NaN-padded.
+        low: (n,) the run's lower quartile night (log).
+        high: (n,) the run's upper quartile night (log).
+        change: (n,) the run's median against the baseline's (log).
+        up: (n,) the run is upwards.
+        memory: (n,) the row is peak memory.
+        p: detector constants.
+
+    Returns:
+        Shape (n,), True where the level is new.
+    """
+    with np.errstate(invalid="ignore"):
+        quarter = 0.25 * np.abs(change)
+        reach = np.where(up[:, None], base >= (low - quarter)[:, None],
+                         base <= (high + quarter)[:, None])
+        at_level = (base >= (low - quarter)[:, None]) & (base <= (high + quarter)[:, None])
+    modes = memory & multimodal(base)
+    near = np.where(modes[:, None], at_level, reach)
+    kb = np.sum(~np.isnan(base), axis=1)
+    allowed = np.where(modes, 1, np.minimum(p.visited, np.maximum(1, kb // 4)))
+    return near.sum(axis=1) < allowed
+
+
+def multimodal(base: np.ndarray) -> np.ndarray:
+    """Whether each baseline takes more than one recurring level (peak memory's modes).
+
+    A level recurs when two nights lie within ``MODE_SAME`` of each other; the baseline is
+    multimodal when its highest and lowest recurring levels lie more than ``MODE_GAP`` apart.
+    An exact series (CUDA ``max_memory_allocated``) with one outlier night is not: its outlier
+    is a glitch, and a later step to that level is a step.
+
+    Args:
+        base: (n, k) baseline log levels, NaN-padded.
+
+    Returns:
+        Shape (n,).
+    """
+    tol = np.full(base.shape[0], MODE_SAME)
+    return (envelope(base, tol, upper=True) - envelope(base, tol, upper=False)) > MODE_GAP
+
+
 def significant(
     y: np.ndarray, rows: np.ndarray, post_start: np.ndarray, post_size: np.ndarray,
     base_start: np.ndarray, base_size: np.ndarray, up: np.ndarray, memory: np.ndarray,
@@ -162,23 +220,18 @@ def significant(
     by a re-run. Also requires the new level to be new: fewer than ``p.visited`` baseline
     nights reach to within a quarter of the change of it. A bimodal benchmark's nights at its
     other mode, which the baseline visits regularly, are thereby not a step. A baseline of
-    fewer than 12 nights allows fewer such nights (none below 8).
+    fewer than 12 nights allows fewer such nights (none below 8). Peak memory allows none: its
+    levels are discrete (allocator chunks, pages), and a level the baseline reached even once
+    is one of its modes, not a new level.
     """
     post = gather(y, rows, post_start, post_size, width)
     base = gather(y, rows, base_start, base_size, p.window)
     pval = np.full(rows.size, np.nan)
     with np.errstate(invalid="ignore"):
         change = row_median(post) - row_median(base)
-        quarter = 0.25 * np.abs(change)
-        # Against the run's lower quartile night (its lowest night for runs of up to 4), so
-        # that one wild night cannot lift the run.
-        m = np.sum(~np.isnan(post), axis=1)
-        low, high = quartile_nights(post)
-        near = np.where(up[:, None], base >= (low - quarter)[:, None],
-                        base <= (high + quarter)[:, None])
-    # A short baseline (a young series, just reset) must not reach the new level at all.
-    kb = np.sum(~np.isnan(base), axis=1)
-    ok = near.sum(axis=1) < np.minimum(p.visited, np.maximum(1, kb // 4))
+    m = np.sum(~np.isnan(post), axis=1)
+    low, high = quartile_nights(post)
+    ok = new_level(base, low, high, change, up, memory[rows], p)
     new = ok.copy()
     lat = ~memory[rows]
     if lat.any():
@@ -215,40 +268,8 @@ class Found:
     post_size: np.ndarray
 
 
-def window_noise(
-    y: np.ndarray, rows: np.ndarray, start: np.ndarray, size: np.ndarray, p: DetectorParams,
-    memory: np.ndarray,
-) -> np.ndarray:
-    """Robust night-to-night noise of windows of log levels.
-
-    The median absolute successive difference times 1.4826 / sqrt(2): a standard deviation for
-    normal noise that ignores outlier nights, steps and slow drift (von Neumann's successive
-    differences made robust; the MAD factor of Rousseeuw & Croux, JASA 1993).
-
-    Args:
-        y: (series, nights) log levels.
-        rows, start, size: shape (n,) each: the windows ``y[row, start : start + size]``
-            (size <= ``p.window``).
-        p: detector constants (window, noise floor).
-        memory: (series,) True for peak memory.
-
-    Returns:
-        Shape (n,): the noise in log units (0.01 ~ 1%), at least ``p.noise_floor`` for
-        latency, 0 from fewer than 3 nights.
-    """
-    win = gather(y, rows, start, size, p.window)
-    diffs = np.abs(np.diff(win, axis=1))  # NaN past the window's end
-    ordered = np.sort(diffs, axis=1)
-    cnt = np.maximum(size - 1, 1)
-    lo = np.take_along_axis(ordered, ((cnt - 1) // 2)[:, None], axis=1)[:, 0]
-    hi = np.take_along_axis(ordered, (cnt // 2)[:, None], axis=1)[:, 0]
-    noise = np.nan_to_num(0.5 * (lo + hi) * (MAD_TO_SD / math.sqrt(2)), nan=0.0)
-    noise = np.where(size >= 3, noise, 0.0)
-    return np.maximum(noise, np.where(memory[rows], 0.0, p.noise_floor))
-
-
-
 def segment_matrix(y: np.ndarray, rows, starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Cut segments out of ``y`` (series, nights): ``(matrix, lengths)``, each segment a row, NaN-padded."""
     lengths = ends - starts
     width = max(int(lengths.max(initial=0)), 1)
     return gather(y, rows, starts, lengths, width), lengths

@@ -4,14 +4,16 @@ The method (baseline window, noise, grey-zone magnitude rule, persistence, signi
 drift anchor, and the offline two-window change-point scan) is described, with its sources, in
 ``service.regressions.detection``. This module holds the online pass (night by night) and the
 batch driver shared by one series (``assess_night``), a document (``detect_document``) and the
-100,000-series benchmark; the rules both passes share are in :mod:`service.regressions.rules`,
-the offline scan in :mod:`service.regressions.offline`. Pure: numpy and scipy only.
+100,000-series benchmark; the rules both passes share are in :mod:`service.regressions.rules`
+and :mod:`service.regressions.baseline`, the offline scan in :mod:`service.regressions.offline`.
+Pure: numpy and scipy only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from service.regressions.baseline import pooled_noise, window_noise
 from service.regressions.offline import offline_batch
 from service.regressions.robust import (
     DetectionInputError,
@@ -24,21 +26,22 @@ from service.regressions.rules import (
     CHUNK,
     DEFAULT_PARAMS,
     MEDIAN_VAR,
+    MODE_SAME,
     DetectorParams,
     Flag,
     Found,
     cutoff,
     from_log,
+    multimodal,
     quartile_nights,
     run_median,
     segment_matrix,
     significant,
     to_log,
-    window_noise,
 )
 
 __all__ = ["DEFAULT_PARAMS", "MEDIAN_VAR", "DetectorParams", "Flag", "detect_series", "from_log",
-           "to_log", "window_noise"]
+           "to_log"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,7 +63,14 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams):
     with np.errstate(invalid="ignore"):
         est = row_median(post) - ref
         lo, hi = quartile_nights(post)
-    noise = window_noise(y, rows, b0, k, p, memory)
+    # A step's noise is pooled from its baseline and its run; a drift's run is a ramp, whose
+    # successive differences are the drift itself: its noise is the anchor window's.
+    noise = np.where(kind == 0, pooled_noise(y, rows, b0, k, s, m, p, memory),
+                     window_noise(y, rows, b0, k, p, memory))
+    # Multimodal peak memory: the jumps between its modes are not noise (the envelope and new
+    # level rules judge them); its noise is the jitter inside a level.
+    noise = np.where(memory[rows] & multimodal(gather(y, rows, b0, k, p.window)), MODE_SAME,
+                     noise)
     se = noise * np.sqrt(MEDIAN_VAR * (1.0 / m + 1.0 / k))
     cut = np.where(kind == 1, cutoff(thr[rows], se, p, drift=True), cutoff(thr[rows], se, p))
     # Online, a raised step is held to the threshold itself: an alert reading "+6%" under a
@@ -84,26 +94,19 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams):
     return ok, up, pval
 
 
-def _online_pass(
-    y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray,
-    memory: np.ndarray, p: DetectorParams, level: np.ndarray,
-) -> Found:
-    """First flag of every row, each row a segment starting at column 0 (its last reset).
+def _screen(
+    y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray, p: DetectorParams,
+    level: np.ndarray, anchor: np.ndarray,
+) -> np.ndarray:
+    """(series, nights) mask of the nights that may raise: a superset of the flags, cheap.
 
-    Only nights ``n > n_min[row]`` may raise; ``level`` is the baseline median before each
-    night (``prev_median(y, window)``). Returns positions relative to the segment.
-    Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
-    threshold from the baseline; for runs of 4+ nights, half of them that far, counted without
-    a sort); the full rule then runs on the screened nights of each row in order, until the
-    row's first flag.
+    A run of 2 to ``max_run`` nights ending there has its median at least the threshold from
+    the baseline (for runs of 4+ nights, half of them that far, counted without a sort), or
+    the drift window's median is that far from the anchor; and the night is live (inside the
+    row, after ``n_min``).
     """
     rows_n, cols = y.shape
-    w = p.window
     col = np.arange(cols)
-    live = (col[None, :] < lengths[:, None]) & (col[None, :] > n_min[:, None])
-    anchor = np.full(rows_n, np.nan)
-    if cols >= w:
-        anchor = median_last(y[:, :w])
     least = thr  # online, a step must reach the threshold itself (``_judge``)
     screen = np.zeros((rows_n, cols), dtype=bool)
     for m in range(2, min(p.max_run, cols) + 1):
@@ -128,8 +131,58 @@ def _online_pass(
         med = run_median(y, p.drift_nights)
         with np.errstate(invalid="ignore"):
             screen |= ((np.abs(med - anchor[:, None]) >= thr[:, None])
-                       & (col - p.drift_nights + 1 >= 2 * w))
-    screen &= live
+                       & (col - p.drift_nights + 1 >= 2 * p.window))
+    live = (col[None, :] < lengths[:, None]) & (col[None, :] > n_min[:, None])
+    return screen & live
+
+
+def _judge_first(
+    y: np.ndarray, level: np.ndarray, anchor: np.ndarray, r: np.ndarray, n: np.ndarray,
+    combos: list[tuple[int, int]], thr: np.ndarray, memory: np.ndarray, p: DetectorParams,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``.
+
+    Returns ``(index into combos or -1, direction up, p-value)`` per night.
+    """
+    best = np.full(r.size, -1)
+    best_up = np.zeros(r.size, dtype=bool)
+    best_pv = np.full(r.size, np.nan)
+    for i, (run_m, run_kind) in enumerate(combos):
+        todo = np.nonzero(best < 0)[0]
+        if todo.size == 0:
+            break
+        valid = n[todo] - run_m + 1 >= (p.min_baseline if run_kind == 0 else 2 * p.window)
+        todo = todo[valid]
+        if todo.size == 0:
+            continue
+        mm = np.full(todo.size, run_m)
+        kk = np.full(todo.size, run_kind)
+        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p)
+        best[todo[ok]] = i
+        best_up[todo[ok]] = up[ok]
+        best_pv[todo[ok]] = pv[ok]
+    return best, best_up, best_pv
+
+
+def _online_pass(
+    y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray,
+    memory: np.ndarray, p: DetectorParams, level: np.ndarray,
+) -> Found:
+    """First flag of every row, each row a segment starting at column 0 (its last reset).
+
+    Only nights ``n > n_min[row]`` may raise; ``level`` is the baseline median before each
+    night (``prev_median(y, window)``). Returns positions relative to the segment.
+    Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
+    threshold from the baseline; for runs of 4+ nights, half of them that far, counted without
+    a sort); the full rule then runs on the screened nights of each row in order, until the
+    row's first flag.
+    """
+    rows_n, cols = y.shape
+    w = p.window
+    anchor = np.full(rows_n, np.nan)
+    if cols >= w:
+        anchor = median_last(y[:, :w])
+    screen = _screen(y, lengths, n_min, thr, p, level, anchor)
     cr, cn = np.nonzero(screen)  # row-major: by row, then night
     e = np.zeros(0, dtype=int)
     if cr.size == 0:
@@ -151,23 +204,7 @@ def _online_pass(
         if sel.size == 0:
             break
         r, n = cr[sel], cn[sel]
-        best = np.full(sel.size, -1)
-        best_up = np.zeros(sel.size, dtype=bool)
-        best_pv = np.full(sel.size, np.nan)
-        for i, (run_m, run_kind) in enumerate(combos):
-            todo = np.nonzero(best < 0)[0]
-            if todo.size == 0:
-                break
-            mm = np.full(todo.size, run_m)
-            kk = np.full(todo.size, run_kind)
-            valid = n[todo] - run_m + 1 >= (p.min_baseline if run_kind == 0 else 2 * w)
-            todo, mm, kk = todo[valid], mm[valid], kk[valid]
-            if todo.size == 0:
-                continue
-            ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p)
-            best[todo[ok]] = i
-            best_up[todo[ok]] = up[ok]
-            best_pv[todo[ok]] = pv[ok]
+        best, best_up, best_pv = _judge_first(y, level, anchor, r, n, combos, thr, memory, p)
         hit = np.nonzero(best >= 0)[0]
         # the first hit of each row (hits are in row, then night order)
         _, first = np.unique(r[hit], return_index=True)

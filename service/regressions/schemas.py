@@ -48,17 +48,20 @@ class RegressionRead(BaseModel):
 
 
 class RegressionsPage(BaseModel):
+    """One page of regressions, newest first; ``next_cursor`` fetches the next."""
     items: list[RegressionRead]
     next_cursor: int | None
 
 
 class RegressionPatch(BaseModel):
+    """A triage update of one regression: its new state."""
     model_config = ConfigDict(extra="forbid")
 
     state: TriageState = Field(description="the triage state")
 
 
 class AlertRead(BaseModel):
+    """An alert: the regressions of one run raised together, and where it was filed."""
     id: int
     run_id: int
     night: date

@@ -9,16 +9,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput, NotFound
-from service.models import TRIAGE_STATES, Alert, Regression, Result, Run
+from service.models import TRIAGE_STATES, Alert, AlertStatus, Confirmation, Regression, Result, Run
 from service.regressions.detection import Assessment, Night, assess_night, confirm
-from service.results.service import ALERT_METRICS, series_history
+from service.series import ALERT_METRICS, series_history
 
 ThresholdFor = Callable[[str, str], float]
 
 
 def _night(result: Result, position: int, expected: bool = False, rerun: bool = False) -> Night:
     return Night(night=position, samples=tuple(float(s) for s in result.samples), expected=expected,
-                 rerun=rerun)
+                 rerun=rerun, date=result.night)
 
 
 def _expected_results(session: Session, series_keys: set[str]) -> set[int]:
@@ -84,6 +84,8 @@ def assess_run(
     """Assess every alertable metric of every successful result of ``run`` against its baseline.
 
     Args:
+        session: an open database session.
+        run: the run whose results are assessed.
         threshold_for: ``(metric, "model:mode") -> relative threshold``.
         baseline_nights: how many earlier nights the baseline may use.
         unstable: benchmark names (``model:mode:device``) marked unstable: shown, not alerted.
@@ -159,7 +161,7 @@ def pending_regressions(session: Session, *, run_id: int) -> list[Regression]:
     return list(session.scalars(
         select(Regression).where(
             Regression.run_id == run_id, Regression.alertable.is_(True),
-            Regression.direction == "regression", Regression.confirmation == "pending",
+            Regression.direction == "regression", Regression.confirmation == Confirmation.PENDING,
         ).order_by(Regression.id)
     ))
 
@@ -169,7 +171,7 @@ def reproduced_regressions(session: Session, *, run_id: int) -> list[Regression]
     return list(session.scalars(
         select(Regression).where(
             Regression.run_id == run_id, Regression.alertable.is_(True),
-            Regression.direction == "regression", Regression.confirmation == "reproduced",
+            Regression.direction == "regression", Regression.confirmation == Confirmation.REPRODUCED,
         ).order_by(Regression.id)
     ))
 
@@ -218,7 +220,7 @@ def apply_confirmation(
             regression.reason += f" Not reproduced by the confirmation re-run ({verdict.reason})."
     session.flush()
     for alert in session.scalars(select(Alert).where(
-            Alert.run_id == parent.id, Alert.kind == "regression", Alert.status == "open")):
+            Alert.run_id == parent.id, Alert.kind == "regression", Alert.status == AlertStatus.OPEN)):
         _refresh_alert(session, alert, parent)
     return reproduced
 
@@ -251,7 +253,7 @@ def range_start(session: Session, *, run: Run) -> Run | None:
         select(Run).join(Result, Result.run_id == Run.id)
         .join(Regression, Regression.first_result_id == Result.id)
         .where(Regression.run_id == run.id, Regression.direction == "regression",
-               Regression.alertable.is_(True), Regression.confirmation == "reproduced")
+               Regression.alertable.is_(True), Regression.confirmation == Confirmation.REPRODUCED)
     ).scalars().all()
     nights = [session.get(Run, r.parent_run_id) if r.kind == "confirm" and r.parent_run_id
               else r for r in firsts]
@@ -296,6 +298,11 @@ def set_state(session: Session, *, regression_id: int, state: str) -> Regression
 
 
 def list_alert_regressions(session: Session, *, alert_id: int) -> list[Regression]:
+    """The regressions of an alert, in id order.
+
+    Raises:
+        NotFound: no such alert.
+    """
     if session.get(Alert, alert_id) is None:
         raise NotFound(f"alert {alert_id} does not exist")
     return list(session.scalars(select(Regression).where(Regression.alert_id == alert_id).order_by(Regression.id)))

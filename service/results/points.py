@@ -79,11 +79,13 @@ class ErrorRow:
 
 @dataclass(frozen=True)
 class Points:
+    """A model's history as the charts read it: points per series, and the failed nights."""
     series: list[SeriesPoints]
     errors: list[ErrorRow]
 
 
 def model_exists(session: Session, model: str) -> bool:
+    """Whether any result of ``model`` is stored."""
     return session.scalar(select(Result.id).where(Result.model == model).limit(1)) is not None
 
 

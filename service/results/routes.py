@@ -20,11 +20,13 @@ from service.api import (
     json_response,
     url,
 )
+from service.benchmarks import benchmark_name
 from service.bisections.service import culprits_for_regressions
-from service.charts import MAX_PANELS, history_svg
 from service.deps import SessionDep, SettingsDep
 from service.errors import InvalidInput
+from service.results import catalog
 from service.results import history as hist
+from service.results.charts import MAX_PANELS, history_svg
 from service.results.schemas import HistoryRead, ModelsRead
 
 router = APIRouter(tags=["history"])
@@ -57,11 +59,12 @@ def list_models(
                                                       "when since is not given"),
 ) -> dict[str, Any]:
     """Models with their domain and the configurations measured in the period."""
-    used, rows = hist.list_models(session, since=since, days=days)
+    used, rows = catalog.list_models(session, since=since, days=days)
+    domains = catalog.model_domains(session, sorted({row[0] for row in rows}))
     models: dict[str, dict[str, Any]] = {}
     for model, mode, device, compiler, metric, unit, machine_id, first, last, count in rows:
         entry = models.setdefault(model, {
-            "name": model, "domain": hist.model_domain(model), "configurations": [],
+            "name": model, "domain": domains[model], "configurations": [],
             "history_url": url(f"/api/models/{model}/history"),
             "page_url": url(f"/models/{model}"),
         })
@@ -154,7 +157,8 @@ def model_page(
     ]
     flagged.sort(key=lambda r: str(r["night"]), reverse=True)
     return templates.TemplateResponse(request, "model.html", {
-        "model": model, "domain": hist.model_domain(model), "charts": charts,
+        "model": model, "domain": catalog.model_domains(session, [model])[model],
+        "charts": charts,
         "flagged": flagged[:50], "errors": history.errors[-20:],
         "json_url": url(f"/api/models/{model}/history", since=since),
         "csv_url": url(f"/api/models/{model}/history", since=since, format="csv"),
@@ -211,8 +215,7 @@ def _payload(history: hist.ModelHistory, culprits: dict[int, str]) -> dict[str, 
 
 
 def _benchmark(model: str, mode: str, device: str, compiler: str) -> str:
-    name = f"{model}:{mode}:{device}"
-    return name if compiler == "eager" else f"{name}:{compiler}"
+    return benchmark_name(model, mode, device, compiler)
 
 
 def _csv(history: hist.ModelHistory, culprits: dict[int, str]) -> str:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 
 class MachineRead(BaseModel):
+    """A machine results were measured on: its device class and fingerprint parts."""
     id: int
     device_class: str
     cpu_model: str | None
@@ -31,14 +32,16 @@ class ConfigurationRead(BaseModel):
 
 
 class ModelRead(BaseModel):
+    """A model and the configurations (mode, device, compiler) it was measured in."""
     name: str
-    domain: str | None = Field(description="from the suite's metadata; null for outside models")
+    domain: str | None = Field(description="as its records report it (the suite's metadata); null when none did")
     configurations: list[ConfigurationRead]
     history_url: str
     page_url: str
 
 
 class ModelsRead(BaseModel):
+    """Every model with stored results."""
     since: date | None = Field(description="configurations measured on or after this night")
     models: list[ModelRead]
 
@@ -76,6 +79,7 @@ class PointsRead(BaseModel):
 
 
 class SeriesRead(BaseModel):
+    """One series of a model: a metric of one benchmark on one machine and environment."""
     series_key: str
     benchmark: str = Field(description="model:mode:device[:compiler]")
     mode: str
@@ -92,6 +96,7 @@ class SeriesRead(BaseModel):
 
 
 class ErrorPointRead(BaseModel):
+    """A night the benchmark failed: its run, result and error text."""
     night: date
     run_id: int
     result_id: int
@@ -100,6 +105,7 @@ class ErrorPointRead(BaseModel):
 
 
 class HistoryRead(BaseModel):
+    """A model's history: its series and failed nights."""
     model: str
     series: list[SeriesRead]
     errors: list[ErrorPointRead]

@@ -20,14 +20,20 @@ import orjson
 from sqlalchemy import ARRAY, Integer, Table, any_, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from service.benchmarks import benchmark_name
 from service.errors import Conflict, InvalidInput
-from service.models import Job, Result, Run
+from service.models import Job, JobStatus, Machine, Result, Run, RunKind, RunStatus
 from service.models.base import utcnow
-from service.results.service import get_or_create_machine, machine_fingerprint, series_key
-from service.runs.service import BenchmarkSpec, create_run, get_run
+from service.results.records import (
+    Bench,
+    adopt_torch_build,
+    catalogue_models,
+    record_machine,
+    result_rows,
+)
+from service.runs.service import BenchmarkSpec, create_run, get_run, list_jobs
 
-FINISHED = ("complete", "incomplete", "failed")
-Bench = tuple[str, str, str, str]
+FINISHED = (RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunStatus.FAILED)
 
 
 @dataclass
@@ -41,16 +47,17 @@ class Completeness:
 
     @property
     def ended(self) -> int:
+        """Jobs that ended: done, error or missing."""
         return self.counts["done"] + self.counts["error"] + self.counts["missing"]
 
     @property
     def complete(self) -> bool:
+        """Every job ended and none is missing."""
         return self.total > 0 and self.ended == self.total and not self.counts["missing"]
 
 
 def _name(model: str, mode: str, device: str, compiler: str) -> str:
-    name = f"{model}:{mode}:{device}"
-    return name if compiler == "eager" else f"{name}:{compiler}"
+    return benchmark_name(model, mode, device, compiler)
 
 
 def _bench(record: dict[str, Any]) -> Bench:
@@ -65,9 +72,11 @@ def store_records(
     ``store_record`` costs several round trips per record (its idempotency check, the machine
     lookup, the insert); an ingest batch of hundreds of records instead checks idempotency once
     (the caller), looks up each distinct machine once, and inserts every result in one
-    executemany. The rows are the same: same series keys, machines, error results.
+    executemany. The rows are the same (both are made by
+    :func:`service.results.records.result_rows`): same series keys, machines, error results.
 
     Args:
+        session: an open database session.
         run: the run the records belong to.
         job_ids: the run's job id per ``(model, mode, device, compiler)``; every record's
             benchmark must be there.
@@ -79,53 +88,21 @@ def store_records(
     Raises:
         InvalidInput: a metric without samples or malformed (as ``store_record``).
     """
-    machines: dict[tuple[str, str], Any] = {}
+    machines: dict[str, Machine] = {}
     rows: list[dict[str, Any]] = []
     now = utcnow()
     for record in records:
-        model, mode, device, compiler = _bench(record)
-        environment = dict(record.get("environment") or {})
-        environment_json = orjson.dumps(environment).decode()
-        machine = None
-        if environment:
-            fp = (machine_fingerprint(environment, device), device)
-            machine = machines.get(fp)
-            if machine is None:
-                machine = machines[fp] = get_or_create_machine(
-                    session, environment=environment, device=device)
-        common = dict(
-            run_id=run.id, job_id=job_ids[(model, mode, device, compiler)],
-            machine_id=machine.id if machine else None, night=run.night, model=model, mode=mode,
-            device=device, compiler=compiler, batch_size=record.get("batch_size"),
-            environment=environment, environment_json=environment_json,
-            benchmark_version=record.get("benchmark_version"),
-            created_at=now, median=None, iqr=None, series_key=None, error=None,
-        )
-        if record.get("error"):
-            rows.append({**common, "metric": "latency", "unit": "ms", "samples": [],
-                         "sample_count": 0, "error": str(record["error"])})
-            continue
-        for m in record.get("metrics", []):
-            try:
-                samples = [float(x) for x in m["samples"]]
-                metric, unit = str(m["metric"]), str(m["unit"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise InvalidInput(f"{model}:{mode}:{device}: malformed metric {m!r}: {exc}") from exc
-            if not samples:
-                raise InvalidInput(f"{model}:{mode}:{device}: metric {metric!r} has no samples")
-            key = series_key(
-                model=model, mode=mode, device=device, compiler=compiler, metric=metric,
-                batch_size=record.get("batch_size"),
-                benchmark_version=record.get("benchmark_version"),
-                machine=machine.fingerprint if machine else "")
-            rows.append({**common, "metric": metric, "unit": unit, "samples": samples,
-                         "sample_count": len(samples), "median": m.get("median"),
-                         "iqr": m.get("iqr"), "series_key": key})
+        bench = _bench(record)
+        machine = record_machine(session, record, known=machines)
+        job_id = job_ids[bench]
+        mine = result_rows(record, machine=machine)
+        # The rows of a record share its environment: its JSON text is made once.
+        environment_json = orjson.dumps(mine[0]["environment"]).decode() if mine else ""
+        rows.extend({**row, "run_id": run.id, "job_id": job_id, "night": run.night,
+                     "created_at": now, "environment_json": environment_json} for row in mine)
     _insert_results(session, rows)
-    first_env = next((r.get("environment") for r in records if r.get("environment")), None)
-    if first_env and run.torch_version is None:
-        run.torch_version = first_env.get("torch_version")
-        run.torch_git_commit = first_env.get("torch_git_version")
+    catalogue_models(session, records)
+    adopt_torch_build(run, records)
     session.flush()
     return len(rows)
 
@@ -171,11 +148,11 @@ def _end_jobs(session: Session, ended: list[tuple[int, Any]]) -> None:
         # One array parameter on Postgres: hundreds of placeholders cost more to parse.
         ids = (table.c.id == any_(bindparam("ids", done, type_=ARRAY(Integer)))
                if conn.dialect.name == "postgresql" else table.c.id.in_(done))
-        conn.execute(update(table).where(ids).values(status="done", error=None, finished_at=now))
+        conn.execute(update(table).where(ids).values(status=JobStatus.DONE, error=None, finished_at=now))
     failed = [{"job_id": job_id, "reason": str(error)} for job_id, error in ended if error]
     if failed:
         conn.execute(update(table).where(table.c.id == bindparam("job_id"))
-                     .values(status="error", error=bindparam("reason"), finished_at=now), failed)
+                     .values(status=JobStatus.ERROR, error=bindparam("reason"), finished_at=now), failed)
     # The session's Job objects predate these updates.
     session.expire_all()
 
@@ -188,7 +165,7 @@ def completeness(session: Session, *, run_id: int, list_limit: int = 200) -> Com
     for status, target in (("missing", out.missing), (None, out.pending)):
         stmt = select(Job.model, Job.mode, Job.device, Job.compiler).where(Job.run_id == run_id)
         stmt = (stmt.where(Job.status == status) if status
-                else stmt.where(Job.status.in_(("queued", "running"))))
+                else stmt.where(Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING))))
         target.extend(_name(*row) for row in session.execute(stmt.order_by(Job.id).limit(list_limit)))
     return out
 
@@ -196,48 +173,106 @@ def completeness(session: Session, *, run_id: int, list_limit: int = 200) -> Com
 def create_ingest_run(
     session: Session, *, night: date, benchmarks: Sequence[BenchmarkSpec], torch_spec: str,
     torch_version: str | None, torch_git_commit: str | None, key: str | None,
-    note: str | None = None,
+    note: str | None = None, deadline_s: float | None = None,
 ) -> tuple[Run, bool]:
     """Create an ``ingest`` run expecting ``benchmarks``; with ``key``, at most once.
 
+    With ``deadline_s`` (the night's deadline, seconds from now), a run whose results have not
+    all been posted by then is swept like a night: its missing benchmarks are marked and
+    alerted, and detection runs on what came.
+
     Returns:
-        ``(run, created)``: ``created`` is False when ``key`` already named a run.
+        ``(run, created)``: ``created`` is False when ``key`` already named this same run.
 
     Raises:
         InvalidInput: no benchmarks or a benchmark listed twice.
-        Conflict: ``key`` names a run of another night.
+        Conflict: ``key`` names a run of another night, other benchmarks or another build.
     """
     if key is not None:
-        existing = session.scalar(
-            select(Run).where(Run.kind == "ingest", Run.options["ingest_key"].as_string() == key))
+        existing = ingest_run_by_key(session, key=key)
         if existing is not None:
-            if existing.night != night:
-                raise Conflict(f"key {key!r} already names run {existing.id} of night "
-                               f"{existing.night}, not {night}")
+            _check_same_request(session, existing, key=key, night=night, benchmarks=benchmarks,
+                                torch_version=torch_version, torch_git_commit=torch_git_commit)
             return existing, False
     run = create_run(session, night=night, benchmarks=benchmarks, torch_spec=torch_spec,
-                     kind="ingest", options={"ingest_key": key} if key else {})
+                     kind=RunKind.INGEST, options={"ingest_key": key} if key else {},
+                     deadline_s=deadline_s)
     run.torch_version = torch_version
     run.torch_git_commit = torch_git_commit
     run.note = note
-    run.status = "running"
+    run.status = RunStatus.RUNNING
     run.started_at = utcnow()
     session.flush()
     return run, True
 
 
+def ingest_run_by_key(session: Session, *, key: str) -> Run | None:
+    """The ingest run that ``key`` made, or None."""
+    return session.scalar(
+        select(Run).where(Run.kind == "ingest", Run.options["ingest_key"].as_string() == key))
+
+
+def _check_same_request(
+    session: Session, existing: Run, *, key: str, night: date,
+    benchmarks: Sequence[BenchmarkSpec], torch_version: str | None, torch_git_commit: str | None,
+) -> None:
+    """Raise Conflict unless a repeated ``key`` asks for the run it already made."""
+    said = f"key {key!r} already names run {existing.id}"
+    if existing.night != night:
+        raise Conflict(f"{said} of night {existing.night}, not {night}")
+    expected = sorted(j.benchmark for j in list_jobs(session, run_id=existing.id))
+    if sorted(b.name for b in benchmarks) != expected:
+        raise Conflict(f"{said} with other benchmarks ({', '.join(expected)}); "
+                       f"a new request needs a new key")
+    for name, old, new in (("torch_version", existing.torch_version, torch_version),
+                            ("torch_git_commit", existing.torch_git_commit, torch_git_commit)):
+        if old != new:
+            raise Conflict(f"{said} with {name} {old!r}, not {new!r}")
+
+
 @dataclass(frozen=True)
 class IngestOutcome:
+    """What an ingest stored: the run, new records, and records the run already had."""
     run: Run
     stored: int
     already_stored: int
     results: int
 
 
+def _fresh_records(run: Run, status: dict[Bench, str], records: Sequence[dict[str, Any]],
+                   ) -> tuple[list[dict[str, Any]], int]:
+    """The records the run does not hold yet, and how many it already holds.
+
+    Raises:
+        Conflict: the run has finished and a record is new (an ``incomplete`` run still takes
+            the records of its ``missing`` benchmarks).
+    """
+    fresh: list[dict[str, Any]] = []
+    seen: set[Bench] = set()
+    already = 0
+    for record in records:
+        bench = _bench(record)
+        if bench in seen or status[bench] in (JobStatus.DONE, JobStatus.ERROR):
+            already += 1
+            continue
+        # Data that missed the deadline is still data: an incomplete run takes the records of
+        # its missing benchmarks (stored for their series; the night was judged without them,
+        # and the missing-data issue is told they came).
+        late = run.status == RunStatus.INCOMPLETE and status[bench] == JobStatus.MISSING
+        if run.status in FINISHED and not late:
+            raise Conflict(f"run {run.id} is {run.status}; it takes no new results "
+                           f"({_name(*bench)} was never reported)")
+        seen.add(bench)
+        fresh.append(record)
+    return fresh, already
+
+
 def ingest_records(session: Session, *, run_id: int, records: Sequence[dict[str, Any]]) -> IngestOutcome:
     """Store suite records as results of ingest run ``run_id`` and end their jobs.
 
     Args:
+        session: an open database session.
+        run_id: the ingest run.
         records: suite records (``suite/records.py`` shape), validated by the caller's schema.
 
     Returns:
@@ -245,7 +280,9 @@ def ingest_records(session: Session, *, run_id: int, records: Sequence[dict[str,
 
     Raises:
         NotFound: no such run.
-        Conflict: the run is not an ``ingest`` run, or it has finished and a record is new.
+        Conflict: the run is not an ``ingest`` run, or it has finished and a record is new
+            (an ``incomplete`` run takes the records of its ``missing`` benchmarks: late data
+            is stored, its jobs end ``done``, the run stays ``incomplete``).
         InvalidInput: a record's benchmark is not one the run expects, or a record is malformed
             (see ``store_record``).
     """
@@ -266,26 +303,16 @@ def ingest_records(session: Session, *, run_id: int, records: Sequence[dict[str,
         raise InvalidInput(f"run {run_id} does not expect {', '.join(unknown[:10])}"
                            + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
                            + "; list every benchmark when creating the run")
-    fresh: list[dict[str, Any]] = []
-    seen: set[Bench] = set()
-    already = 0
-    for record in records:
-        bench = _bench(record)
-        if bench in seen or jobs[bench][1] in ("done", "error"):
-            already += 1
-            continue
-        if run.status in FINISHED:
-            raise Conflict(f"run {run_id} is {run.status}; it takes no new results "
-                           f"({_name(*bench)} was never reported)")
-        seen.add(bench)
-        fresh.append(record)
+    fresh, already = _fresh_records(run, {bench: status for bench, (_, status) in jobs.items()},
+                                    records)
     job_ids = {bench: job_id for bench, (job_id, _) in jobs.items()}
     rows = store_records(session, run=run, job_ids=job_ids, records=fresh)
     if fresh:
         _end_jobs(session, [(job_ids[_bench(r)], r.get("error")) for r in fresh])
     stored = len(fresh)
-    if stored and not session.scalar(select(func.count()).select_from(Job).where(
-            Job.run_id == run_id, Job.status.in_(("queued", "running")))):
+    if stored and run.status not in FINISHED and not session.scalar(
+            select(func.count()).select_from(Job).where(
+                Job.run_id == run_id, Job.status.in_(("queued", "running")))):
         # Every benchmark reported: detection follows on the workers' periodic sweep.
         run.status = "detecting"
         session.flush()

@@ -9,7 +9,14 @@ Shape of :func:`run_report` (also ``nightbench report --json``)::
                   "error"}, ...],
      "regressions": [{"id", "benchmark", "metric", "direction", "baseline", "value", "change",
                       "p_value", "confirmation", "state", "alertable", "reason"}, ...],
-     "alerts": [{"id", "kind", "status", "summary"}, ...]}
+     "alerts": [{"id", "kind", "status", "summary"}, ...],
+     "environment_changes": ["build variant cpu → cu130: an environment change, not a regression",
+                             ...]}
+
+``environment_changes`` compares the build identity of tonight's results (``torch_variant``,
+``requirements_hash``; ``service/results/records.py``) with the previous run's: such a change
+starts new series (no baseline), so the report says why instead of leaving it to look like a
+regression or a gap.
 """
 
 from __future__ import annotations
@@ -22,13 +29,62 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.models import Alert, Job, Regression, Run
+from service.models import Alert, Confirmation, Job, Regression, Result, Run
 from service.regressions.service import assess_run, history_nights
+from service.results.records import build_identity
 from service.runs.service import get_run, run_results
 
 
 def latest_run_id(session: Session, *, kind: str = "nightly") -> int | None:
+    """The newest run of ``kind`` (``nightly``, ``confirmation``, ...), or None if there is none."""
     return session.scalar(select(Run.id).where(Run.kind == kind).order_by(Run.id.desc()).limit(1))
+
+
+def environment_changes(
+    previous: dict[str, Any] | None, tonight: dict[str, Any] | None
+) -> list[str]:
+    """What changed in the build's identity between two runs' environments, as report lines.
+
+    Args:
+        previous: an environment of the previous run's results (None: no previous run).
+        tonight: an environment of this run's results (None: no result with one).
+
+    Returns:
+        One line per changed part, e.g. ``"build variant cpu → cu130: an environment change, not
+        a regression"``; empty when nothing changed or either side is unknown.
+    """
+    if not previous or not tonight:
+        return []
+    (old_variant, old_reqs), (new_variant, new_reqs) = (build_identity(previous),
+                                                        build_identity(tonight))
+    lines = []
+    if old_variant != new_variant:
+        lines.append(f"build variant {old_variant or 'none'} → {new_variant or 'none'}: "
+                     "an environment change, not a regression")
+    if old_reqs != new_reqs:
+        lines.append(f"suite requirements {old_reqs[:12] or 'unrecorded'} → "
+                     f"{new_reqs[:12] or 'unrecorded'}: an environment change, not a regression")
+    return lines
+
+
+def _run_environment(session: Session, run_id: int | None) -> dict[str, Any] | None:
+    """The environment of one measured result of the run (None when it has none)."""
+    if run_id is None:
+        return None
+    return session.scalar(
+        select(Result.environment)
+        .where(Result.run_id == run_id, Result.error.is_(None))
+        .order_by(Result.id).limit(1)
+    ) or None
+
+
+def _previous_run_id(session: Session, run: Run) -> int | None:
+    if run.previous_run_id is not None:
+        return run.previous_run_id
+    return session.scalar(
+        select(Run.id).where(Run.kind == run.kind, Run.night < run.night)
+        .order_by(Run.night.desc(), Run.id.desc()).limit(1)
+    )
 
 
 def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str, Any]:
@@ -60,7 +116,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
         if reg is not None and reg.direction == "regression":
             verdict = {"reproduced": "regression", "not_reproduced": "not reproduced",
                        "pending": "flagged", "not_possible": "flagged"}[reg.confirmation]
-            if not reg.alertable and reg.confirmation != "not_reproduced":
+            if not reg.alertable and reg.confirmation != Confirmation.NOT_REPRODUCED:
                 verdict = "regression (unstable)"
         results.append({
             "benchmark": res.benchmark, "model": res.model, "mode": res.mode, "device": res.device,
@@ -86,4 +142,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
             "reason": r.reason,
         } for r in regs],
         "alerts": [{"id": a.id, "kind": a.kind, "status": a.status, "summary": a.summary} for a in alerts],
+        "environment_changes": environment_changes(
+            _run_environment(session, _previous_run_id(session, run)),
+            _run_environment(session, run.id)),
     }

@@ -27,6 +27,7 @@ router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 
 def summary(run: Run) -> dict[str, Any]:
+    """A run as its summary reads it (the ``RunSummaryRead`` fields)."""
     return {
         "id": run.id, "night": run.night, "kind": run.kind, "status": run.status,
         "torch_spec": run.torch_spec, "torch_version": run.torch_version,
@@ -102,7 +103,7 @@ def compare(
     alpha: float = Query(0.01, gt=0, lt=1, description="significance level"),
 ) -> dict[str, Any]:
     """Per benchmark metric of both runs: ratio of medians (b / a) and the Mann-Whitney U
-    significance on the raw samples."""
+    significance over processes (each run's result and its re-runs), one median per process."""
     run_a, run_b = get_run(session, a), get_run(session, b)
     result = compare_runs(session, a=a, b=b, alpha=alpha,
                           threshold_for=lambda m, bench: settings.threshold_for(m, bench))
@@ -116,14 +117,15 @@ def compare(
 @router.post("", response_model=RunRead, status_code=201,
              responses={**errors(400, 401, 409, 422), 200: {"model": RunRead,
                                                         "description": "the run this key made"}})
-def create_run(body: RunCreate, session: SessionDep, token: TokenDep, response: Response) -> dict[str, Any]:
+def create_run(body: RunCreate, session: SessionDep, token: TokenDep, response: Response,
+               settings: SettingsDep) -> dict[str, Any]:
     """Create a run whose results a runner will post (kind ``ingest``). Needs a token."""
     specs = [BenchmarkSpec(model=b.model, mode=b.mode, device=b.device, compiler=b.compiler,
                            batch_size=b.batch_size, queue="ingest") for b in body.benchmarks]
     run, created = ingest.create_ingest_run(
         session, night=body.night, benchmarks=specs, torch_spec=body.torch_spec,
         torch_version=body.torch_version, torch_git_commit=body.torch_git_commit, key=body.key,
-        note=body.note)
+        note=body.note, deadline_s=settings.night_deadline_s)
     if not created:
         response.status_code = 200
     return read_run(run.id, session)

@@ -10,8 +10,9 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
+from service.benchmarks import benchmark_name
 from service.errors import InvalidInput, NotFound
-from service.models import JOB_ENDED, Alert, Job, Result, Run
+from service.models import JOB_ENDED, Alert, Job, JobStatus, Result, Run, RunKind, RunStatus
 from service.models.base import utcnow
 
 MODES = ("train", "eval")
@@ -42,13 +43,13 @@ class BenchmarkSpec:
 
     @property
     def name(self) -> str:
-        base = f"{self.model}:{self.mode}:{self.device}"
-        return base if self.compiler == "eager" else f"{base}:{self.compiler}"
+        """The benchmark's name, ``model:mode:device[:compiler]``."""
+        return benchmark_name(self.model, self.mode, self.device, self.compiler)
 
 
 def create_run(
     session: Session, *, night: date, benchmarks: Sequence[BenchmarkSpec], torch_spec: str = "current",
-    kind: str = "nightly", parent_run_id: int | None = None, deadline_s: float | None = None,
+    kind: str = RunKind.NIGHTLY, parent_run_id: int | None = None, deadline_s: float | None = None,
     commit_range: list[dict[str, Any]] | None = None, options: dict[str, Any] | None = None,
 ) -> Run:
     """Create a queued run with one job per benchmark.
@@ -63,11 +64,12 @@ def create_run(
         dupes = sorted({n for n in names if names.count(n) > 1})
         raise InvalidInput(f"benchmarks listed twice: {', '.join(dupes)}")
     previous = session.scalar(
-        select(Run).where(Run.kind == "nightly", Run.night <= night, Run.status.in_(("complete", "incomplete")))
+        select(Run).where(Run.kind == RunKind.NIGHTLY, Run.night <= night,
+                          Run.status.in_((RunStatus.COMPLETE, RunStatus.INCOMPLETE)))
         .order_by(Run.night.desc(), Run.id.desc()).limit(1)
-    ) if kind == "nightly" else None
+    ) if kind == RunKind.NIGHTLY else None
     run = Run(
-        night=night, kind=kind, torch_spec=torch_spec, parent_run_id=parent_run_id, status="queued",
+        night=night, kind=kind, torch_spec=torch_spec, parent_run_id=parent_run_id, status=RunStatus.QUEUED,
         expected_jobs=len(benchmarks), previous_run_id=previous.id if previous else None,
         commit_range=commit_range, options=options or {},
         deadline_at=utcnow() + timedelta(seconds=deadline_s) if deadline_s else None,
@@ -76,7 +78,7 @@ def create_run(
     session.flush()
     session.add_all(
         Job(run_id=run.id, model=b.model, mode=b.mode, device=b.device, compiler=b.compiler,
-            batch_size=b.batch_size, queue=b.queue, status="queued")
+            batch_size=b.batch_size, queue=b.queue, status=JobStatus.QUEUED)
         for b in benchmarks
     )
     session.flush()
@@ -103,25 +105,49 @@ def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job:
 
 
 def list_jobs(session: Session, *, run_id: int) -> list[Job]:
+    """The run's jobs in id order."""
     return list(session.scalars(select(Job).where(Job.run_id == run_id).order_by(Job.id)))
 
 
 def start_job(session: Session, *, job: Job, worker: str) -> None:
     """Mark ``job`` running on ``worker`` and count the attempt; its run starts too."""
-    job.status = "running"
+    job.status = JobStatus.RUNNING
     job.attempts += 1
     job.worker = worker
-    job.started_at = utcnow()
+    job.started_at = job.heartbeat_at = utcnow()
     session.execute(
-        update(Run).where(Run.id == job.run_id, Run.status == "queued")
-        .values(status="running", started_at=utcnow())
+        update(Run).where(Run.id == job.run_id, Run.status == RunStatus.QUEUED)
+        .values(status=RunStatus.RUNNING, started_at=utcnow())
     )
     session.flush()
 
 
+def beat_job(session: Session, *, job_id: int, worker: str) -> bool:
+    """Write a running job's heartbeat (now); False when ``worker`` no longer holds it."""
+    done = cast(CursorResult[Any], session.execute(
+        update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.worker == worker)
+        .values(heartbeat_at=utcnow())))
+    return bool(done.rowcount)
+
+
+def last_sign_of_life(job: Job) -> datetime | None:
+    """When the worker running ``job`` was last heard of: its heartbeat, else its start."""
+    return job.heartbeat_at or job.started_at
+
+
+def lost_jobs(session: Session, *, silent_since: datetime) -> list[Job]:
+    """Running jobs of open runs whose worker has not been heard of since ``silent_since``,
+    locked for update (skipping rows another sweep holds), in id order."""
+    stmt = (select(Job).join(Run, Run.id == Job.run_id)
+            .where(Job.status == JobStatus.RUNNING, Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)),
+                   func.coalesce(Job.heartbeat_at, Job.started_at) < silent_since)
+            .order_by(Job.id).with_for_update(of=Job, skip_locked=True))
+    return list(session.scalars(stmt))
+
+
 def end_job(session: Session, *, job: Job, error: str | None) -> None:
     """Mark ``job`` done (or error, with its reason)."""
-    job.status = "error" if error else "done"
+    job.status = JobStatus.ERROR if error else JobStatus.DONE
     job.error = error
     job.finished_at = utcnow()
     session.flush()
@@ -143,8 +169,8 @@ def begin_finishing(session: Session, *, run_id: int) -> bool:
     if jobs_pending(session, run_id=run_id):
         return False
     moved = cast(CursorResult[Any], session.execute(
-        update(Run).where(Run.id == run_id, Run.status.in_(("queued", "running")))
-        .values(status="detecting")
+        update(Run).where(Run.id == run_id, Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))
+        .values(status=RunStatus.DETECTING)
     )).rowcount
     session.flush()
     return bool(moved)
@@ -154,9 +180,9 @@ def finish_run(session: Session, *, run: Run, status: str | None = None) -> None
     """Close the run: ``complete``, or ``incomplete`` when a job went missing."""
     if status is None:
         missing = session.scalar(
-            select(func.count()).select_from(Job).where(Job.run_id == run.id, Job.status == "missing")
+            select(func.count()).select_from(Job).where(Job.run_id == run.id, Job.status == JobStatus.MISSING)
         )
-        status = "incomplete" if missing else "complete"
+        status = RunStatus.INCOMPLETE if missing else RunStatus.COMPLETE
     run.status = status
     run.finished_at = utcnow()
     session.flush()
@@ -176,7 +202,7 @@ def mark_missing(session: Session, *, run_id: int, now: datetime | None = None) 
         select(Job).where(Job.run_id == run_id, Job.status.not_in(JOB_ENDED)).with_for_update()
     ))
     for job in jobs:
-        job.status = "missing"
+        job.status = JobStatus.MISSING
         job.error = f"no report by the deadline {run.deadline_at:%Y-%m-%d %H:%M} UTC"
         job.finished_at = now
     if jobs:
@@ -195,7 +221,44 @@ def _aware(ts: datetime) -> datetime:
 
 
 def run_results(session: Session, *, run_id: int) -> list[Result]:
+    """The run's results (errors included)."""
     return list(session.scalars(
         select(Result).where(Result.run_id == run_id)
         .order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
     ))
+
+
+def run_records(session: Session, *, run_id: int) -> list[dict[str, Any]]:
+    """The run's results as suite records (``suite/records.py`` shape), one per benchmark.
+
+    The inverse of ``service.results.records.result_rows``: a benchmark's result rows (one per
+    metric) become one record with its metrics (samples, median and IQR in the stored units:
+    ms, bytes); an error result becomes a record with ``error`` and no metrics.
+
+    Args:
+        session: an open database session.
+        run_id: the run.
+
+    Returns:
+        Records ordered by model, mode, device and compiler.
+
+    Raises:
+        NotFound: no such run.
+    """
+    get_run(session, run_id)
+    records: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for result in run_results(session, run_id=run_id):
+        bench = (result.model, result.mode, result.device, result.compiler)
+        record = records.setdefault(bench, {
+            "model": result.model, "mode": result.mode, "device": result.device,
+            "compiler": result.compiler, "batch_size": result.batch_size,
+            "benchmark_version": result.benchmark_version,
+            "environment": dict(result.environment or {}), "metrics": [], "error": None,
+        })
+        if result.error:
+            record["error"] = result.error
+            continue
+        record["metrics"].append({"metric": result.metric, "unit": result.unit,
+                                  "samples": list(result.samples or []), "median": result.median,
+                                  "iqr": result.iqr})
+    return list(records.values())

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from service.errors import InvalidInput
 from service.models.base import utcnow
 from service.models.stability import BenchmarkStability
-from service.results.service import get_or_create_machine
+from service.results.records import get_or_create_machine
 
 BenchmarkKey = tuple[str, str, str, str]  # (model, mode, device, compiler)
 _REQUIRED = ("model", "mode", "device", "repeats", "threshold")

@@ -18,6 +18,7 @@ from service.main import create_app
 from service.models import Regression, Result, Run
 from service.results.service import store_record
 from service.runs.service import BenchmarkSpec, create_run, end_job, finish_run, list_jobs
+from suite.registry import model_domain
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 CPU_ENV = {"cpu_model": "Test CPU 3000", "threads": 1, "cpu_count": 2, "device_class": "cpu",
@@ -61,7 +62,9 @@ def make_record(model: str, mode: str, metrics: dict[str, list[float]], *, devic
     units = {"latency": "ms"}
     return {
         "model": model, "mode": mode, "device": device, "compiler": compiler, "batch_size": 4,
-        "benchmark_version": "v1", "environment": {**CPU_ENV, **(env or {})},
+        "benchmark_version": "v1",
+        # As the harness writes it: the suite's own models carry their domain.
+        "environment": {**CPU_ENV, "model_domain": model_domain(model), **(env or {})},
         "metrics": [] if error else [
             {"metric": m, "unit": units.get(m, "bytes"), "samples": s,
              "median": float(np.median(s)),

@@ -13,8 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import Result
+from service.regressions.baseline import baseline_track
 from service.regressions.detection import DEFAULT_PARAMS, Night, assess_night
-from service.results.history import baseline_track
 from tests.api.conftest import add_night, flag, latency_series, make_record, night, rows
 
 N = 24

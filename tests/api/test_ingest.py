@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 from fastapi.testclient import TestClient
@@ -9,6 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.auth import hash_token
+from service.config import Settings
+from service.main import create_app
 from service.models import ApiToken, Result, Run
 from service.models.base import utcnow
 from service.results.service import store_record
@@ -116,8 +119,8 @@ def test_nightly_runs_take_no_posted_results(client: TestClient, db: Session, au
     assert r.status_code == 409 and "is a nightly run" in r.json()["detail"]
 
 
-def test_finished_ingest_run_refuses_new_benchmarks(client: TestClient, db: Session,
-                                                    auth: dict) -> None:
+def test_an_incomplete_ingest_run_takes_only_its_missing_benchmarks_late(
+        client: TestClient, db: Session, auth: dict) -> None:
     r = client.post("/api/runs", headers=auth, json={
         "night": "2026-03-01", "benchmarks": BENCHES, "key": "late"})
     run_id = r.json()["id"]
@@ -131,12 +134,17 @@ def test_finished_ingest_run_refuses_new_benchmarks(client: TestClient, db: Sess
         "dcgan:train:cpu"]
     finish_run(db, run=db.get(Run, run_id))
     db.flush()
+    # Its shard's post comes late: stored for its series, the run stays incomplete.
     r = client.post(url, json=[_record("train")], headers=auth)
-    assert r.status_code == 409
-    assert r.json()["detail"] == (f"run {run_id} is incomplete; it takes no new results "
-                                  "(dcgan:train:cpu was never reported)")
-    # A repeat of what it holds is still answered as stored.
-    assert client.post(url, json=[_record("eval")], headers=auth).json()["already_stored"] == 1
+    assert r.status_code == 200 and r.json()["stored"] == 1, r.text
+    assert r.json()["status"] == "incomplete"
+    db.expire_all()
+    assert {j.benchmark: j.status for j in list_jobs(db, run_id=run_id)} == {
+        "dcgan:eval:cpu": "done", "dcgan:train:cpu": "done"}
+    # A repeat of what it holds is still answered as stored, never stored twice.
+    for mode in ("eval", "train"):
+        again = client.post(url, json=[_record(mode, level=50.0)], headers=auth).json()
+        assert (again["stored"], again["already_stored"]) == (0, 1)
 
 
 def test_bulk_store_writes_the_rows_store_record_writes(db: Session) -> None:
@@ -164,3 +172,85 @@ def test_bulk_store_writes_the_rows_store_record_writes(db: Session) -> None:
     assert written == 3
     assert rows(bulk.id) == rows(one.id)
     assert db.get(type(bulk), bulk.id).torch_version == "2.13.0.dev20260301"
+
+
+def test_ingest_takes_signed_growth_and_refuses_what_it_cannot_store_by_name(
+    client: TestClient, db: Session, auth: dict
+) -> None:
+    run = _create(client, auth)
+    url = f"/api/runs/{run['id']}/results"
+
+    def refused(record: dict, *names: str) -> None:
+        r = client.post(url, json=[record], headers=auth)
+        assert r.status_code == 422, r.text
+        for name in names:
+            assert name in r.json()["detail"], r.json()["detail"]
+
+    for field, value, names in (
+        ("error", "Segmentation fault\x00 in aten", ("error", "U+0000")),
+        ("environment", {"hostname": "gpu-07\x00"}, ("environment.hostname", "control")),
+        ("environment", {"torch_version": {"major": 2}}, ("environment.torch_version", "object")),
+        ("environment", {"threads": "four"}, ("environment.threads", "string")),
+    ):
+        record = _record("eval")
+        record[field] = {**record[field], **value} if isinstance(value, dict) else value
+        refused(record, *names)
+    shrank = _record("eval")
+    shrank["metrics"].append({"metric": "cpu_peak_mem_total", "unit": "bytes", "samples": [-1.0]})
+    refused(shrank, "cpu_peak_mem_total", ">= 0")
+    assert db.scalar(select(func.count()).select_from(Result).where(
+        Result.run_id == run["id"])) == 0
+
+    # Memory growth is negative when the process's RSS shrank: stored as the suite wrote it.
+    grew_less = _record("eval")
+    grew_less["metrics"].append({"metric": "mem_growth", "unit": "bytes", "samples": [-4096.0]})
+    r = client.post(url, json=[grew_less], headers=auth)
+    assert r.status_code == 200, r.text
+    stored = db.scalar(select(Result.samples).where(Result.run_id == run["id"],
+                                                    Result.metric == "mem_growth"))
+    assert stored == [-4096.0]
+
+
+def test_malformed_json_is_a_bad_request(client: TestClient, auth: dict) -> None:
+    r = client.post("/api/runs", content=b'{"night": "2026-03-01", "benchmarks": [',
+                    headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["detail"].startswith("request body: malformed JSON")
+
+
+def test_a_body_over_the_limit_is_refused_before_any_token_or_parse(db: Session) -> None:
+    conn = db.connection()
+    app = create_app(settings=Settings(api_max_request_bytes=4096), session_factory=lambda: Session(
+        bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False))
+    big = b'{"night": "2026-03-01", "note": "' + b"x" * 100_000 + b'"}'
+    with TestClient(app, raise_server_exceptions=False) as c:
+        # No token at all: the size answers first, the body is never parsed.
+        r = c.post("/api/runs", content=big, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and "4096 bytes" in r.json()["detail"]
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+            for i in range(0, len(big), 1000):
+                yield big[i:i + 1000]
+
+        r = c.post("/api/runs", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+        # Under the limit the request goes on to the token check as before.
+        r = c.post("/api/runs", json={"night": "2026-03-01", "benchmarks": BENCHES})
+        assert r.status_code == 401
+
+
+def test_a_key_reused_for_another_request_is_a_conflict_and_runs_have_a_deadline(
+    client: TestClient, db: Session, auth: dict
+) -> None:
+    run = _create(client, auth, key="ci-run-9")
+    stored = db.get(Run, run["id"])
+    assert stored.deadline_at is not None  # swept like a night if results never come
+    assert timedelta(hours=5) < stored.deadline_at - utcnow() <= timedelta(hours=6)
+    assert _create(client, auth, key="ci-run-9")["id"] == run["id"]  # the same request: fine
+    for change, says in (({"benchmarks": BENCHES[:1]}, "with other benchmarks"),
+                         ({"torch_version": "2.14.0"}, "with torch_version '2.13.0.dev20260301'")):
+        body = {"night": "2026-03-01", "benchmarks": BENCHES,
+                "torch_version": "2.13.0.dev20260301", "torch_git_commit": "f" * 40,
+                "key": "ci-run-9", **change}
+        r = client.post("/api/runs", json=body, headers=auth)
+        assert r.status_code == 409 and says in r.json()["detail"], r.text
+    assert db.scalar(select(func.count()).select_from(Run).where(Run.kind == "ingest")) == 1

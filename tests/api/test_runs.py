@@ -7,11 +7,13 @@ from datetime import timedelta
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from scipy.stats import mannwhitneyu
 from sqlalchemy.orm import Session
 
+from service.models import Run
 from service.models.base import utcnow
 from service.results.service import store_record
-from service.runs.compare import compare_samples
+from service.runs.compare import compare_processes, smallest_p_value
 from service.runs.service import (
     BenchmarkSpec,
     create_run,
@@ -83,23 +85,46 @@ def test_run_detail_reports_results_errors_and_completeness(client: TestClient, 
     assert client.get("/api/runs/2147483000").json() == {"detail": "run 2147483000 does not exist"}
 
 
+def _processes(db: Session, first: int, levels: dict[str, float], n: int,
+               memory: dict[str, float] | None = None) -> Run:
+    """A night measured in ``n`` processes: a nightly run and ``n - 1`` confirmation re-runs.
+
+    Each process's level moves by ~3% (as processes of one build do here), its 15 iterations by
+    1% around it; ``memory`` adds one peak-memory value (bytes) per process.
+    """
+    rng = np.random.default_rng(first)
+    runs = []
+    for i in range(n):
+        records = [make_record(model, "eval", {
+            "latency": _lat(level * float(np.exp(rng.normal(0, 0.03))), first * 100 + i),
+            **({"cpu_peak_mem": [memory[model] * float(np.exp(rng.normal(0, 0.03)))]}
+               if memory and model in memory else {})})
+            for model, level in levels.items()]
+        runs.append(add_night(db, night(first), records, kind="nightly" if i == 0 else "confirm"))
+    for child in runs[1:]:
+        child.parent_run_id = runs[0].id
+    db.flush()
+    return runs[0]
+
+
 def test_compare_flags_a_real_slowdown_only(client: TestClient, db: Session) -> None:
-    a = add_night(db, night(0), [make_record("dcgan", "eval", {"latency": _lat(3.0, 1)}),
-                                 make_record("unet", "eval", {"latency": _lat(8.0, 2)}),
-                                 make_record("vit", "eval", {"latency": _lat(5.0, 3)})])
-    b = add_night(db, night(1), [make_record("dcgan", "eval", {"latency": _lat(3.6, 4)}),
-                                 make_record("unet", "eval", {"latency": _lat(8.0, 5)}),
-                                 make_record("centernet", "eval", {"latency": _lat(5.0, 6)})])
+    a = _processes(db, 0, {"dcgan": 3.0, "unet": 8.0, "vit": 5.0}, 5, memory={"dcgan": 4e8})
+    b = _processes(db, 1, {"dcgan": 3.6, "unet": 8.0, "centernet": 5.0}, 5, memory={"dcgan": 8e8})
     r = client.get(f"/api/runs/{a.id}/compare/{b.id}")
     assert r.status_code == 200, r.text
     body = r.json()
-    rows = {c["benchmark"]: c for c in body["comparisons"]}
-    assert set(rows) == {"dcgan:eval:cpu", "unet:eval:cpu"}
-    slow = rows["dcgan:eval:cpu"]
+    rows = {(c["benchmark"], c["metric"]): c for c in body["comparisons"]}
+    assert set(rows) == {("dcgan:eval:cpu", "latency"), ("dcgan:eval:cpu", "cpu_peak_mem"),
+                         ("unet:eval:cpu", "latency")}
+    slow = rows["dcgan:eval:cpu", "latency"]
+    assert (slow["a_processes"], slow["b_processes"], slow["a_samples"]) == (5, 5, 75)
     assert slow["ratio"] == pytest.approx(slow["b_median"] / slow["a_median"])
-    assert slow["ratio"] == pytest.approx(1.2, abs=0.02)
-    assert slow["significant"] and slow["p_value"] < 1e-4 and slow["verdict"] == "regression"
-    same = rows["unet:eval:cpu"]
+    assert slow["ratio"] == pytest.approx(1.2, abs=0.05)
+    # Every b process above every a process: the smallest p that 5 against 5 can give.
+    assert slow["p_value"] == pytest.approx(2 / 252) and slow["verdict"] == "regression"
+    memory = rows["dcgan:eval:cpu", "cpu_peak_mem"]
+    assert memory["ratio"] == pytest.approx(2.0, abs=0.15) and memory["verdict"] == "regression"
+    same = rows["unet:eval:cpu", "latency"]
     assert not same["significant"] and same["verdict"] == "not significant"
     assert body["only_in_a"] == ["vit:eval:cpu latency"]
     assert body["only_in_b"] == ["centernet:eval:cpu latency"]
@@ -107,10 +132,46 @@ def test_compare_flags_a_real_slowdown_only(client: TestClient, db: Session) -> 
     assert client.get(f"/api/runs/{a.id}/compare/{b.id}", params={"alpha": 2}).status_code == 422
 
 
-def test_compare_samples_edge_cases() -> None:
-    assert compare_samples([5.0, 5.0], [5.0, 5.0], alpha=0.01, threshold=0.07) == (
+def test_compare_with_one_process_a_side_says_not_enough_never_a_regression(
+    client: TestClient, db: Session
+) -> None:
+    # Same build, one process each: the second happens to sit 8% higher, its iterations tight.
+    # A test on the iterations (15 against 15) would call that a significant regression.
+    a = add_night(db, night(0), [make_record("dcgan", "eval", {
+        "latency": _lat(3.0, 1), "cpu_peak_mem": [4.0e8]})])
+    b = add_night(db, night(1), [make_record("dcgan", "eval", {
+        "latency": _lat(3.24, 2), "cpu_peak_mem": [8.0e8]})])
+    iterations = compare_processes(_lat(3.0, 1), _lat(3.24, 2), alpha=0.01, threshold=0.07)
+    assert iterations[3] == "regression", "the trap this test is about: iterations as replicates"
+    rows = client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["comparisons"]
+    assert {c["metric"] for c in rows} == {"latency", "cpu_peak_mem"}
+    for c in rows:
+        assert (c["a_processes"], c["b_processes"]) == (1, 1)
+        assert c["verdict"] == "not enough processes" and c["p_value"] is None
+        assert not c["significant"]
+
+
+def test_compare_processes_edge_cases() -> None:
+    assert compare_processes([5.0] * 5, [5.0] * 5, alpha=0.01, threshold=0.07) == (
         1.0, 1.0, False, "not significant")
-    ratio, p, significant, verdict = compare_samples(
-        [10.0 + i * 0.01 for i in range(20)], [8.0 + i * 0.01 for i in range(20)],
+    ratio, p, significant, verdict = compare_processes(
+        [10.0 + i * 0.01 for i in range(6)], [8.0 + i * 0.01 for i in range(6)],
         alpha=0.01, threshold=0.07)
     assert ratio == pytest.approx(0.8, abs=0.01) and significant and verdict == "improvement"
+    separated = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0])
+    assert compare_processes(*separated, alpha=0.01, threshold=0.07)[1:] == (
+        None, False, "not enough processes")
+    assert compare_processes(*separated, alpha=0.05, threshold=0.07)[3] == "regression"
+    with pytest.raises(ValueError, match="at least one process"):
+        compare_processes([], [1.0], alpha=0.01, threshold=0.07)
+
+
+def test_smallest_p_value_is_the_exact_test_s_floor() -> None:
+    assert smallest_p_value(1, 1) == 1.0
+    assert smallest_p_value(3, 3) == pytest.approx(0.1)
+    assert smallest_p_value(5, 5) == pytest.approx(2 / 252)
+    # The floor is what scipy's exact test gives when the sides do not overlap at all.
+    exact = mannwhitneyu([5, 6, 7, 8], [1, 2, 3, 4], alternative="two-sided", method="exact")
+    assert exact.pvalue == pytest.approx(smallest_p_value(4, 4))
+    with pytest.raises(ValueError, match="at least one value"):
+        smallest_p_value(0, 3)

@@ -132,16 +132,17 @@ def test_steady_model_is_not_reported_as_leaking() -> None:
 
 def test_injected_work_lasts_its_fraction_of_an_iteration() -> None:
     # The planted slowdown of the pipeline tests must be the dose asked for: each call does
-    # real matmuls for at least fraction x iteration (here 0.25 x 8 ms), however fast a
-    # matmul runs, so a "+20%" night is never a +12% one.
-    work = _prepare_injection(0.25)(8.0)
-    spent = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        work()
-        spent.append((time.perf_counter() - t0) * 1e3)
-    assert min(spent) >= 2.0, spent
-    assert _prepare_injection(0.0)(8.0)() is None  # no dose, no work
+    # real matmuls for at least fraction x the step it follows (here 0.25 x 8 and x 16 ms),
+    # however fast a matmul runs, so a "+20%" night is never a +12% one.
+    work = _prepare_injection(0.25)
+    for step_ms, dose_ms in ((8.0, 2.0), (16.0, 4.0)):
+        spent = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            work(step_ms)
+            spent.append((time.perf_counter() - t0) * 1e3)
+        assert min(spent) >= dose_ms, (step_ms, spent)
+    assert _prepare_injection(0.0)(8.0) is None  # no dose, no work
 
 
 def test_leak_check_rules() -> None:
@@ -173,8 +174,10 @@ def test_leak_check_rules() -> None:
 
 def _assert_known_peak(record: dict) -> None:
     above = metric(record, "cpu_peak_mem")["median"]
-    # steady_alloc fills a 32 MiB tensor per iteration; allowing the allocator some slack.
-    assert 32 * MIB <= above <= 40 * MIB, above / MIB
+    # steady_alloc fills a 32 MiB tensor per iteration; allowing the allocator some slack both
+    # ways: pages the process had already touched before it was ready (a heap block freed and
+    # reused) are in the ready RSS, so the peak above it can fall a few pages short of 32 MiB.
+    assert 30 * MIB <= above <= 40 * MIB, above / MIB
 
 
 def test_peak_memory_is_per_process_with_a_big_neighbour() -> None:

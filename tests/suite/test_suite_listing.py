@@ -25,11 +25,13 @@ def test_list_json_covers_twenty_models_and_six_domains() -> None:
     for m in models:
         assert set(m) >= {"name", "domain", "task", "modes", "devices", "compilers",
                           "train_batch_size", "eval_batch_size", "benchmark_version"}
-        assert set(m["modes"]) == {"train", "eval"}, m["name"]
-        assert set(m["devices"]) == {"cpu", "cuda"}, m["name"]
-        assert set(m["compilers"]) == {"eager", "inductor"}, m["name"]
-        for sizes in (m["train_batch_size"], m["eval_batch_size"]):
-            assert set(sizes) == {"cpu", "cuda"}, m["name"]
+        # A model may support less (quantized inference: eval on CPU, eager); never nothing.
+        assert m["modes"] and set(m["modes"]) <= {"train", "eval"}, m["name"]
+        assert "cpu" in m["devices"] and set(m["devices"]) <= {"cpu", "cuda"}, m["name"]
+        assert "eager" in m["compilers"] and set(m["compilers"]) <= {"eager", "inductor"}
+        for mode in m["modes"]:
+            sizes = m[f"{mode}_batch_size"]
+            assert set(sizes) == set(m["devices"]), m["name"]
             assert all(isinstance(n, int) and n >= 1 for n in sizes.values()), m["name"]
         assert len(m["benchmark_version"]) == 16
     names = [m["name"] for m in models]

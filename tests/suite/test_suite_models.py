@@ -8,6 +8,9 @@ import torch
 from suite.registry import list_models, load_model_class
 
 MODELS = [m.name for m in list_models()]
+# A model whose metadata lists no train mode (quantized inference) is checked to refuse it.
+TRAINED = [m.name for m in list_models() if "train" in m.modes]
+EVAL_ONLY = [m.name for m in list_models() if "train" not in m.modes]
 SMALL_BATCH = 3
 # The dimension of the first eval output that holds the batch (0 unless listed).
 BATCH_DIM = {"pyhpc_isoneutral_mixing": 1}  # (components, x, y, z): the batch is the x extent
@@ -32,7 +35,36 @@ def _flatten(out: object) -> list[torch.Tensor]:
     return []
 
 
-@pytest.mark.parametrize("name", MODELS)
+def _comparable(t: torch.Tensor) -> torch.Tensor:
+    """Quantized weights compare by their integers and scales, sparse tensors densely."""
+    if t.layout != torch.strided:
+        return t.to_dense()
+    if t.is_quantized:
+        scales = (t.q_per_channel_scales() if t.qscheme() in
+                  (torch.per_channel_affine, torch.per_channel_affine_float_qparams)
+                  else torch.tensor([t.q_scale()]))
+        return torch.cat([t.int_repr().flatten().double(), scales.double()])
+    return t
+
+
+def _state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Every tensor of the state dict, packed quantized parameters unpacked."""
+    out: list[torch.Tensor] = []
+    for value in module.state_dict().values():
+        if isinstance(value, torch.Tensor):
+            out.append(_comparable(value))
+        elif isinstance(value, tuple | list):
+            out += [_comparable(t) for t in _flatten(value)]
+    return out
+
+
+@pytest.mark.parametrize("name", EVAL_ONLY)
+def test_eval_only_model_refuses_train(name: str) -> None:
+    with pytest.raises(NotImplementedError, match="train"):
+        load_model_class(name)("train", "cpu", batch_size=SMALL_BATCH)
+
+
+@pytest.mark.parametrize("name", TRAINED)
 def test_train_step_updates_what_it_trains(name: str) -> None:
     cls = load_model_class(name)
     bench = cls("train", "cpu", batch_size=SMALL_BATCH)
@@ -69,10 +101,10 @@ def test_model_is_seeded(name: str) -> None:
     """Two builds give the same weights and inputs: results are reproducible across processes."""
     cls = load_model_class(name)
     a, b = cls("eval", "cpu", batch_size=1), cls("eval", "cpu", batch_size=1)
-    for pa, pb in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True):
+    for pa, pb in zip(_state_tensors(a.model), _state_tensors(b.model), strict=True):
         assert torch.equal(pa, pb)
     for ia, ib in zip(_flatten(a.example_inputs), _flatten(b.example_inputs), strict=True):
-        assert torch.equal(ia, ib)
+        assert torch.equal(_comparable(ia), _comparable(ib))
 
 
 def test_cuda_request_without_cuda_is_not_implemented() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from suite.cpu_setup import setup_label
 from suite.stability import (
-    BenchmarkSpec,
+    StabilityBenchmark,
     StabilityResult,
     benchmarks_for,
     measure_stability,
@@ -43,7 +44,7 @@ def test_noise_floor_is_the_median_cv() -> None:
 
 def test_planted_instability_is_marked_and_rounds_interleave(tmp_path) -> None:
     counter = tmp_path / "count"
-    specs = [BenchmarkSpec("variable_latency", "eval"), BenchmarkSpec("crashes", "train")]
+    specs = [StabilityBenchmark("variable_latency", "eval"), StabilityBenchmark("crashes", "train")]
     seen: list[tuple[str, int]] = []
     results = measure_stability(
         specs, repeats=3, run_args=QUICK,
@@ -56,6 +57,10 @@ def test_planted_instability_is_marked_and_rounds_interleave(tmp_path) -> None:
                     ("crashes", 1), ("variable_latency", 2), ("crashes", 2)]
     variable, crashing = results
     assert len(variable.medians_ms) == 3 and not variable.errors
+    # Every process ran with the same measurement setup, and the result names it.
+    [setup] = variable.setups
+    assert setup == setup_label(variable.environment) and setup not in ("-", "glibc (off)")
+    assert crashing.setups == []
     # Each process sleeps 25% longer than the one before: 5, 6.25, 7.5 ms.
     assert variable.medians_ms == sorted(variable.medians_ms)
     assert variable.spread > 0.3 and variable.unstable is True
@@ -67,7 +72,7 @@ def test_planted_instability_is_marked_and_rounds_interleave(tmp_path) -> None:
 
 def test_measure_stability_refuses_bad_arguments() -> None:
     with pytest.raises(ValueError, match="at least 2"):
-        measure_stability([BenchmarkSpec("ppo", "eval")], repeats=1)
+        measure_stability([StabilityBenchmark("ppo", "eval")], repeats=1)
     with pytest.raises(ValueError, match="no benchmarks"):
         measure_stability([], repeats=3)
 

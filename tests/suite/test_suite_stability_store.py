@@ -82,3 +82,20 @@ def test_cli_names_unknown_models(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(app, ["suite", "stability", "--models", "nope", "--no-store"])
     assert result.exit_code == 2
     assert "unknown model(s) nope" in result.output
+
+
+def test_cli_table_shows_the_measurement_setup_of_each_benchmark(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from workers.cli import app
+
+    monkeypatch.setenv("NIGHTBENCH_SUITE_EXTRA_MODELS", str(FIXTURE_MODELS))
+    monkeypatch.setenv("NIGHTBENCH_TEST_COUNTER", str(tmp_path / "count"))
+    monkeypatch.setenv("NIGHTBENCH_SUITE_ALLOCATOR", "glibc")  # the same label on every machine
+    result = CliRunner().invoke(app, [
+        "suite", "stability", "--repeats", "2", "--models", "variable_latency", "--modes", "eval",
+        "--iterations", "5", "--min-seconds", "0.05", "--no-store",
+    ])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "benchmark" in line)
+    assert "setup" in header
+    assert "glibc+tunables" in result.output

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +60,7 @@ def test_export_import_round_trip() -> None:
         "model=resnet18, test=train, device=cuda, bs=64, extra_args=[], metric=latencies"] == 12.5
     assert exported["metrics"][
         "model=resnet18, test=train, device=cuda, bs=64, extra_args=[], metric=gpu_peak_mem"
-    ] == pytest.approx(6.25)  # GB, as TorchBench writes it
+    ] == pytest.approx(6.25 * GB / 1e9)  # GB (10**9 bytes), as TorchBench writes it
     assert exported["metrics"][
         "model=bert, test=eval, device=cuda, bs=None, extra_args=['--torchdynamo', 'inductor'], "
         "metric=latencies"] == 3.75
@@ -81,14 +84,15 @@ def test_import_torchbench_cpu_userbenchmark() -> None:
     data = {  # the shape of TorchBench's userbenchmark/cpu output
         "name": "cpu",
         "environ": {"pytorch_git_version": "2236df1770800ffea5697b11b0bb0d910b2e59e1"},
-        "metrics": {"mobilenet_v2-eval_latency": 99.127155, "mobilenet_v2-eval_cmem": 0.25,
+        # _cmem: psutil's memory_percent() * total / 10**9 in TorchBench: 0.5% of 64e9 B -> 32.0
+        "metrics": {"mobilenet_v2-eval_latency": 99.127155, "mobilenet_v2-eval_cmem": 32.0,
                     "hf_Bert-train_latency": 185.5},
     }
     records = {_key(r): r for r in from_userbenchmark(data)}
     mobilenet = records[("torchbench.mobilenet_v2", "eval", "cpu", "eager")]
     assert mobilenet.metric("latency").median == pytest.approx(99.127155)
     assert mobilenet.metric("latency").unit == "ms"
-    assert mobilenet.metric("cpu_peak_mem_total").median == pytest.approx(0.25 * GB)
+    assert mobilenet.metric("cpu_peak_mem_total").median == pytest.approx(0.005 * 64e9)
     assert mobilenet.environment["torch_git_version"] == data["environ"]["pytorch_git_version"]
     assert records[("torchbench.hf_Bert", "train", "cpu", "eager")].error is None
 
@@ -103,6 +107,25 @@ def test_import_test_bench_failures_become_error_records() -> None:
     assert record.metrics == []
 
 
+def test_import_test_bench_a_failed_metric_leaves_only_that_metric_out() -> None:
+    # A real CPU test_bench file: no GPU, so gpu_peak_mem is "failed" in every configuration.
+    configs = [f"model={m}, test={t}, device=cpu, bs=None, extra_args=[]"
+               for m in ("BERT_pytorch", "dcgan") for t in ("train", "eval")]
+    metrics: dict = {}
+    for i, base in enumerate(configs):
+        metrics[f"{base}, metric=latencies"] = 10.0 + i
+        metrics[f"{base}, metric=cpu_peak_mem"] = 0.5
+        metrics[f"{base}, metric=gpu_peak_mem"] = "failed"
+    records = from_userbenchmark({"name": "test_bench", "environ": {"pytorch_git_version": "a"},
+                                  "metrics": metrics})
+    assert len(records) == 4 and all(r.error is None for r in records)
+    assert all(r.metric("gpu_peak_mem") is None for r in records)
+    dcgan = next(r for r in records if (r.model, r.mode) == ("torchbench.dcgan", "eval"))
+    assert dcgan.metric("latency").median == 13.0
+    # TorchBench's cpu_peak_mem is memory_percent() * total / 10**9: 0.5 means 5e6 bytes.
+    assert dcgan.metric("cpu_peak_mem_total").median == pytest.approx(0.5 * 1e7)
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -114,7 +137,7 @@ def test_import_test_bench_failures_become_error_records() -> None:
          "is not a number"),
         ({"environ": {"pytorch_git_version": "a"},
           "metrics": {"model=m, test=eval, device=tpu, bs=1, extra_args=[], metric=latencies": 1}},
-         "unknown test or device"),
+         "unknown device 'tpu'"),
     ],
 )
 def test_bad_torchbench_json_is_named(data: dict, message: str) -> None:
@@ -141,14 +164,21 @@ def test_torchbench_suite_is_skipped_cleanly_when_not_installed() -> None:
     assert record["error"].startswith("TorchBenchUnavailable: the 'torchbenchmark' package is not")
 
 
-def test_torchbench_models_run_through_the_harness() -> None:
-    """A package laid out like pytorch/benchmark's ``torchbenchmark`` on PYTHONPATH: its models
-    are listed as ``torchbench.<name>`` and measured by the suite's harness."""
-    env = {"PYTHONPATH": str(FIXTURES / "torchbench")}
-    proc = run_suite(["list", "--json", "--suite", "torchbench"], **env)
+CHECKOUT = FIXTURES / "torchbench"  # laid out like pytorch/benchmark: torchbenchmark/models/...
+
+
+def _listing(*args: str, **env: str) -> dict[str, dict]:
+    proc = run_suite(["list", "--json", "--suite", "torchbench", *args], **env)
     assert proc.returncode == 0, proc.stderr
-    [entry] = json.loads(proc.stdout)
-    assert entry["name"] == "torchbench.tiny_mlp" and entry["suite"] == "torchbench"
+    return {e["name"]: e for e in json.loads(proc.stdout)}
+
+
+def test_torchbench_models_run_through_the_harness() -> None:
+    """A checkout given by PYTHONPATH (an importable ``torchbenchmark``): its models are listed
+    as ``torchbench.<name>`` and measured by the suite's harness."""
+    env = {"PYTHONPATH": str(CHECKOUT)}
+    entry = _listing(**env)["torchbench.tiny_mlp"]
+    assert entry["suite"] == "torchbench" and entry["available"]
     assert entry["domain"] == "recommendation"  # from the model's TorchBench task enum
     assert entry["train_batch_size"] == {"cpu": 8, "cuda": 8}
     proc, record = run_record("torchbench.tiny_mlp", "train", **env)
@@ -156,3 +186,114 @@ def test_torchbench_models_run_through_the_harness() -> None:
     assert record["batch_size"] == 8  # TorchBench's DEFAULT_TRAIN_BSIZE
     assert record["benchmark_version"] == entry["benchmark_version"]
     assert len(metric(record, "latency")["samples"]) >= 5
+
+
+def test_listing_reads_metadata_and_never_imports_a_model() -> None:
+    proc = run_suite(["list", "--json", "--suite", "torchbench", "--torchbench", str(CHECKOUT)])
+    assert proc.returncode == 0, proc.stderr
+    models = {e["name"]: e for e in json.loads(proc.stdout)}
+    assert set(models) == {f"torchbench.{m}" for m in (
+        "cpu_unsupported", "needs_tensorboardx", "staged_mlp", "tiny_mlp")}
+    # Importing it would fail; listing reads its requirements instead and says what is missing.
+    missing = models["torchbench.needs_tensorboardx"]
+    assert not missing["available"]
+    assert missing["reason"] == (
+        "missing requirement(s): nightbench-fixture-tensorboardx-not-installed; "
+        "missing module(s): nightbench_fixture_tensorboardx_not_installed")
+    assert "torchbench.needs_tensorboardx unavailable: missing requirement" in proc.stderr
+    staged = models["torchbench.staged_mlp"]
+    assert (staged["domain"], staged["task"]) == ("nlp", "language_modeling")
+    # Per device: the class default on the CPU, metadata.yaml's GPU batch size on CUDA.
+    assert staged["eval_batch_size"] == {"cpu": 8, "cuda": 64}
+    assert staged["train_batch_size"] == {"cpu": 4, "cuda": 32}
+    cpu_only_not = models["torchbench.cpu_unsupported"]
+    assert cpu_only_not["devices"] == ["cuda"]  # "NVIDIA A10G" concerns that GPU, not cuda
+    assert cpu_only_not["not_implemented"] == ["train:cpu", "eval:cpu"]
+    # --suite all keeps the suite's own models beside them.
+    proc = run_suite(["list", "--json", "--suite", "all"], NIGHTBENCH_TORCHBENCH_PATH=str(CHECKOUT))
+    names = [e["name"] for e in json.loads(proc.stdout)]
+    assert len(names) >= 24 and "torchbench.tiny_mlp" in names and "resnet18" in names
+
+
+def test_staged_train_and_no_grad_eval_go_through_torchbench_s_invoke() -> None:
+    env = {"NIGHTBENCH_TORCHBENCH_PATH": str(CHECKOUT)}
+    for mode, batch in (("train", 4), ("eval", 8)):
+        # The staged model has no train(); its eval() asserts that autograd is off.
+        proc, record = run_record("torchbench.staged_mlp", mode, **env)
+        assert proc.returncode == 0, proc.stderr
+        assert record["error"] is None and record["batch_size"] == batch
+
+
+def test_metadata_not_implemented_is_an_unsupported_configuration() -> None:
+    proc, record = run_record("torchbench.cpu_unsupported", "eval",
+                              NIGHTBENCH_TORCHBENCH_PATH=str(CHECKOUT))
+    assert proc.returncode == 1
+    assert record["error"].startswith("NotImplementedError: TorchBench's metadata.yaml marks "
+                                      "eval on cpu as not_implemented")
+
+
+def test_a_path_that_is_not_a_checkout_is_a_bad_argument(tmp_path: Path) -> None:
+    proc = run_suite(["list", "--suite", "torchbench", "--torchbench", str(tmp_path)])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"NIGHTBENCH_TORCHBENCH_PATH={tmp_path} is not a pytorch/benchmark checkout" in \
+        proc.stderr
+
+
+def test_the_version_covers_shared_framework_code_and_library_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite import torchbench_checkout as checkout
+
+    copy = tmp_path / "benchmark"
+    shutil.copytree(CHECKOUT, copy)
+    monkeypatch.setenv(checkout.ENV_VAR, str(copy))
+    before = {m: checkout.benchmark_version(m, b"contract") for m in ("staged_mlp", "tiny_mlp")}
+    factory = copy / "torchbenchmark" / "util" / "framework" / "factory.py"
+    factory.write_text(factory.read_text().replace("HIDDEN = 64", "HIDDEN = 16"))
+    after = {m: checkout.benchmark_version(m, b"contract") for m in before}
+    assert after["staged_mlp"] != before["staged_mlp"]  # a new series, not a regression
+    assert after["tiny_mlp"] != before["tiny_mlp"]  # util/ is shared by every model
+    # A framework library at another version (transformers, as hf_* models are built from it).
+    real = checkout._installed
+    monkeypatch.setattr(checkout, "_installed",
+                        lambda d: "99.0" if d == "transformers" else real(d))
+    assert checkout.benchmark_version("staged_mlp", b"contract") != after["staged_mlp"]
+    monkeypatch.setattr(checkout, "_installed", real)
+    assert checkout.benchmark_version("staged_mlp", b"contract") == after["staged_mlp"]
+
+
+REAL_CHECKOUT = os.environ.get("NIGHTBENCH_TORCHBENCH_PATH")
+
+
+@pytest.mark.skipif(not REAL_CHECKOUT, reason="set NIGHTBENCH_TORCHBENCH_PATH to a real "
+                                              "pytorch/benchmark checkout")
+def test_a_real_torchbench_checkout_lists_and_runs() -> None:
+    assert REAL_CHECKOUT is not None
+    env = {"NIGHTBENCH_TORCHBENCH_PATH": REAL_CHECKOUT}
+    proc = run_suite(["list", "--json", "--suite", "torchbench"], **env)
+    assert proc.returncode == 0, proc.stderr
+    models = {e["name"]: e for e in json.loads(proc.stdout)}
+    assert len(models) >= 90  # pytorch/benchmark has ~100 models
+    assert all(e["available"] or e["reason"] for e in models.values())
+    lj = models["torchbench.lennard_jones"]
+    assert lj["available"], lj["reason"]
+    proc, record = run_record("torchbench.lennard_jones", "eval", **env)
+    assert proc.returncode == 0, proc.stderr
+    assert record["benchmark_version"] == lj["benchmark_version"]
+
+
+def test_export_writes_torchbench_names_and_reads_them_back() -> None:
+    ours = BenchmarkRecord(model="torchbench.hf_Bert", mode="eval", device="cuda",
+                           compiler="inductor", batch_size=None, benchmark_version="dddd",
+                           environment=dict(ENV), metrics=[_metric("latency", "ms", 7.5)])
+    doc = json.loads(json.dumps(to_userbenchmark([ours])))
+    assert list(doc["metrics"]) == [
+        "model=hf_Bert, test=eval, device=cuda, bs=None, "
+        "extra_args=['--torchdynamo', 'inductor'], metric=latencies"]
+    [back] = from_userbenchmark(doc)
+    assert (back.model, back.compiler, back.batch_size, back.benchmark_version) == (
+        "torchbench.hf_Bert", "inductor", None, "dddd")
+    clash = BenchmarkRecord(model="hf_Bert", mode="eval", device="cuda", compiler="inductor",
+                            metrics=[_metric("latency", "ms", 1.0)])
+    with pytest.raises(TorchBenchFormatError, match="export the suite's own models"):
+        to_userbenchmark([ours, clash])

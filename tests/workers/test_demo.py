@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import InvalidInput
-from workers.demo import DEMO_BENCHMARK, run_demo
+from workers.demo.run import DEMO_BENCHMARK, run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
 

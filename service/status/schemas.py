@@ -1,0 +1,59 @@
+"""Wire shape of ``GET /api/status``."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from pydantic import BaseModel, Field
+
+
+class MachineClassRead(BaseModel):
+    """A machine class (its queue) and the last night it measured."""
+    queue: str = Field(description="cpu, gpu.<class>, or ingest for posted results")
+    last_night: date
+    last_result_at: datetime | None
+    nights_behind: int = Field(description="days from last_night to today (UTC)")
+
+
+class OpenRunRead(BaseModel):
+    """A run not finished yet."""
+    id: int
+    kind: str
+    night: date
+    status: str
+    age_s: float = Field(description="seconds since the run was created")
+    deadline_at: datetime | None
+    overdue: bool
+    jobs_pending: int = Field(description="jobs queued or running")
+
+
+class WorkerRead(BaseModel):
+    """A worker that started a job in the last hour."""
+    worker: str
+    last_started_at: datetime
+    jobs: int
+
+
+class PendingFilingRead(BaseModel):
+    """An alert whose issue is not filed yet."""
+    alert_id: int
+    run_id: int
+    night: date
+    state: str = Field(description="pending, or failed_retrying after an error")
+    attempts: int
+    last_error: str | None
+    pending_since: datetime | None
+    age_s: float = Field(description="seconds since its filing became pending")
+    next_attempt_at: datetime | None
+
+
+class StatusRead(BaseModel):
+    """The system's state and the problems to look at (empty when all is well)."""
+    now: datetime
+    machine_classes: list[MachineClassRead]
+    open_runs: list[OpenRunRead]
+    workers: list[WorkerRead]
+    problems: list[str]
+    pending_filings: list[PendingFilingRead]
+    queues: dict[str, int] | None = Field(
+        description="messages waiting per Celery queue; null without a broker")

@@ -1,0 +1,231 @@
+"""The system's state from the stored rows: each machine class's last night, the runs still
+open (and those past their deadline), the workers seen lately, the alerts whose issue is not
+filed yet, the broker's queue lengths, and the problems to tell.
+
+A machine class is the queue its jobs go to (``cpu``, ``gpu.h100``; ``ingest`` for results
+posted by runners): the one name dispatch, workers and the deployment share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.errors import InfrastructureError
+from service.models import (
+    FILING_UNFILED,
+    RUN_OPEN,
+    Alert,
+    FilingState,
+    Job,
+    JobStatus,
+    Run,
+    RunKind,
+)
+from service.models.base import utcnow
+from service.queues import QUEUE_NAMES
+
+WORKER_WINDOW = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class MachineClassStatus:
+    """A machine class's last measured night (``nights_behind``: days from it to today)."""
+
+    queue: str
+    last_night: date
+    last_result_at: datetime | None
+    nights_behind: int
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """A run not yet finished: its age (s since created) and whether its deadline passed."""
+
+    id: int
+    kind: str
+    night: date
+    status: str
+    age_s: float
+    deadline_at: datetime | None
+    overdue: bool
+    jobs_pending: int
+
+
+@dataclass(frozen=True)
+class WorkerSeen:
+    """A worker that started a job in the last hour (name as Celery gives it, ``name@host``)."""
+
+    worker: str
+    last_started_at: datetime
+    jobs: int
+
+
+@dataclass(frozen=True)
+class PendingFiling:
+    """An alert whose issue is not filed yet: ``pending``, or ``failed_retrying`` after an error.
+
+    ``age_s``: seconds since its filing became pending; ``next_attempt_at``: when the retry
+    tries again (backoff).
+    """
+
+    alert_id: int
+    run_id: int
+    night: date
+    state: str
+    attempts: int
+    last_error: str | None
+    pending_since: datetime | None
+    age_s: float
+    next_attempt_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SystemStatus:
+    """The whole answer; ``problems`` holds one line per thing a person should look at.
+
+    ``queues``: messages waiting in each Celery queue of the broker, or None without a broker
+    (or when it could not be read: then a problem says so).
+    """
+
+    now: datetime
+    machine_classes: list[MachineClassStatus]
+    open_runs: list[OpenRun]
+    workers: list[WorkerSeen]
+    problems: list[str] = field(default_factory=list)
+    pending_filings: list[PendingFiling] = field(default_factory=list)
+    queues: dict[str, int] | None = None
+
+
+def _aware(ts: datetime | None) -> datetime | None:
+    """``ts`` as UTC-aware (SQLite hands back naive timestamps)."""
+    return ts.replace(tzinfo=utcnow().tzinfo) if ts is not None and ts.tzinfo is None else ts
+
+
+def machine_classes(session: Session, *, today: date) -> list[MachineClassStatus]:
+    """The last night each machine class measured a benchmark (nightly or posted runs)."""
+    rows = session.execute(
+        select(Job.queue, func.max(Run.night), func.max(Job.finished_at))
+        .join(Run, Run.id == Job.run_id)
+        .where(Job.status == JobStatus.DONE, Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)))
+        .group_by(Job.queue).order_by(Job.queue)
+    ).all()
+    return [MachineClassStatus(queue=q, last_night=night, last_result_at=_aware(at),
+                               nights_behind=(today - night).days) for q, night, at in rows]
+
+
+def open_runs(session: Session, *, now: datetime) -> list[OpenRun]:
+    """Runs still queued, running or detecting, oldest first."""
+    pending = dict(session.execute(
+        select(Job.run_id, func.count()).join(Run, Run.id == Job.run_id)
+        .where(Run.status.in_(RUN_OPEN), Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)))
+        .group_by(Job.run_id)).all())
+    runs = session.scalars(select(Run).where(Run.status.in_(RUN_OPEN)).order_by(Run.id))
+    out = []
+    for run in runs:
+        deadline = _aware(run.deadline_at)
+        created = _aware(run.created_at) or now
+        out.append(OpenRun(
+            id=run.id, kind=run.kind, night=run.night, status=run.status,
+            age_s=(now - created).total_seconds(), deadline_at=deadline,
+            overdue=deadline is not None and deadline < now, jobs_pending=pending.get(run.id, 0)))
+    return out
+
+
+def workers_seen(session: Session, *, now: datetime) -> list[WorkerSeen]:
+    """Workers that started a job within ``WORKER_WINDOW`` of ``now``."""
+    rows = session.execute(
+        select(Job.worker, func.max(Job.started_at), func.count())
+        .where(Job.worker.is_not(None), Job.started_at >= now - WORKER_WINDOW)
+        .group_by(Job.worker).order_by(Job.worker)).all()
+    return [WorkerSeen(worker=str(w), last_started_at=_aware(at) or now, jobs=n) for w, at, n in rows]
+
+
+def pending_filings(session: Session, *, now: datetime) -> list[PendingFiling]:
+    """Alerts whose filing is pending or failing, longest pending first."""
+    rows = session.execute(
+        select(Alert, Run.night).join(Run, Run.id == Alert.run_id)
+        .where(Alert.filing_state.in_(FILING_UNFILED))
+        .order_by(Alert.filing_pending_since, Alert.id)).all()
+    out = []
+    for alert, night in rows:
+        since = _aware(alert.filing_pending_since)
+        out.append(PendingFiling(
+            alert_id=alert.id, run_id=alert.run_id, night=night, state=str(alert.filing_state),
+            attempts=alert.filing_attempts, last_error=alert.filing_error, pending_since=since,
+            age_s=(now - since).total_seconds() if since else 0.0,
+            next_attempt_at=_aware(alert.filing_next_at)))
+    return out
+
+
+def queue_lengths(broker_url: str | None, *, prefix: str = "") -> dict[str, int] | None:
+    """Messages waiting in each Celery queue (Redis ``LLEN`` of its list), or None.
+
+    Args:
+        broker_url: the broker (``NIGHTBENCH_BROKER_URL``); None (in-process tasks) or a broker
+            other than Redis gives None.
+        prefix: the key prefix of the broker's keys (``NIGHTBENCH_QUEUE_PREFIX``).
+
+    Raises:
+        InfrastructureError: the broker could not be read.
+    """
+    if not broker_url or not broker_url.startswith(("redis://", "rediss://")):
+        return None
+    import redis
+
+    try:
+        client = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
+        with client.pipeline(transaction=False) as pipe:
+            for name in QUEUE_NAMES:
+                pipe.llen(f"{prefix}{name}")
+            counts = pipe.execute()
+    except redis.RedisError as exc:
+        raise InfrastructureError(f"could not read the queues from the broker: {exc}") from exc
+    return {name: int(n) for name, n in zip(QUEUE_NAMES, counts, strict=True)}
+
+
+def system_status(session: Session, *, now: datetime | None = None,
+                  stale_after_nights: int = 1, broker_url: str | None = None,
+                  queue_prefix: str = "") -> SystemStatus:
+    """Everything above, and the problems: a run past its deadline, an ingest run with none
+    open for over a day, a machine class that has not measured for more than
+    ``stale_after_nights`` nights, an alert whose filing failed, a broker that cannot be read.
+
+    Args:
+        session: an open database session.
+        now: the time to judge by (default: now, UTC).
+        stale_after_nights: nights a machine class may go without results before it is told.
+        broker_url: the broker whose queues to count (None: no queue lengths).
+        queue_prefix: its key prefix.
+    """
+    now = now or utcnow()
+    classes = machine_classes(session, today=now.date())
+    runs = open_runs(session, now=now)
+    problems = [
+        f"run {r.id} ({r.kind}, night {r.night}) is past its deadline by "
+        f"{(now - r.deadline_at).total_seconds() / 3600:.1f} h with {r.jobs_pending} job(s) "
+        f"not reported" for r in runs if r.overdue and r.deadline_at is not None]
+    problems += [
+        f"run {r.id} ({r.kind}, night {r.night}) has been open {r.age_s / 3600:.1f} h "
+        f"with no deadline" for r in runs
+        if r.deadline_at is None and r.age_s > 86400]
+    problems += [
+        f"machine class {c.queue} last measured night {c.last_night} "
+        f"({c.nights_behind} nights ago)" for c in classes if c.nights_behind > stale_after_nights]
+    filings = pending_filings(session, now=now)
+    problems += [
+        f"alert {f.alert_id} (run {f.run_id}, night {f.night}): filing its issue failed "
+        f"{f.attempts} time(s), pending {f.age_s / 3600:.1f} h: {f.last_error}; the issue waits "
+        f"in the outbox, retried at {f.next_attempt_at} (or now: nightbench issues retry)"
+        for f in filings if f.state == FilingState.FAILED_RETRYING]
+    try:
+        queues = queue_lengths(broker_url, prefix=queue_prefix)
+    except InfrastructureError as exc:
+        queues = None
+        problems.append(exc.message)
+    return SystemStatus(now=now, machine_classes=classes, open_runs=runs,
+                        workers=workers_seen(session, now=now), problems=problems,
+                        pending_filings=filings, queues=queues)

@@ -1,0 +1,97 @@
+"""``GET /api/status``: last night per machine class, open and overdue runs, workers, problems."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Job
+from service.runs.service import BenchmarkSpec, create_run
+from service.status.service import system_status
+from tests.api.conftest import add_night, make_record, night
+
+
+def test_status_tells_what_is_late_and_who_works(client: TestClient, db: Session) -> None:
+    now = datetime(2026, 1, 10, 12, tzinfo=UTC)
+    add_night(db, night(0), [make_record("dcgan", "eval", {"latency": [3.0, 3.1]})])
+    add_night(db, night(8), [make_record("dcgan", "eval", {"latency": [3.0, 3.1]})])
+    gpu = add_night(db, night(3), [make_record("dcgan", "eval", {"latency": [1.0]},
+                                               device="cuda")])
+    db.execute(Job.__table__.update().where(Job.run_id == gpu.id).values(queue="gpu.h100"))
+    late = create_run(db, night=night(9), benchmarks=[
+        BenchmarkSpec(model="dcgan", mode="eval"), BenchmarkSpec(model="dcgan", mode="train")])
+    late.deadline_at = now - timedelta(hours=2)
+    late.created_at = now - timedelta(hours=8)
+    running = db.scalars(select(Job).where(Job.run_id == late.id).order_by(Job.id)).first()
+    running.status, running.worker = "running", "w0@gpu-07"
+    running.started_at = now - timedelta(minutes=20)
+    db.flush()
+
+    status = system_status(db, now=now)
+    classes = {c.queue: c for c in status.machine_classes}
+    assert (classes["cpu"].last_night, classes["cpu"].nights_behind) == (night(8), 1)
+    assert (classes["gpu.h100"].last_night, classes["gpu.h100"].nights_behind) == (night(3), 6)
+    (run,) = [r for r in status.open_runs if r.id == late.id]
+    assert run.overdue and run.jobs_pending == 2 and run.age_s == 8 * 3600
+    assert [(w.worker, w.jobs) for w in status.workers] == [("w0@gpu-07", 1)]
+    assert f"run {late.id} (nightly, night {night(9)}) is past its deadline by 2.0 h with 2 " \
+           "job(s) not reported" in status.problems
+    assert f"machine class gpu.h100 last measured night {night(3)} (6 nights ago)" in \
+           status.problems
+    assert not any("machine class cpu" in p for p in status.problems)  # measured last night
+
+    body = client.get("/api/status").json()  # judged by the real clock: all of it is old
+    assert {c["queue"] for c in body["machine_classes"]} == {"cpu", "gpu.h100"}
+    assert any(r["id"] == late.id and r["overdue"] for r in body["open_runs"])
+    assert any(p.startswith(f"run {late.id} ") for p in body["problems"])
+
+
+def test_a_quiet_system_has_no_problems(db: Session) -> None:
+    add_night(db, night(0), [make_record("dcgan", "eval", {"latency": [3.0]})])
+    now = datetime.combine(night(1), datetime.min.time(), tzinfo=UTC)
+    status = system_status(db, now=now)
+    assert status.problems == [] and status.workers == []
+
+
+def test_status_lists_failing_filings_and_counts_the_queues(
+    client: TestClient, db: Session) -> None:
+    import redis
+
+    from service.models import Alert, FilingState
+    from service.queues import QUEUE_NAMES
+    from service.status.service import queue_lengths
+
+    run = add_night(db, night(0), [make_record("dcgan", "eval", {"latency": [3.0]})])
+    since = datetime.now(UTC) - timedelta(hours=3)
+    alert = Alert(run_id=run.id, kind="regression", status="open",
+                  filing_state=FilingState.FAILED_RETRYING, filing_attempts=2,
+                  filing_error="GitHub rejected the token (401)", filing_pending_since=since,
+                  filing_next_at=since + timedelta(hours=4))
+    db.add(alert)
+    db.flush()
+
+    body = client.get("/api/status").json()
+    [pending] = body["pending_filings"]
+    assert (pending["alert_id"], pending["state"], pending["attempts"]) == (
+        alert.id, "failed_retrying", 2)
+    assert pending["last_error"] == "GitHub rejected the token (401)"
+    assert 3 * 3600 <= pending["age_s"] < 3 * 3600 + 60
+    assert any(p.startswith(f"alert {alert.id} (run {run.id}") for p in body["problems"])
+    assert body["queues"] is None  # no broker configured
+
+    prefix = f"nightbench-status-test-{id(alert)}:"
+    client_redis = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        client_redis.rpush(f"{prefix}cpu", "a", "b")
+        client_redis.rpush(f"{prefix}gpu.h100", "c")
+        counts = queue_lengths("redis://127.0.0.1:6379/0", prefix=prefix)
+    finally:
+        client_redis.delete(f"{prefix}cpu", f"{prefix}gpu.h100")
+    assert counts == {name: {"cpu": 2, "gpu.h100": 1}.get(name, 0) for name in QUEUE_NAMES}
+    assert queue_lengths(None) is None
+    down = system_status(db, broker_url="redis://127.0.0.1:1/0")
+    assert down.queues is None
+    assert any("could not read the queues" in p for p in down.problems)

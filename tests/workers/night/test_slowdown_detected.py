@@ -1,0 +1,117 @@
+"""A real slowdown is caught, a small one is not: injected extra work measured for real.
+
+The harness's ``NIGHTBENCH_SUITE_INJECT_WORK`` adds matmuls to every timed iteration, lasting
+the given fraction of that iteration's model step: real extra work on this CPU, measured by the same
+subprocesses, stored, and judged by the same detector as any night.
+
+The planted step is +40%: large enough that the detector raises it within a few nights even
+when the host running the tests strays by 8-10% from process to process (a +20% step there
+is alerted by its third night in only 60-90% of series; `benchmarks/nightly_flow.py`,
+docs/benchmarks.md). How small a step is caught how soon is the detector's measured figure,
+not this test's: here the whole path (measure, store, detect, confirm, locate, file) is run.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+from sqlalchemy import select
+
+from service.db import session_scope
+from service.models import Alert, Regression, Run
+from service.regressions.service import range_start
+from service.runs.service import BenchmarkSpec
+from workers.night import plan as nightly
+
+SPECS = [BenchmarkSpec(model="resnet18", mode="eval"), BenchmarkSpec(model="resnet18", mode="train")]
+
+
+def _night(day: int) -> int:
+    run_id = nightly.create_night(night=date(2026, 10, day), benchmarks=SPECS)
+    for job_id, queue, _ in nightly.queued_jobs(run_id):
+        nightly.send_job(job_id, queue)
+    return run_id
+
+
+def test_forty_percent_is_flagged_two_percent_is_not(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    for day in range(1, 9):
+        _night(day)
+    monkeypatch.setenv("NIGHTBENCH_SUITE_INJECT_WORK", "resnet18:eval=0.40,resnet18:train=0.02")
+    # The +40% must be alerted within its first five nights: on its first night when the
+    # confirmation re-run reproduces it, else as the nights at the new level add up. On a
+    # shared CPU a night can stray by ~10%, and the detector waits for evidence at p <= 0.01
+    # rather than guess (issue 5); a night or a re-run that comes out low must not lose it.
+    seen: list[str] = []
+    alert = None
+    for day in (9, 10, 11, 12, 13):
+        run_id = _night(day)
+        with session_scope() as session:
+            alert = session.scalar(select(Alert).where(Alert.run_id == run_id,
+                                                       Alert.kind == "regression"))
+            tonight = session.scalar(select(Regression).where(
+                Regression.run_id == run_id, Regression.direction == "regression",
+                Regression.mode == "eval", Regression.metric == "latency"))
+            seen.append(f"night {day}: " + (tonight.reason if tonight else "no candidate"))
+            if alert is not None:
+                break
+    with session_scope() as session:
+        assert alert is not None, "+40% not alerted by its fifth night: " + " | ".join(seen)
+        assert alert.status == "filed"
+        latency = session.scalar(select(Regression).where(
+            Regression.alert_id == alert.id, Regression.mode == "eval",
+            Regression.metric == "latency"))
+        assert latency is not None, seen
+        # Nominally +40%; one process's figure strays by up to ~10% on a shared CPU.
+        assert latency.change > 0.15, latency.reason
+        # Its first night is located from noisy nights: the step's own, or a night off when
+        # one came out high or low by chance. Whichever, the commit range to search must hold
+        # the change, which came between the builds of Oct 8 and Oct 9.
+        assert date(2026, 10, 8) <= latency.first_night <= date(2026, 10, 10), latency.reason
+        start = range_start(session, run=session.get(Run, run_id))
+        assert start is not None and start.night <= date(2026, 10, 8), latency.first_night
+        in_alert = session.scalars(select(Regression).where(Regression.alert_id == alert.id)).all()
+        alerted = {(r.model, r.mode, r.metric) for r in in_alert}
+        assert ("resnet18", "eval", "latency") in alerted
+        # Injected work costs time, not memory: no peak-memory step may come with it.
+        assert ("resnet18", "eval", "cpu_peak_mem") not in alerted, \
+            [r.reason for r in in_alert if r.metric == "cpu_peak_mem"]
+        # A +2% change is never alerted (a candidate the re-run does not reproduce is not).
+        assert ("resnet18", "train", "latency") not in alerted, \
+            f"a +2% change must not be alerted: {[r.reason for r in in_alert]}"
+        train = session.scalars(select(Regression).where(
+            Regression.mode == "train", Regression.metric == "latency",
+            Regression.direction == "regression")).all()
+        assert all(r.alert_id is None for r in train), \
+            [r.reason for r in train]
+        run = session.get(Run, run_id)
+        assert run is not None and run.status == "complete"
+    outbox = [p.read_text() for p in (tmp_path / "nightbench" / "outbox").glob("*.md")]
+    # Latency: exactly the planted step is filed. Peak memory on this CPU host is multimodal
+    # from process to process and can still raise a false step of its own (issue 17, open);
+    # it is left out of this count, not out of the latency assertions above.
+    filed_latency = [t for t in outbox if " latency " in t.split("\n", 3)[2]]
+    assert len(filed_latency) == 1, [t.split("\n", 3)[2] for t in outbox]
+    assert "resnet18 eval cpu latency" in filed_latency[0]
+
+    # Triage from the CLI: listed, marked expected, bad input refused with the reason.
+    from typer.testing import CliRunner
+
+    from workers.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["regressions", "list", "--json", "--run", str(run_id)])
+    assert listed.exit_code == 0, listed.output
+    import json
+
+    ids = {r["id"] for r in json.loads(listed.output) if r["direction"] == "regression"}
+    assert latency.id in ids
+    done = runner.invoke(app, ["regressions", "set", str(latency.id), "expected"])
+    assert done.exit_code == 0, done.output
+    bad = runner.invoke(app, ["regressions", "set", str(latency.id), "meh"])
+    assert bad.exit_code == 2 and "state must be one of" in bad.output
+    with session_scope() as session:
+        stored = session.get(Regression, latency.id)
+        assert stored is not None and stored.state == "expected"

@@ -1,0 +1,1 @@
+"""Bisection: pure search, verdicts, measuring probes, local and Celery drivers."""

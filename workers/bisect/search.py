@@ -1,0 +1,379 @@
+"""Bisect a commit range to the culprit: statistical verdicts, fewest builds, W probes per round.
+
+The search is pure: a :class:`BisectionState` (frozen, in :mod:`workers.bisect.state`) holds the
+commit range, the regressed benchmarks and every sample measured so far; :func:`next_probes`
+says which commits to measure next (and how many samples of which benchmarks);
+:func:`record_round` folds the measurements in and returns the next state; :func:`outcome`
+reads the answer once no probe is left. The statistics live in :mod:`workers.bisect.verdicts`,
+where each benchmark stands (its interval, its probes' sides, its verification) in
+:mod:`workers.bisect.tracks`. Nothing here builds or runs anything: the local driver
+(:mod:`workers.bisect.local_driver`) and the Celery tasks do that, and the tests drive the same
+functions with literal and simulated samples.
+
+Method
+------
+*Verdicts* follow Chromium's Pinpoint (catapult ``dashboard/pinpoint/models/compare/compare.py``
+and ``thresholds.py``): the p-value of two sets of raw samples is the smaller of the two-sided
+Mann–Whitney U and Kolmogorov–Smirnov tests; p ≤ 0.01 (the *low threshold*) is ``different``; p
+above a *high threshold* is ``same``; in between is ``unknown``, answered by measuring more
+samples. Pinpoint reads the high threshold from tables simulated for a given effect size in
+multiples of the IQR; here it is simulated from the endpoints themselves: the 99th percentile of
+the p-values that samples drawn (with replacement) from the *other* endpoint would give. Every
+probe is recorded with its verdicts against both endpoints; the endpoints must be ``different``
+for the regression to count as reproduced.
+
+*References*: every round measures both endpoints again beside its probes (they are built
+already), and a probe is judged only against the endpoint samples of its own rounds
+(:func:`~workers.bisect.tracks.paired`), so a machine whose speed wanders between rounds moves a
+probe and its yardstick alike. The local driver goes further: it measures a round's commits slot by slot, one
+process of each back to back, and records each sample's slot; then each slot is a paired
+comparison (:func:`paired_sides`), which cancels a machine that switches between two speeds
+from one second to the next (another tenant on the core, a clock that steps down).
+
+*Sides*: a probe is *good* when, slot by slot, a sign test at p ≤ 0.01 puts it on the good side
+of the midpoint between the endpoints measured beside it, *bad* in the mirror case. Without
+slots (probes measured on their own by Celery workers), it is *good* when it is ``different``
+from the bad endpoint and a sign test puts its samples on the good side of the midpoint between
+the endpoints' medians (:func:`nearer_side`), with the endpoints standing on their own sides of
+that midpoint (:func:`endpoints_apart`). ``same`` is not required: a probe measured after a drift
+is ``different`` from both endpoints, and one whose samples mix two speeds can pass as ``same``
+as either. Otherwise the probe is undecided: its samples are doubled up to a cap, and then it is
+left out of the search (the answer becomes an inconclusive, narrowed range, never a guess).
+
+*Search*: binary search over the range in first-parent order, generalised to a (W+1)-ary search
+with W workers: each round probes W commits spread evenly over the remaining interval, so the
+rounds fall from ⌈log2(N+1)⌉ to about ⌈log_{W+1}(N+1)⌉. Each probe measures only the regressed
+benchmarks whose interval still contains the commit, all on the same build. Benchmarks that
+converge on different culprits are reported separately. A commit that fails to build is skipped
+(as ``git bisect skip`` does) and the nearest buildable commit is probed instead.
+
+*Verification*: when a benchmark's interval closes on a parent and child, both are measured again
+in rounds of their own beside both endpoints; the culprit is named only when those fresh samples
+say the endpoints still differ, the parent is good, the child is bad, and the child differs from
+the parent in the regression's direction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from service.errors import InvalidInput
+from workers.bisect.state import (
+    CULPRIT,
+    CULPRITS,
+    ENDPOINT,
+    INCONCLUSIVE,
+    MEASURED,
+    NOT_REPRODUCED,
+    OUTCOMES,
+    REFERENCE,
+    REFINE,
+    SEARCH,
+    SKIPPED,
+    VERIFY,
+    BenchmarkOutcome,
+    BenchmarkVerdict,
+    BisectionState,
+    Outcome,
+    ProbeRecord,
+    ProbeRequest,
+    ProbeResult,
+    SearchConfig,
+    floor_builds,
+    frozen_mapping,
+    start,
+)
+from workers.bisect.tracks import (
+    _batches,
+    _more,
+    _Track,
+    _track,
+    _values,
+    paired,
+    paired_direction,
+    side_of,
+)
+from workers.bisect.verdicts import (
+    APART_ALPHA,
+    BAD,
+    DIFFERENT,
+    GOOD,
+    PAIRED_MIN_SLOTS,
+    SAME,
+    UNDECIDED,
+    UNKNOWN,
+    VERDICTS,
+    Batch,
+    Classification,
+    Comparison,
+    compare,
+)
+
+__all__ = [
+    "APART_ALPHA", "BAD", "CULPRIT", "CULPRITS", "DIFFERENT", "ENDPOINT", "GOOD", "INCONCLUSIVE",
+    "MEASURED", "NOT_REPRODUCED", "OUTCOMES", "PAIRED_MIN_SLOTS", "REFERENCE", "REFINE", "SAME",
+    "SEARCH", "SKIPPED", "UNDECIDED", "UNKNOWN", "VERDICTS", "VERIFY", "Batch",
+    "BenchmarkOutcome", "BenchmarkVerdict", "BisectionState", "Classification", "Comparison",
+    "Outcome", "ProbeRecord", "ProbeRequest", "ProbeResult", "SearchConfig", "compare",
+    "floor_builds", "next_probes", "outcome", "record_round", "start",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+def _spread(lo: int, hi: int, candidates: Sequence[int], k: int) -> list[int]:
+    """K candidates closest to the points splitting (lo, hi) into k+1 equal parts."""
+    chosen: list[int] = []
+    pool = list(candidates)
+    for j in range(1, k + 1):
+        if not pool:
+            break
+        ideal = lo + (hi - lo) * j / (k + 1)
+        best = min(pool, key=lambda i: (abs(i - ideal), i))
+        chosen.append(best)
+        pool.remove(best)
+    return sorted(chosen)
+
+
+def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
+    """The probes of the next round (empty when the bisection is over).
+
+    Endpoints come first (both, whatever W is: every verdict depends on them). After that, each
+    round holds at most ``workers`` commits to search or refine (re-measurements of undecided
+    probes first, then new probes spread over the open intervals, the widest first), plus a
+    verification's parent and candidate, plus both endpoints measured again as references:
+    those are built already, so W bounds the builds of a round.
+
+    Args:
+        state: the current state.
+
+    Returns:
+        Requests, one per commit, in range order.
+    """
+    commits = state.commits
+    tracks = [_track(state, b) for b in state.benchmarks]
+    n = len(commits) - 1
+    endpoint_tracks = [t for t in tracks if t.status == "endpoints"]
+    if endpoint_tracks:
+        more = max(t.endpoint_more for t in endpoint_tracks)
+        names = tuple(t.benchmark for t in endpoint_tracks)
+        return (ProbeRequest(commits[0], 0, names, more, ENDPOINT),
+                ProbeRequest(commits[n], n, names, more, ENDPOINT))
+    requests = _remeasurements(state, tracks)
+    taken = {i for i, _ in requests}
+    free = state.config.workers - sum(1 for _, e in requests if e["purpose"] == REFINE)
+    searching = [t for t in tracks if t.status == "searching" and t.candidates]
+    chosen = dict(requests + _new_probes(state, searching, free, taken))
+    if chosen:
+        _add_references(state, chosen, n)
+    return tuple(
+        ProbeRequest(commits[i], i, tuple(e["benchmarks"]), e["samples"], e["purpose"])
+        for i, e in sorted(chosen.items())
+    )
+
+
+def _want(wanted: dict[int, dict], index: int, benchmark: str, samples: int,
+          purpose: str) -> None:
+    """Ask for ``samples`` of ``benchmark`` at commit ``index`` (merged with earlier asks)."""
+    entry = wanted.setdefault(index, {"benchmarks": [], "samples": 0, "purpose": purpose})
+    if benchmark not in entry["benchmarks"]:
+        entry["benchmarks"].append(benchmark)
+    entry["samples"] = max(entry["samples"], samples)
+
+
+def _remeasurements(state: BisectionState, tracks: list[_Track]) -> list[tuple[int, dict]]:
+    """A verification's commits (all of them), then at most W re-measurements of undecided
+    probes: they need no new build. A verification's commits are measured in one round
+    whatever W is: their comparison needs them side by side in time."""
+    wanted: dict[int, dict] = {}
+    for t in tracks:
+        if t.status == "verifying":
+            for index, more in t.verify_more:
+                _want(wanted, index, t.benchmark, more, VERIFY)
+    verifying = sorted(wanted.items())
+    for t in tracks:
+        for index in t.refine:
+            have = len(paired(state, index, t.benchmark, (SEARCH, REFINE))[0])
+            if index not in wanted or wanted[index]["purpose"] == REFINE:
+                _want(wanted, index, t.benchmark, _more(have, state.config), REFINE)
+    refining = sorted((i, e) for i, e in wanted.items() if e["purpose"] == REFINE)
+    return verifying + refining[: state.config.workers]
+
+
+def _new_probes(state: BisectionState, searching: list[_Track], free: int,
+                taken: set[int]) -> list[tuple[int, dict]]:
+    """New commits to build, ``free`` of them, spread over the open intervals (the widest per
+    slot first); ``taken`` gains the chosen indices."""
+    groups: dict[tuple[int, int], list[_Track]] = {}
+    for t in searching:
+        groups.setdefault((t.lo, t.hi), []).append(t)
+    slots = {key: 0 for key in groups}
+    for _ in range(max(free, 0)):
+        open_groups = [
+            key for key in groups
+            if slots[key] < len([i for i in groups[key][0].candidates if i not in taken])
+        ]
+        if not open_groups:
+            break
+        key = max(open_groups, key=lambda g: ((g[1] - g[0]) / (slots[g] + 1), -g[0]))
+        slots[key] += 1
+    new: list[tuple[int, dict]] = []
+    for (lo, hi), k in sorted(slots.items()):
+        if not k:
+            continue
+        candidates = [i for i in groups[(lo, hi)][0].candidates if i not in taken]
+        for index in _spread(lo, hi, candidates, k):
+            taken.add(index)
+            open_here = [t.benchmark for t in searching
+                         if t.lo < index < t.hi and index in t.candidates]
+            new.append((index, {"benchmarks": open_here, "samples": state.config.initial_samples,
+                                "purpose": SEARCH}))
+    return new
+
+
+def _add_references(state: BisectionState, chosen: dict[int, dict], n: int) -> None:
+    """Both endpoints again, beside this round's probes: each probe is judged against endpoint
+    samples of its own rounds (see :func:`paired`)."""
+    measured = sorted({name for e in chosen.values() for name in e["benchmarks"]},
+                      key=state.benchmarks.index)
+    most = max(e["samples"] for e in chosen.values())
+    for end in (0, n):
+        entry = chosen.setdefault(end, {"benchmarks": [], "samples": 0, "purpose": REFERENCE})
+        entry["benchmarks"] = sorted(set(entry["benchmarks"]) | set(measured),
+                                     key=state.benchmarks.index)
+        entry["samples"] = max(entry["samples"], most)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording
+
+
+def record_round(state: BisectionState, results: Iterable[ProbeResult]) -> BisectionState:
+    """Fold one round's measurements into a new state.
+
+    Args:
+        state: the state the round was planned from.
+        results: one :class:`ProbeResult` per measured or skipped commit.
+
+    Returns:
+        The next state (``round`` + 1), with each probe recorded with its verdicts.
+
+    Raises:
+        InvalidInput: a result names a commit outside the range, a benchmark not bisected, or a
+            non-positive / non-finite sample.
+    """
+    index_of = {sha: i for i, sha in enumerate(state.commits)}
+    samples = dict(state.samples)
+    skipped = dict(state.skipped)
+    errors = dict(state.errors)
+    results = list(results)
+    for r in results:
+        if r.sha not in index_of:
+            raise InvalidInput(f"probe result for {r.sha[:10]}, which is not in the commit range")
+        if r.skipped is not None:
+            skipped[r.sha] = r.skipped
+            continue
+        for name, values in r.samples.items():
+            if name not in state.benchmarks:
+                raise InvalidInput(f"probe result for benchmark {name!r}, which is not bisected")
+            values = tuple(float(v) for v in values)
+            if not values or not all(math.isfinite(v) and v > 0 for v in values):
+                raise InvalidInput(
+                    f"samples of {name} at {r.sha[:10]} must be positive finite numbers (ms)"
+                )
+            slots = tuple(int(v) for v in r.slots[name]) if name in r.slots else None
+            if slots is not None and len(slots) != len(values):
+                raise InvalidInput(f"slots of {name} at {r.sha[:10]} do not match its samples")
+            samples[(r.sha, name)] = samples.get((r.sha, name), ()) + (
+                Batch(state.round, r.purpose, values, slots),
+            )
+        for name, reason in r.errors.items():
+            errors[(r.sha, name)] = reason
+    new_state = replace(
+        state, samples=frozen_mapping(samples), skipped=frozen_mapping(skipped),
+        errors=frozen_mapping(errors),
+    )
+    records = []
+    for r in results:
+        index = index_of[r.sha]
+        if r.skipped is not None:
+            records.append(ProbeRecord(state.round, r.sha, index, r.purpose, SKIPPED,
+                                       r.build_seconds, (), r.skipped))
+            continue
+        verdicts = [_verdict(new_state, r, name, index) for name in r.samples]
+        verdicts += [BenchmarkVerdict(name, (), None, None, None, error)
+                     for name, error in r.errors.items()]
+        records.append(ProbeRecord(state.round, r.sha, index, r.purpose, MEASURED,
+                                   r.build_seconds, tuple(verdicts)))
+    return replace(new_state, round=state.round + 1, probes=state.probes + tuple(records))
+
+
+def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> BenchmarkVerdict:
+    """One probe's record: Pinpoint's verdicts of its samples against the endpoints' samples of
+    the same round, and the side the search puts the commit on with all its samples so far."""
+    cfg = state.config
+    taken = tuple(float(v) for v in r.samples[name])
+    n = len(state.commits) - 1
+    this_round = {state.round}  # the round being recorded
+    if index in (0, n):
+        other = _values(_batches(state, n if index == 0 else 0, name), rounds=this_round)
+        if not other:
+            return BenchmarkVerdict(name, taken, None, None, GOOD if index == 0 else BAD)
+        verdict = compare(taken, other, alpha=cfg.alpha).verdict
+        if index == 0:
+            return BenchmarkVerdict(name, taken, None, verdict, GOOD)
+        return BenchmarkVerdict(name, taken, verdict, None, BAD)
+    good = _values(_batches(state, 0, name), rounds=this_round)
+    bad = _values(_batches(state, n, name), rounds=this_round)
+    if not good or not bad:
+        return BenchmarkVerdict(name, taken, None, None, None)
+    vs_good = compare(taken, good, alternative=bad, alpha=cfg.alpha, power=cfg.power,
+                      resamples=cfg.resamples)
+    vs_bad = compare(taken, bad, alternative=good, alpha=cfg.alpha, power=cfg.power,
+                     resamples=cfg.resamples)
+    purposes = (VERIFY,) if r.purpose == VERIFY else (SEARCH, REFINE)
+    side, _ = side_of(state, index, name, purposes, slower_is_bad=paired_direction(state, name))
+    return BenchmarkVerdict(name, taken, vs_good.verdict, vs_bad.verdict, side)
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcome
+
+
+def outcome(state: BisectionState) -> Outcome | None:
+    """The answer, or None while :func:`next_probes` still has probes to run."""
+    if next_probes(state):
+        return None
+    commits = state.commits
+    per: list[BenchmarkOutcome] = []
+    for t in (_track(state, b) for b in state.benchmarks):
+        if t.status == CULPRIT:
+            per.append(BenchmarkOutcome(t.benchmark, CULPRIT, commits[t.hi], (commits[t.hi],),
+                                        t.change))
+        elif t.status == NOT_REPRODUCED:
+            per.append(BenchmarkOutcome(t.benchmark, NOT_REPRODUCED, None, (), t.change, t.reason))
+        else:
+            per.append(BenchmarkOutcome(t.benchmark, INCONCLUSIVE, None,
+                                        tuple(commits[t.lo + 1: t.hi + 1]), t.change,
+                                        t.reason or "the search stopped without a verdict"))
+    culprits: dict[str, list[str]] = {}
+    for o in per:
+        if o.culprit:
+            culprits.setdefault(o.culprit, []).append(o.benchmark)
+    order = {sha: i for i, sha in enumerate(commits)}
+    ordered = tuple((sha, tuple(names)) for sha, names in sorted(culprits.items(),
+                                                                   key=lambda kv: order[kv[0]]))
+    if len(ordered) > 1:
+        kind = CULPRITS
+    elif ordered:
+        kind = CULPRIT
+    elif any(o.status == INCONCLUSIVE for o in per):
+        kind = INCONCLUSIVE
+    else:
+        kind = NOT_REPRODUCED
+    skipped = tuple((sha, state.skipped[sha]) for sha in commits if sha in state.skipped)
+    return Outcome(kind, tuple(per), ordered, skipped, state.builds, state.round)

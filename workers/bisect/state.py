@@ -1,0 +1,285 @@
+"""The bisection's data: its settings, what it asks for, what it is given, what it remembers.
+
+Frozen dataclasses only; the search that reads and extends them is :mod:`workers.bisect.search`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from service.errors import InvalidInput
+from workers.bisect.verdicts import Batch
+
+CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED = (
+    "culprit", "culprits", "inconclusive", "not_reproduced",
+)
+OUTCOMES = (CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED)
+
+ENDPOINT, SEARCH, REFINE, VERIFY, REFERENCE = (
+    "endpoint", "search", "refine", "verify", "reference",
+)
+MEASURED, SKIPPED = "measured", "skipped"
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How the search measures and decides.
+
+    Attributes:
+        workers: W, the commits probed per round ((W+1)-ary search).
+        initial_samples: samples per benchmark at a new probe.
+        max_samples: cap per commit and benchmark; doubling stops there.
+        alpha: low threshold of the verdicts (Pinpoint: 0.01).
+        power: quantile of the simulated high threshold.
+        resamples: redraws for the high threshold.
+        min_change: the endpoints' medians must differ by at least this fraction, or the
+            regression counts as not reproduced.
+        verify: re-measure parent and culprit with fresh samples before naming the culprit.
+    """
+
+    workers: int = 1
+    initial_samples: int = 12
+    max_samples: int = 48
+    alpha: float = 0.01
+    power: float = 0.99
+    resamples: int = 200
+    min_change: float = 0.05
+    verify: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise InvalidInput(f"workers must be at least 1, got {self.workers}")
+        if self.initial_samples < 3:
+            raise InvalidInput(f"initial_samples must be at least 3, got {self.initial_samples}")
+        if self.max_samples < self.initial_samples:
+            raise InvalidInput(
+                f"max_samples ({self.max_samples}) must be at least initial_samples "
+                f"({self.initial_samples})"
+            )
+        if not 0 < self.alpha < 1 or not 0 < self.power < 1:
+            raise InvalidInput(
+                f"alpha and power must lie in (0, 1), got {self.alpha}, {self.power}"
+            )
+        if self.min_change < 0:
+            raise InvalidInput(f"min_change must not be negative, got {self.min_change}")
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """One commit to measure in the coming round.
+
+    Attributes:
+        sha: the commit.
+        index: its position in the range (0 = good endpoint).
+        benchmarks: the benchmarks to measure there.
+        samples: how many new samples of each benchmark to take.
+        purpose: ``endpoint`` | ``search`` | ``refine`` (more samples for an undecided probe) |
+            ``verify`` (fresh samples of a parent or culprit) | ``reference`` (an endpoint
+            measured again beside the round's other probes).
+    """
+
+    sha: str
+    index: int
+    benchmarks: tuple[str, ...]
+    samples: int
+    purpose: str
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What measuring a :class:`ProbeRequest` gave.
+
+    Attributes:
+        sha: the commit.
+        purpose: the request's purpose.
+        samples: new samples per benchmark (ms); a benchmark missing here failed to measure.
+        build_seconds: build wall time (s), None when no build was attempted.
+        skipped: why the commit could not be built (None when it was built).
+        errors: per benchmark, why it could not be measured.
+        slots: per benchmark, the measuring slot of each sample (same length as its samples)
+            when the round's commits were measured interleaved, slot by slot (the local driver):
+            samples of one slot were taken back to back across the round's commits. Empty when
+            each probe was measured on its own (Celery workers).
+    """
+
+    sha: str
+    purpose: str
+    samples: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    build_seconds: float | None = None
+    skipped: str | None = None
+    errors: Mapping[str, str] = field(default_factory=dict)
+    slots: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BenchmarkVerdict:
+    """One benchmark at one probe, as recorded.
+
+    Attributes:
+        benchmark: the benchmark's name.
+        samples: the samples taken in this probe (ms).
+        vs_good: verdict against the good endpoint (None at the good endpoint itself).
+        vs_bad: verdict against the bad endpoint (None at the bad endpoint itself).
+        side: ``good`` | ``bad`` | ``undecided`` on all samples of this commit so far.
+        error: why the benchmark could not be measured here.
+    """
+
+    benchmark: str
+    samples: tuple[float, ...]
+    vs_good: str | None
+    vs_bad: str | None
+    side: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One probe: a commit measured (or skipped) in one round.
+
+    Attributes:
+        round: the round (0 = endpoints).
+        sha: the commit.
+        index: its position in the range.
+        purpose: see :class:`ProbeRequest`.
+        status: ``measured`` | ``skipped``.
+        build_seconds: build wall time (s), None when not built.
+        results: one :class:`BenchmarkVerdict` per measured benchmark.
+        reason: why it was skipped.
+    """
+
+    round: int
+    sha: str
+    index: int
+    purpose: str
+    status: str
+    build_seconds: float | None
+    results: tuple[BenchmarkVerdict, ...]
+    reason: str | None = None
+
+
+def frozen_mapping(mapping: Mapping) -> Mapping:
+    """A read-only copy of ``mapping`` (the state's mappings are never changed in place)."""
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class BisectionState:
+    """Everything the search knows; never mutated (each step returns a new state).
+
+    Attributes:
+        commits: the range in first-parent order, good endpoint first, bad endpoint last.
+        benchmarks: the regressed benchmarks to bisect.
+        config: the :class:`SearchConfig`.
+        round: the number of rounds recorded.
+        samples: ``(sha, benchmark) -> batches``: every :class:`Batch` of samples taken, in
+            round order. A probe is judged against the endpoints' batches of the same rounds.
+        skipped: ``sha -> reason`` for commits that failed to build.
+        errors: ``(sha, benchmark) -> reason`` for benchmarks that failed to measure.
+        probes: every probe recorded, in order.
+    """
+
+    commits: tuple[str, ...]
+    benchmarks: tuple[str, ...]
+    config: SearchConfig
+    round: int = 0
+    samples: Mapping[tuple[str, str], tuple[Batch, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    errors: Mapping[tuple[str, str], str] = field(default_factory=lambda: MappingProxyType({}))
+    probes: tuple[ProbeRecord, ...] = ()
+
+    @property
+    def good(self) -> str:
+        """The good endpoint's sha (the first commit of the range)."""
+        return self.commits[0]
+
+    @property
+    def bad(self) -> str:
+        """The bad endpoint's sha (the last commit of the range)."""
+        return self.commits[-1]
+
+    @property
+    def builds(self) -> int:
+        """Distinct commits built (or attempted), endpoints included."""
+        return len({p.sha for p in self.probes})
+
+
+def start(
+    commits: Sequence[str], benchmarks: Sequence[str], config: SearchConfig | None = None
+) -> BisectionState:
+    """The initial state of a bisection.
+
+    Args:
+        commits: ``[good, c1, ..., bad]`` in first-parent order (see
+            :func:`workers.commits.local_commit_range`); at least two distinct commits.
+        benchmarks: the regressed benchmarks, at least one, distinct.
+        config: search settings (defaults when None).
+
+    Raises:
+        InvalidInput: fewer than two commits, a repeated commit or benchmark, or no benchmark.
+    """
+    commits = tuple(commits)
+    benchmarks = tuple(benchmarks)
+    if len(commits) < 2:
+        raise InvalidInput("a commit range needs a good and a bad commit")
+    if len(set(commits)) != len(commits):
+        raise InvalidInput("the commit range repeats a commit")
+    if not benchmarks:
+        raise InvalidInput("name at least one benchmark to bisect")
+    if len(set(benchmarks)) != len(benchmarks):
+        raise InvalidInput("the benchmarks to bisect repeat a name")
+    return BisectionState(commits=commits, benchmarks=benchmarks, config=config or SearchConfig())
+
+
+@dataclass(frozen=True)
+class BenchmarkOutcome:
+    """The answer for one benchmark.
+
+    Attributes:
+        benchmark: its name.
+        status: ``culprit`` | ``inconclusive`` | ``not_reproduced``.
+        culprit: the culprit's sha (``culprit`` only).
+        range: for ``inconclusive``, the commits that may hold the culprit (after the last good
+            commit, up to the first bad one); for ``culprit``, just the culprit.
+        change: relative change of the median, bad endpoint against good (0.2 = 20% slower).
+        reason: why it is inconclusive or not reproduced.
+    """
+
+    benchmark: str
+    status: str
+    culprit: str | None
+    range: tuple[str, ...]
+    change: float | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer of a bisection.
+
+    Attributes:
+        kind: ``culprit`` (one commit for every found benchmark) | ``culprits`` (several) |
+            ``inconclusive`` (no culprit named; see ``benchmarks`` for the narrowed ranges) |
+            ``not_reproduced``.
+        benchmarks: one :class:`BenchmarkOutcome` per benchmark.
+        culprits: ``sha -> benchmarks`` it is the culprit of, in range order.
+        skipped: ``(sha, reason)`` for commits that failed to build.
+        builds: distinct commits built, endpoints included.
+        rounds: rounds of probes.
+    """
+
+    kind: str
+    benchmarks: tuple[BenchmarkOutcome, ...]
+    culprits: tuple[tuple[str, tuple[str, ...]], ...]
+    skipped: tuple[tuple[str, str], ...]
+    builds: int
+    rounds: int
+
+
+def floor_builds(n: int) -> int:
+    """⌈log2(N+1)⌉: the fewest probes that can tell N+1 possibilities apart (N commits)."""
+    return math.ceil(math.log2(n + 1)) if n > 0 else 0

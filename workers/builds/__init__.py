@@ -1,0 +1,1 @@
+"""Build providers and the environments a build under test is measured in."""

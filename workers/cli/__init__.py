@@ -1,0 +1,456 @@
+"""The ``nightbench`` command line (typer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import date
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from service.config import get_settings
+from service.errors import NightbenchError
+from workers.cli.common import console, err_console
+from workers.cli.common import csv as _csv
+from workers.cli.common import fail as _fail
+
+app = typer.Typer(help="nightbench: nightly performance-regression checks for PyTorch.",
+                  no_args_is_help=True, pretty_exceptions_show_locals=False)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+regressions_app = typer.Typer(help="Triage regressions.", no_args_is_help=True)
+app.add_typer(regressions_app, name="regressions")
+token_app = typer.Typer(help="API tokens for the write endpoints.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+suite_app = typer.Typer(help="The benchmark suite: stability of its benchmarks.",
+                        no_args_is_help=True)
+app.add_typer(suite_app, name="suite")
+issues_app = typer.Typer(help="Issues: filing that GitHub refused or missed.",
+                         no_args_is_help=True)
+app.add_typer(issues_app, name="issues")
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply the Alembic migrations to the configured database."""
+    from service.migrate import upgrade
+
+    upgrade(revision=revision)
+    console.print(f"database at revision {revision}: {_safe_url()}")
+
+
+def _safe_url() -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(get_settings().effective_database_url).render_as_string(hide_password=True)
+
+
+def _parse_night(night: str | None) -> date:
+    try:
+        return date.fromisoformat(night) if night else date.today()
+    except ValueError:
+        _fail(f"--date must be YYYY-MM-DD, got {night!r}")
+        raise  # unreachable: _fail exits
+
+
+def _create_runs(
+    *, the_night: date, torch_spec: str, models: str | None, modes: str, compilers: str,
+    device_classes: list[str],
+) -> list[tuple[int, int]]:
+    """Create one run per device class; returns ``(run_id, job_count)`` pairs."""
+    from workers.night import plan as night_mod
+
+    try:
+        from service.migrate import upgrade_embedded_store
+
+        upgrade_embedded_store()
+        created = night_mod.create_nights(
+            night=the_night, torch_spec=torch_spec, models=_csv(models), modes=_csv(modes) or [],
+            compilers=_csv(compilers) or ["eager"], device_classes=device_classes,
+        )
+    except NightbenchError as exc:
+        _fail(exc.message)
+    for (run_id, count), device_class in zip(created, device_classes, strict=True):
+        console.print(f"run {run_id}: {count} benchmark(s) on {device_class}, "
+                      f"torch {torch_spec!r}, night {the_night}")
+    return created
+
+
+def _measure(run_id: int, total: int) -> None:
+    """Run (embedded) or wait for (distributed) the run's jobs, with a progress bar."""
+    from workers.night import plan as night_mod
+
+    with _progress() as progress:
+        bar = progress.add_task("measuring", total=total)
+        if get_settings().embedded:
+            for job_id, queue, name in night_mod.queued_jobs(run_id):
+                progress.update(bar, description=name)
+                night_mod.send_job(job_id, queue)
+                progress.advance(bar)
+        else:
+            _wait_for_run(run_id, progress, bar)
+
+
+ModelsOpt = Annotated[str | None, typer.Option(
+    help="comma-separated models or patterns, e.g. torchbench.hf_* (default: the own suite)")]
+ModesOpt = Annotated[str, typer.Option(help="comma-separated: train,eval")]
+CompilersOpt = Annotated[str, typer.Option(help="comma-separated: eager,inductor")]
+NightOpt = Annotated[str | None, typer.Option("--date", help="night YYYY-MM-DD (default today)")]
+TorchOpt = Annotated[str, typer.Option("--torch", help="build under test: current, or a pip spec")]
+SuiteOpt = Annotated[str, typer.Option(
+    help="own | torchbench | all: which models when --models is not given")]
+TorchbenchOpt = Annotated[str | None, typer.Option(
+    "--torchbench", help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")]
+SUITE_MODELS = {"own": None, "torchbench": "torchbench.*", "all": "*"}
+
+
+def _suite_models(suite: str, torchbench: str | None, models: str | None) -> str | None:
+    """The --models a --suite stands for; --torchbench configures the checkout for this run."""
+    if suite not in SUITE_MODELS:
+        _fail(f"--suite must be one of {', '.join(SUITE_MODELS)}, got {suite!r}")
+    if torchbench is not None:
+        if not (Path(torchbench) / "torchbenchmark" / "models").is_dir():
+            _fail(f"--torchbench {torchbench} is not a pytorch/benchmark checkout "
+                  f"(no torchbenchmark/models under it)")
+        os.environ["NIGHTBENCH_TORCHBENCH_PATH"] = str(Path(torchbench).resolve())
+        get_settings.cache_clear()
+    if suite != "own" and get_settings().torchbench_path is None:
+        _fail(f"--suite {suite} needs a TorchBench checkout: --torchbench PATH or "
+              f"NIGHTBENCH_TORCHBENCH_PATH")
+    return models or SUITE_MODELS[suite]
+
+
+@app.command()
+def nightly(
+    models: ModelsOpt = None,
+    modes: ModesOpt = "train,eval",
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    compilers: CompilersOpt = "eager",
+    night: NightOpt = None,
+    torch_spec: TorchOpt = "current",
+    suite: SuiteOpt = "own",
+    torchbench: TorchbenchOpt = None,
+) -> None:
+    """Run tonight's check: measure, store, detect, confirm and report (embedded by default)."""
+    if device not in ("cpu", "cuda"):
+        _fail(f"--device must be cpu or cuda, got {device!r}")
+    models = _suite_models(suite, torchbench, models)
+    created = _create_runs(the_night=_parse_night(night), torch_spec=torch_spec, models=models,
+                           modes=modes, compilers=compilers,
+                           device_classes=["cpu" if device == "cpu" else "default"])
+    from workers.night import plan as night_mod
+
+    for run_id, total in created:
+        if not get_settings().embedded:
+            night_mod.enqueue_jobs(run_id)
+        _measure(run_id, total)
+        _print_report(run_id)
+
+
+@app.command()
+def dispatch(
+    night: NightOpt = None,
+    torch_spec: TorchOpt = "current",
+    device_class: Annotated[list[str], typer.Option(
+        help="cpu, or a GPU class (a100, h100, ...): one run each")] = ["cpu"],  # noqa: B006
+    models: ModelsOpt = None,
+    modes: ModesOpt = "train,eval",
+    compilers: CompilersOpt = "eager",
+    wait: Annotated[bool, typer.Option(help="wait for the runs and print their reports")] = False,
+    suite: SuiteOpt = "own",
+    torchbench: TorchbenchOpt = None,
+) -> None:
+    """Create tonight's runs and enqueue one task per benchmark on its device class's queue."""
+    from workers.night import plan as night_mod
+
+    models = _suite_models(suite, torchbench, models)
+    settings = get_settings()
+    created = _create_runs(the_night=_parse_night(night), torch_spec=torch_spec, models=models,
+                           modes=modes, compilers=compilers, device_classes=device_class)
+    for run_id, total in created:
+        if settings.embedded:
+            _measure(run_id, total)
+        else:
+            night_mod.enqueue_jobs(run_id)
+            if wait:
+                _measure(run_id, total)
+        if settings.embedded or wait:
+            _print_report(run_id)
+    print(json.dumps({"runs": [run_id for run_id, _ in created]}))
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def _wait_for_run(run_id: int, progress: Progress, bar: Any) -> None:
+    from sqlalchemy import func, select
+
+    from service.db import session_scope
+    from service.models import JOB_ENDED, Job, Run
+
+    while True:
+        with session_scope() as session:
+            ended = session.scalar(select(func.count()).select_from(Job).where(
+                Job.run_id == run_id, Job.status.in_(JOB_ENDED)))
+            status = session.scalar(select(Run.status).where(Run.id == run_id))
+        progress.update(bar, completed=ended, description=f"run {run_id}: {status}")
+        if status in ("complete", "incomplete", "failed"):
+            return
+        time.sleep(2)
+
+
+@app.command()
+def report(
+    run: Annotated[int | None, typer.Option(help="run id (default: the latest night)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Print a night's report: benchmark, metric, baseline, tonight, change %, verdict."""
+    from service.db import session_scope
+    from service.migrate import upgrade_embedded_store
+    from service.runs.report import latest_run_id
+
+    upgrade_embedded_store()
+    if run is None:
+        with session_scope() as session:
+            run = latest_run_id(session)
+        if run is None:
+            _fail("no nightly run stored yet; run `nightbench nightly` first")
+    assert run is not None
+    _print_report(run, as_json=as_json)
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "bytes":
+        return f"{value / 2**20:,.1f} MiB"
+    return f"{value:,.2f} ms" if unit == "ms" else f"{value:,.3g} {unit}"
+
+
+VERDICT_STYLE = {"regression": "bold red", "flagged": "red", "improvement": "green",
+                 "error": "bold magenta", "not reproduced": "yellow", "no_baseline": "dim"}
+
+
+def _print_environment_changes(report: dict[str, Any]) -> None:
+    """Say which build identity changes started new series tonight (variant, requirements)."""
+    for change in report.get("environment_changes", []):
+        console.print(f"[yellow]environment:[/] {escape(change)}", highlight=False, soft_wrap=True)
+
+
+def _print_report(run_id: int, *, as_json: bool = False) -> None:
+    from service.db import session_scope
+    from service.runs.report import run_report
+
+    try:
+        with session_scope() as session:
+            data = run_report(session, run_id=run_id, settings=get_settings())
+    except NightbenchError as exc:
+        _fail(exc.message)
+    if as_json:
+        print(json.dumps(data, indent=1, default=str))
+        return
+    r = data["run"]
+    jobs = r["jobs"]
+    table = Table(title=f"nightbench run {r['id']} · night {r['night']} · torch {r['torch_version']} "
+                        f"({(r['torch_git_commit'] or '?')[:10]}) · {r['status']}")
+    table.add_column("benchmark", no_wrap=True)
+    for col, justify in ( ("metric", "left"), ("baseline", "right"),
+                         ("tonight", "right"), ("change %", "right"), ("verdict", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for res in data["results"]:
+        if res["metric"] not in ("latency", "cpu_peak_mem", "gpu_peak_mem") and not res["error"]:
+            continue
+        change = f"{res['change'] * 100:+.1f}" if res["change"] is not None else "—"
+        verdict = res["verdict"] if not res["error"] else "error (below)"
+        style = VERDICT_STYLE.get(res["verdict"], "")
+        table.add_row(res["benchmark"], res["metric"], _fmt(res["baseline"], res["unit"]),
+                      _fmt(res["value"], res["unit"]), change,
+                      f"[{style}]{verdict}[/]" if style else verdict)
+    console.print(table)
+    console.print(f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing "
+                  f"of {jobs['total']}")
+    for res in data["results"]:
+        if res["error"]:
+            console.print(f"[bold magenta]error[/] {escape(res['benchmark'])}: {escape(res['error'])}",
+                          markup=True, highlight=False, soft_wrap=True)
+    regs = [g for g in data["regressions"] if g["direction"] == "regression"]
+    reproduced = [g for g in regs if g["confirmation"] == "reproduced"]
+    if reproduced:
+        console.print(f"[bold red]{len(reproduced)} confirmed regression(s)[/]; issue written to "
+                      f"{get_settings().effective_outbox_dir}")
+    elif regs:
+        console.print(f"[yellow]{len(regs)} flagged, none confirmed[/]")
+    else:
+        console.print("[green]no regression[/]")
+    _print_environment_changes(data)
+    for alert in data["alerts"]:
+        if alert["kind"] == "missing_data":
+            console.print(f"[bold red]missing data:[/] {alert['summary']}")
+
+
+@app.command()
+def detect(
+    input_path: Annotated[str, typer.Option("--input", help="series JSON file, or - for stdin")],
+    output_path: Annotated[str, typer.Option("--output", help="flags JSON file, or - for stdout")] = "-",
+    online: Annotated[bool, typer.Option(help="decide each night from the nights up to it")] = False,
+) -> None:
+    """Offline detection over exported series, with the service's own detector."""
+    from service.regressions.detection import DetectionInputError, detect_document
+
+    try:
+        text = sys.stdin.read() if input_path == "-" else Path(input_path).read_text()
+        doc = json.loads(text)
+    except (OSError, json.JSONDecodeError) as exc:
+        _fail(f"cannot read --input {input_path}: {exc}")
+    try:
+        out = detect_document(doc, online=online)
+    except DetectionInputError as exc:
+        _fail(f"invalid input: {exc}")
+    payload = json.dumps(out, indent=1)
+    if output_path == "-":
+        print(payload)
+    else:
+        Path(output_path).write_text(payload + "\n")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes")] = 1,
+) -> None:
+    """Serve the REST API, charts and model pages (FastAPI on uvicorn)."""
+    import uvicorn
+
+    from service.migrate import upgrade_embedded_store
+
+    upgrade_embedded_store()
+    console.print(f"nightbench API on http://{host}:{port} (database {_safe_url()})")
+    uvicorn.run("service.main:app", host=host, port=port, workers=workers, log_level="info")
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="who or what uses the token, e.g. ci-runner-a100")],
+) -> None:
+    """Create an API token and print it once (only its SHA-256 hash is stored)."""
+    from service.auth import create_token
+    from service.db import session_scope
+
+    try:
+        with session_scope() as session:
+            _, plain = create_token(session, name=name)
+    except NightbenchError as exc:
+        _fail(exc.message)
+    err_console.print(f"token {name!r} created; it is shown only now, store it safely:")
+    print(plain)
+
+
+@token_app.command("revoke")
+def token_revoke(name: Annotated[str, typer.Option(help="the token's name")]) -> None:
+    """Delete an API token; requests using it are refused from now on."""
+    from service.auth import revoke_token
+    from service.db import session_scope
+
+    try:
+        with session_scope() as session:
+            revoke_token(session, name=name)
+    except NightbenchError as exc:
+        _fail(exc.message)
+    console.print(f"token {name!r} revoked")
+
+
+@regressions_app.command("list")
+def regressions_list(
+    state: Annotated[str | None, typer.Option(help="only this triage state")] = None,
+    run: Annotated[int | None, typer.Option(help="only this run")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """List regressions and improvements with their triage state."""
+    from sqlalchemy import select
+
+    from service.db import session_scope
+    from service.models import TRIAGE_STATES, Regression
+
+    if state is not None and state not in TRIAGE_STATES:
+        _fail(f"--state must be one of {', '.join(TRIAGE_STATES)}, got {state!r}")
+    with session_scope() as session:
+        stmt = select(Regression).order_by(Regression.id)
+        if state:
+            stmt = stmt.where(Regression.state == state)
+        if run is not None:
+            stmt = stmt.where(Regression.run_id == run)
+        rows: list[dict[str, Any]] = [{
+            "id": r.id, "run": r.run_id, "benchmark": r.benchmark, "metric": r.metric,
+            "direction": r.direction, "change": r.change, "confirmation": r.confirmation,
+            "state": r.state,
+        } for r in session.scalars(stmt)]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table(title="regressions")
+    for col in ("id", "run", "benchmark", "metric", "change %", "confirmation", "state"):
+        table.add_column(col, no_wrap=col == "benchmark")
+    for r in rows:
+        table.add_row(str(r["id"]), str(r["run"]), r["benchmark"], r["metric"],
+                      f"{r['change'] * 100:+.1f}", r["confirmation"], r["state"])
+    console.print(table)
+
+
+@regressions_app.command("set")
+def regressions_set(
+    regression_id: Annotated[int, typer.Argument(help="regression id")],
+    state: Annotated[str, typer.Argument(help="untriaged|confirmed|invalid|expected|fixed|reverted")],
+) -> None:
+    """Change a regression's triage state (``expected`` resets the series' baseline)."""
+    from service.db import session_scope
+    from service.regressions.service import set_state
+
+    try:
+        with session_scope() as session:
+            reg = set_state(session, regression_id=regression_id, state=state)
+            console.print(f"regression {reg.id} ({reg.benchmark} {reg.metric}): {reg.state}")
+    except NightbenchError as exc:
+        _fail(exc.message)
+
+
+# Bisection commands live in workers/cli/bisect.py (heavy imports happen when they run).
+from workers.cli import bisect as _bisect_cli  # noqa: E402
+
+app.command("bisect")(_bisect_cli.bisect)
+app.command("demo")(_bisect_cli.demo)
+
+from workers.cli import worker as _worker_cli  # noqa: E402
+
+app.command("worker")(_worker_cli.worker)
+
+from workers.cli import status as _status_cli  # noqa: E402
+
+app.command("status")(_status_cli.status)
+
+from workers.cli import issues as _issues_cli  # noqa: E402
+
+issues_app.command("retry")(_issues_cli.retry)
+
+from workers.cli import suite as _suite_cli  # noqa: E402
+
+suite_app.command("stability")(_suite_cli.stability)
+
+from workers.cli import torchbench as _torchbench_cli  # noqa: E402
+
+import_app = typer.Typer(help="Import results from other tools.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+import_app.command("torchbench")(_torchbench_cli.import_torchbench)
+export_app = typer.Typer(help="Export results for other tools.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+export_app.command("torchbench")(_torchbench_cli.export_torchbench)
+

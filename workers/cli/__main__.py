@@ -1,0 +1,5 @@
+"""``python -m workers.cli``: the ``nightbench`` command line."""
+
+from workers.cli import app
+
+app()

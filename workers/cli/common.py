@@ -1,0 +1,24 @@
+"""What every command group of the ``nightbench`` command line shares: its consoles and errors."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print ``error: message`` on stderr and end the command with exit code ``code``.
+
+    Raises:
+        typer.Exit: always (exit code 2 by default: bad input, as typer's own usage errors).
+    """
+    err_console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def csv(value: str | None) -> list[str] | None:
+    """``"a, b,,c"`` → ``["a", "b", "c"]``; None or empty → None."""
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None

@@ -1,0 +1,34 @@
+"""``nightbench issues retry``: file every alert whose filing is pending, now."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+
+def retry(
+    all_now: Annotated[bool, typer.Option(
+        "--now/--due", help="try every pending filing now (default), or only those whose "
+        "backoff has passed")] = True,
+) -> None:
+    """File the alerts whose filing is pending or failed (GitHub was away or refused the token),
+    each exactly once; exits 1 while any still fails, with its error."""
+    from service.config import get_settings
+    from workers.issues.pending import retry_pending
+
+    console = Console(emoji=False)
+    attempts = retry_pending(settings=get_settings(), force=all_now)
+    if not attempts:
+        console.print("no filing pending")
+    failed = 0
+    for attempt in attempts:
+        if attempt.error is None:
+            console.print(f"alert {attempt.alert_id}: filed {' '.join(attempt.urls)}")
+        else:
+            failed += 1
+            console.print(f"[bold red]alert {attempt.alert_id}: still failing:[/] "
+                          f"{escape(attempt.error)}", markup=True, highlight=False)
+    raise typer.Exit(1 if failed else 0)

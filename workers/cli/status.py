@@ -1,0 +1,62 @@
+"""``nightbench status``: what runs, what is late, who works, what is not filed, what waits in
+the queues; exit 1 when something is wrong (a filing failing among them)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (as GET /api/status)")] = False,
+) -> None:
+    """Each machine class's last night, the open runs (overdue ones in red), the workers seen in
+    the last hour, the filings pending (failing ones in red), the queue lengths, and the
+    problems; exits 1 when there is a problem, so a cron job can page."""
+    from service.config import get_settings
+    from service.db import session_scope
+    from service.status.service import system_status
+
+    settings = get_settings()
+    with session_scope() as session:
+        state = system_status(session, broker_url=settings.broker_url,
+                              queue_prefix=settings.queue_prefix)
+    if as_json:
+        print(json.dumps(asdict(state), default=str, indent=1))
+        raise typer.Exit(1 if state.problems else 0)
+    console = Console()
+    classes = Table("machine class", "last night", "nights behind", title="machine classes")
+    for c in state.machine_classes:
+        classes.add_row(c.queue, str(c.last_night), str(c.nights_behind),
+                        style="red" if c.nights_behind > 1 else None)
+    runs = Table("run", "kind", "night", "status", "age", "deadline", "jobs pending",
+                 title="open runs")
+    for r in state.open_runs:
+        runs.add_row(str(r.id), r.kind, str(r.night), r.status, f"{r.age_s / 3600:.1f} h",
+                     str(r.deadline_at or "—"), str(r.jobs_pending),
+                     style="bold red" if r.overdue else None)
+    workers = Table("worker", "last job started", "jobs", title="workers (last hour)")
+    for w in state.workers:
+        workers.add_row(w.worker, str(w.last_started_at), str(w.jobs))
+    filings = Table("alert", "run", "night", "state", "attempts", "pending", "last error",
+                    title="filings pending")
+    for f in state.pending_filings:
+        filings.add_row(str(f.alert_id), str(f.run_id), str(f.night), f.state, str(f.attempts),
+                        f"{f.age_s / 3600:.1f} h", escape(f.last_error or ""),
+                        style="bold red" if f.last_error else None)
+    queues = Table("queue", "waiting", title="queues")
+    for name, waiting in (state.queues or {}).items():
+        queues.add_row(name, str(waiting))
+    for table in (classes, runs, workers, filings, queues):
+        console.print(table)
+    for line in state.problems:
+        console.print(f"[bold red]problem:[/] {line}")
+    if not state.problems:
+        console.print("[green]no problems[/]")
+    raise typer.Exit(1 if state.problems else 0)

@@ -1,0 +1,70 @@
+"""``nightbench suite stability``: the command, registered in ``workers/cli/__init__.py``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from service.errors import NightbenchError
+from workers.cli.common import console, err_console
+from workers.cli.common import csv as _csv
+from workers.cli.common import fail as _fail
+
+
+def stability(
+    repeats: Annotated[int, typer.Option(help="processes per benchmark (K)")] = 5,
+    models: Annotated[str | None, typer.Option(help="comma-separated models (default all)")] = None,
+    modes: Annotated[str, typer.Option(help="comma-separated modes")] = "train,eval",
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    compiler: Annotated[str, typer.Option(help="eager or inductor")] = "eager",
+    iterations: Annotated[int, typer.Option(help="minimum timed iterations per process")] = 15,
+    min_seconds: Annotated[float, typer.Option(help="minimum timed seconds per process")] = 2.0,
+    threshold: Annotated[float, typer.Option(help="spread that makes a benchmark unstable")] = 0.07,
+    store: Annotated[bool, typer.Option(help="store the verdicts for the detector")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Run each benchmark K times in fresh processes; mark those whose spread reaches 7%."""
+    from suite.stability import list_models_json, noise_floor
+    from workers.night import stability as stab
+
+    try:
+        specs = stab.select_benchmarks(list_models_json(), models=_csv(models),
+                                       modes=_csv(modes) or [], device=device, compiler=compiler)
+        run_args = ["--iterations", str(iterations), "--min-seconds", str(min_seconds)]
+        if store:
+            stab.check_store()
+        with Progress(TextColumn("[bold]{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console) as progress:
+            bar = progress.add_task("stability", total=len(specs) * repeats)
+            results = stab.measure(
+                specs, repeats=repeats, run_args=run_args, threshold=threshold,
+                on_record=lambda spec, r, _rec: progress.update(
+                    bar, advance=1, description=f"round {r + 1}/{repeats} {spec.key}"),
+            )
+        stored = stab.store(results) if store else 0
+    except NightbenchError as exc:
+        _fail(exc.message)
+        return
+    floor = noise_floor(results)
+    if as_json:
+        print(json.dumps({"noise_floor": floor, "stored": stored,
+                          "results": [r.to_json() for r in results]}, indent=1))
+        return
+    table = Table(title=f"stability over {repeats} processes (unstable: spread >= {threshold:.0%})")
+    for col in ("benchmark", "setup", "median ms", "CV %", "spread %", "verdict"):
+        table.add_column(col, no_wrap=col in ("benchmark", "setup"))
+    for r in results:
+        verdict = {True: "[red]unstable", False: "stable", None: "[yellow]unknown"}[r.unstable]
+        med = f"{sorted(r.medians_ms)[len(r.medians_ms) // 2]:.2f}" if r.medians_ms else "-"
+        table.add_row(f"{r.model}:{r.mode}:{r.device}:{r.compiler}",
+                      ", ".join(r.setups) or "-", med,
+                      "-" if r.cv is None else f"{r.cv * 100:.2f}",
+                      "-" if r.spread is None else f"{r.spread * 100:.2f}",
+                      verdict + (f" ({len(r.errors)} errors)" if r.errors else ""))
+    console.print(table)
+    console.print(f"noise floor (median CV): {'-' if floor is None else f'{floor * 100:.2f}%'}; "
+                  f"{stored} verdicts stored")

@@ -1,0 +1,177 @@
+"""``nightbench import torchbench FILE`` and ``nightbench export torchbench --run ID``.
+
+TorchBench's result JSON (:mod:`suite.torchbench_results`: the userbenchmark and the
+pytest-benchmark formats) in and out of the database. An import is an ingest run
+(:mod:`service.runs.ingest`) keyed by the file's content, so a file imported twice is stored
+once, and its results are detected like any other ingest's. Bad input exits with code 2 and
+stores nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import date
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from service.config import get_settings
+from service.errors import NightbenchError
+from suite.model_info import TORCHBENCH_PREFIX
+from suite.records import BenchmarkRecord
+from suite.torchbench_results import (
+    PYTEST_BENCHMARK,
+    TorchBenchFormatError,
+    from_torchbench,
+    pytest_benchmark_night,
+    result_format,
+    to_userbenchmark,
+)
+from workers.cli.common import fail as _fail
+
+EXPORT_SUITES = ("all", "own", "torchbench")
+
+
+
+
+def _read(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror or exc}")
+        raise  # unreachable: _fail exits
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        _fail(f"{path} is not JSON: {exc}")
+        raise
+
+
+def _migrate_embedded() -> None:
+    """The embedded SQLite store is created on first use, as ``nightbench nightly`` does."""
+    from service.migrate import upgrade_embedded_store
+
+    upgrade_embedded_store()
+
+
+def import_key(data: Any) -> str:
+    """The ingest key of a TorchBench file: its format and a hash of its JSON content."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return f"torchbench:{hashlib.sha256(canonical).hexdigest()[:32]}"
+
+
+def import_torchbench(
+    file: Annotated[Path, typer.Argument(help="a TorchBench result JSON file")],
+    night: Annotated[str | None, typer.Option(
+        "--date", help="night YYYY-MM-DD (default: the file's date, else today)")] = None,
+    note: Annotated[str | None, typer.Option(help="a note stored on the run")] = None,
+) -> None:
+    """Import a TorchBench result (userbenchmark or pytest-benchmark JSON) as an ingest run.
+
+    TorchBench's models are stored as ``torchbench.<name>`` in the suite's units (ms, bytes);
+    a file written by ``nightbench export torchbench`` keeps its names. Importing the same file
+    again stores nothing new and names the run it made.
+    """
+    from service.db import session_scope
+    from service.runs.ingest import create_ingest_run, ingest_records, ingest_run_by_key
+    from service.runs.service import BenchmarkSpec
+
+    data = _read(file)
+    try:
+        kind = result_format(data)
+        records = from_torchbench(data)
+    except TorchBenchFormatError as exc:
+        _fail(f"{file}: {exc}")
+        raise
+    if not records:
+        _fail(f"{file}: the {kind} result holds no benchmark")
+    the_night = _night(night, data if kind == PYTEST_BENCHMARK else None)
+    key = import_key(data)
+    _migrate_embedded()
+    environment = next((r.environment for r in records if r.environment), {})
+    try:
+        with session_scope() as session:
+            existing = ingest_run_by_key(session, key=key)
+            if existing is not None:
+                typer.echo(f"{file} was already imported as run {existing.id}; nothing stored",
+                           err=True)
+                print(json.dumps({"run": existing.id, "stored": 0, "already_stored": len(records)}))
+                return
+            specs = [BenchmarkSpec(model=r.model, mode=r.mode, device=r.device,
+                                   compiler=r.compiler, batch_size=r.batch_size, queue="ingest")
+                     for r in records]
+            run, _ = create_ingest_run(
+                session, night=the_night, benchmarks=specs,
+                torch_spec=f"torchbench {kind}: {file.name}",
+                torch_version=environment.get("torch_version"),
+                torch_git_commit=environment.get("torch_git_version"), key=key, note=note)
+            outcome = ingest_records(session, run_id=run.id,
+                                     records=[r.to_json() for r in records])
+            run_id = run.id
+    except NightbenchError as exc:
+        _fail(f"{file}: {exc.message}")
+        raise
+    errors = sum(1 for r in records if r.error)
+    typer.echo(f"run {run_id}: {outcome.stored} benchmark(s) from {kind} {file} "
+               f"({errors} error(s)), night {the_night}", err=True)
+    if outcome.stored:
+        _judge_if_embedded(run_id)
+    print(json.dumps({"run": run_id, "stored": outcome.stored,
+                      "already_stored": outcome.already_stored}))
+
+
+def _judge_if_embedded(run_id: int) -> None:
+    """No workers sweep an embedded store: the imported night is judged here and now."""
+    if get_settings().embedded:
+        from workers.enqueue import Step, send
+
+        send([Step("night.finish", (run_id,))])
+
+
+def _night(night: str | None, pytest_data: Any) -> date:
+    if night is not None:
+        try:
+            return date.fromisoformat(night)
+        except ValueError:
+            _fail(f"--date must be YYYY-MM-DD, got {night!r}")
+    return (pytest_benchmark_night(pytest_data) if pytest_data else None) or date.today()
+
+
+def export_torchbench(
+    run: Annotated[int, typer.Option(help="the run to export")],
+    out: Annotated[Path | None, typer.Option(help="write here (default: stdout)")] = None,
+    suite: Annotated[str, typer.Option(
+        help="all | own | torchbench: which models (torchbench: the torchbench.* ones)")] = "all",
+) -> None:
+    """Export a run's results as a TorchBench userbenchmark result (``test_bench`` keys).
+
+    TorchBench's ``userbenchmark/test_bench/regression_detector.py`` compares two such files;
+    ``torchbench.<name>`` models are written as ``<name>``, values in TorchBench's units.
+    """
+    from service.db import session_scope
+    from service.runs.service import run_records
+
+    if suite not in EXPORT_SUITES:
+        _fail(f"--suite must be one of {', '.join(EXPORT_SUITES)}, got {suite!r}")
+    _migrate_embedded()
+    try:
+        with session_scope() as session:
+            rows = run_records(session, run_id=run)
+    except NightbenchError as exc:
+        _fail(exc.message)
+        raise
+    records = [BenchmarkRecord.from_json(r) for r in rows
+               if suite == "all" or r["model"].startswith(TORCHBENCH_PREFIX) == (suite == "torchbench")]
+    try:
+        doc = to_userbenchmark(records)
+    except TorchBenchFormatError as exc:
+        _fail(f"run {run}: {exc} (--suite own or --suite torchbench)")
+        raise
+    payload = json.dumps(doc, indent=1)
+    if out is None:
+        print(payload)
+    else:
+        out.write_text(payload + "\n")
+        typer.echo(f"run {run}: {len(records)} benchmark(s) written to {out}", err=True)

@@ -1,0 +1,1 @@
+"""``nightbench demo`` and the small package whose history it bisects."""

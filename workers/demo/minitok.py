@@ -1,0 +1,462 @@
+"""A small real Python package, ``minitok``, and a git history of it with known culprits.
+
+``minitok`` is a WordPiece-style tokenizer in pure Python (greedy longest-match sub-words over a
+seeded vocabulary): ``Tokenizer.encode`` and ``Tokenizer.decode`` are its hot paths, and
+``bench.py`` at the repository root measures them the way ``nightbench bisect --command`` wants::
+
+    python bench.py encode    # last line: {"samples": [ms, ...]}
+
+:func:`make_package_repository` writes a repository of N + 1 commits: a first commit, then N
+ordinary commits (changelog entries, docs, helpers off the hot path, tests, version bumps), one
+of which may add redundant validity checks in ``encode``'s loops (the kind of slowdown PyTorch
+PR #61056 was about: a check that was already guaranteed, run on every call; about +30%),
+another a bounds check in ``decode``'s loop (about +25%), and others may break the package's
+build (an invalid ``pyproject.toml``). The bisection tests, ``benchmarks/bisection.py`` and ``nightbench demo`` all
+use it, so the culprit is known and the slowdown is real.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from service.errors import InvalidInput
+
+INSTALL_COMMAND = "pip install --no-deps --no-build-isolation --no-index -e ."
+"""Installs a checkout of ``minitok`` into the probe's environment, offline."""
+
+ENCODE = "python bench.py encode"
+DECODE = "python bench.py decode"
+
+_AUTHORS = (
+    ("Ada Moreno", "ada@example.org"),
+    ("Bo Lindqvist", "bo@example.org"),
+    ("Chidi Okafor", "chidi@example.org"),
+    ("Dana Weiss", "dana@example.org"),
+    ("Emeka Hart", "emeka@example.org"),
+)
+_START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """What the package looks like at one commit."""
+
+    version: int = 0
+    encode_check: bool = False
+    per_lookup: bool = False
+    decode_check: bool = False
+    broken: bool = False
+    helpers: int = 0
+    changelog: tuple[str, ...] = ()
+    doc_notes: int = 0
+    tests: int = 1
+
+
+def _pyproject(t: _Tree) -> str:
+    # An unquoted version is invalid TOML: the build fails, as a bad packaging edit would.
+    version = f"0.1.{t.version}" if t.broken else f'"0.1.{t.version}"'
+    return f"""[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "minitok"
+version = {version}
+description = "A small WordPiece-style tokenizer in pure Python"
+requires-python = ">=3.9"
+
+[tool.setuptools]
+packages = ["minitok"]
+"""
+
+
+_VOCAB = '''"""A seeded vocabulary of sub-word pieces (no download: built from a fixed seed)."""
+
+import random
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+UNK = "[UNK]"
+
+
+def build_vocab(size=3000, seed=0):
+    """Return {piece: id}: single letters, their "##" continuations, then seeded pieces."""
+    rng = random.Random(seed)
+    vocab = {UNK: 0}
+    for c in LETTERS:
+        vocab[c] = len(vocab)
+        vocab["##" + c] = len(vocab)
+    while len(vocab) < size:
+        piece = "".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 6)))
+        vocab.setdefault(piece if rng.random() < 0.5 else "##" + piece, len(vocab))
+    return vocab
+
+
+def sample_text(words=600, seed=1):
+    """Deterministic lower-case text of ``words`` words."""
+    rng = random.Random(seed)
+    return " ".join(
+        "".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 12))) for _ in range(words)
+    )
+'''
+
+
+# minitok/tokenizer.py; the fields are the planted checks (empty when off) and the notes.
+_TOKENIZER = '''"""Greedy longest-match sub-word tokenization (WordPiece style).
+{notes}"""
+
+from minitok.vocab import UNK
+
+
+class Tokenizer:
+    """Encode text to ids and back with a fixed vocabulary."""
+
+    def __init__(self, vocab):
+        self.vocab = dict(vocab)
+        self.inverse = [None] * len(self.vocab)
+        for piece, i in self.vocab.items():
+            self.inverse[i] = piece
+        self.max_len = max(len(p) for p in self.vocab)
+        self.unk = self.vocab[UNK]
+
+    def _check_word(self, word):
+        if not all(c.isalpha() and c.islower() for c in word):
+            raise ValueError("not a lower-case word: " + word)
+
+    def _check_piece(self, piece):
+        body = piece[2:] if piece.startswith("##") else piece
+        if not body or not all(c.isalpha() and c.islower() for c in body):
+            raise ValueError("not a piece: " + piece)
+
+    def encode(self, text):
+        """Return the ids of ``text``'s pieces."""
+        ids = []
+        vocab = self.vocab
+        for word in text.lower().split():
+{word_check}            start, n = 0, len(word)
+            while start < n:
+                end = min(n, start + self.max_len)
+                while end > start:
+                    piece = word[start:end] if start == 0 else "##" + word[start:end]
+{lookup_check}                    if piece in vocab:
+{piece_check}                        ids.append(vocab[piece])
+                        break
+                    end -= 1
+                else:
+                    ids.append(self.unk)
+                    end = start + 1
+                start = end
+        return ids
+
+    def decode(self, ids):
+        """Return the text of ``ids`` (pieces joined, "##" continuations glued on)."""
+        out = []
+        inverse = self.inverse
+        for i in ids:
+{id_check}            piece = inverse[i]
+            if piece.startswith("##"):
+                out.append(piece[2:])
+            else:
+                out.append(" ")
+                out.append(piece)
+        return "".join(out).strip()
+'''
+
+
+def _tokenizer(t: _Tree) -> str:
+    notes = "".join(f"\nNote {i + 1}: pieces are matched greedily, longest first.\n"
+                    for i in range(t.doc_notes))
+    word_check = (
+        "            self._check_word(word)\n" if t.encode_check else ""
+    )
+    piece_check = (
+        "                        if self.inverse[vocab[piece]] != piece:\n"
+        "                            raise ValueError(\"vocabulary is inconsistent at \" + piece)\n"
+        "                        if not (piece[2:] if start else piece).islower():\n"
+        "                            raise ValueError(\"not a lower-case piece: \" + piece)\n"
+        if t.encode_check else ""
+    )
+    lookup_check = (
+        # The same checks again at every vocabulary lookup: word and piece re-validated.
+        "                    self._check_word(word)\n"
+        "                    self._check_piece(piece)\n" if t.per_lookup else ""
+    )
+    id_check = (
+        "            if not 0 <= i < len(inverse):\n"
+        "                raise ValueError(\"id out of range: %d\" % i)\n"
+        if t.decode_check else ""
+    )
+    return _TOKENIZER.format(notes=notes, word_check=word_check, lookup_check=lookup_check,
+                             piece_check=piece_check, id_check=id_check)
+
+
+def _extras(t: _Tree) -> str:
+    body = '"""Helpers around the tokenizer, off its hot path."""\n'
+    for i in range(t.helpers):
+        body += f'''
+
+def helper_{i}(text):
+    """Collapse whitespace and lower-case (variant {i})."""
+    return " ".join(text.split()).lower()
+'''
+    return body
+
+
+_INIT = '''"""minitok: a small WordPiece-style tokenizer."""
+
+from minitok.tokenizer import Tokenizer
+from minitok.vocab import build_vocab, sample_text
+
+__all__ = ["Tokenizer", "build_vocab", "sample_text"]
+'''
+
+_BENCH = '''"""Latency of minitok's hot paths.
+
+python bench.py encode|decode prints {"samples": [ms, ...]} on its last line. Each sample is the
+median of INNER timed calls, so one disturbed call does not move it, and each call is timed in
+CPU time of this thread (time.thread_time): on a shared machine wall time also counts the time
+other processes held the core, which says nothing about this code.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import minitok
+
+INNER = int(os.environ.get("MINITOK_INNER", "5"))
+
+
+def main():
+    which = sys.argv[1] if len(sys.argv) > 1 else "encode"
+    count = int(os.environ.get("NIGHTBENCH_SAMPLES", "15"))
+    tok = minitok.Tokenizer(minitok.build_vocab())
+    text = minitok.sample_text(words=600)
+    ids = tok.encode(text) * 3
+    if which == "encode":
+        def call():
+            tok.encode(text)
+    elif which == "decode":
+        def call():
+            tok.decode(ids)
+    else:
+        raise SystemExit("usage: python bench.py encode|decode")
+    for _ in range(3):
+        call()
+    samples = []
+    for _ in range(count):
+        times = []
+        for _ in range(INNER):
+            start = time.thread_time()
+            call()
+            times.append((time.thread_time() - start) * 1e3)
+        samples.append(statistics.median(times))
+    print(json.dumps({"samples": samples}))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _tests(t: _Tree) -> str:
+    body = '''from minitok import Tokenizer, build_vocab
+
+
+def test_round_trip():
+    tok = Tokenizer(build_vocab())
+    assert tok.decode(tok.encode("hello world")) == "hello world"
+'''
+    for i in range(1, t.tests):
+        body += f'''
+
+def test_words_{i}():
+    tok = Tokenizer(build_vocab())
+    assert len(tok.encode("abc " * {i + 1})) >= {i + 1}
+'''
+    return body
+
+
+def _files(t: _Tree) -> dict[str, str]:
+    return {
+        "pyproject.toml": _pyproject(t),
+        "README.md": "# minitok\n\nA small WordPiece-style tokenizer in pure Python.\n\n"
+                     "    python bench.py encode\n",
+        "CHANGELOG.md": "# Changelog\n\n" + "".join(f"- {line}\n" for line in t.changelog),
+        "bench.py": _BENCH,
+        "minitok/__init__.py": _INIT,
+        "minitok/vocab.py": _VOCAB,
+        "minitok/tokenizer.py": _tokenizer(t),
+        "minitok/extras.py": _extras(t),
+        "tests/test_tokenizer.py": _tests(t),
+    }
+
+
+@dataclass(frozen=True)
+class PackageRepository:
+    """A generated ``minitok`` repository.
+
+    Attributes:
+        path: the work tree.
+        shas: every commit, oldest first (``shas[0]`` is the first commit, the good endpoint of
+            a bisection over the whole history).
+        culprits: ``benchmark command -> sha`` of the commit that slowed it (``ENCODE``,
+            ``DECODE``).
+        broken: shas of commits whose build fails.
+    """
+
+    path: Path
+    shas: tuple[str, ...]
+    culprits: dict[str, str]
+    broken: tuple[str, ...]
+
+    @property
+    def good(self) -> str:
+        """The first commit's sha (before the slowdown)."""
+        return self.shas[0]
+
+    @property
+    def bad(self) -> str:
+        """The last commit's sha (after the slowdown)."""
+        return self.shas[-1]
+
+
+def _git(path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def _write(path: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
+
+
+def _ordinary(k: int, t: _Tree) -> tuple[_Tree, str]:
+    kind = k % 5
+    if kind == 0:
+        return replace(t, changelog=(*t.changelog, f"Internal clean-up {k}")), \
+            f"Tidy the changelog for release work ({k})"
+    if kind == 1:
+        return replace(t, helpers=t.helpers + 1), f"Add helper_{t.helpers} for text clean-up"
+    if kind == 2:
+        return replace(t, doc_notes=t.doc_notes + 1), "Document greedy matching in tokenizer"
+    if kind == 3:
+        return replace(t, tests=t.tests + 1), f"Test longer inputs ({t.tests + 1} words)"
+    return replace(t, version=t.version + 1), f"Bump version to 0.1.{t.version + 1}"
+
+
+def make_package_repository(
+    path: str | Path,
+    *,
+    commits: int = 32,
+    encode_culprit: int | None = None,
+    decode_culprit: int | None = None,
+    broken: Iterable[int] = (),
+    per_lookup: bool = False,
+) -> PackageRepository:
+    """Write a ``minitok`` git repository with ``commits`` commits after the first.
+
+    Commit k (1 ≤ k ≤ ``commits``) is an ordinary change unless it is a culprit or broken. A
+    broken commit's ``pyproject.toml`` is invalid (its build fails); the next commit repairs it.
+
+    Args:
+        path: an empty or missing directory.
+        commits: N, the commits after the first one.
+        encode_culprit: k of the commit that adds redundant checks to ``encode``'s loops
+            (about 30% slower), or None.
+        decode_culprit: k of the commit that adds a bounds check to ``decode``'s loop (about
+            25% slower), or None.
+        broken: k of commits whose build fails.
+        per_lookup: the encode culprit also re-validates the word and the piece at every
+            vocabulary lookup (about 7 times slower instead of 30%).
+
+    Returns:
+        The :class:`PackageRepository`.
+
+    Raises:
+        InvalidInput: an index outside 1..N, a culprit that is also broken, or a non-empty path.
+    """
+    root = Path(path)
+    broken = tuple(sorted(set(broken)))
+    _check_arguments(root, commits, encode_culprit, decode_culprit, broken)
+    root.mkdir(parents=True, exist_ok=True)
+    _git(root, "init", "--quiet", "--initial-branch=main")
+    _git(root, "config", "commit.gpgsign", "false")
+
+    tree = _Tree()
+    shas: list[str] = []
+    culprits: dict[str, str] = {}
+    for k in range(commits + 1):
+        if k == encode_culprit:
+            tree, message = replace(tree, encode_check=True, per_lookup=per_lookup,
+                                    broken=False), "Validate words and pieces while encoding"
+        elif k == decode_culprit:
+            tree, message = replace(tree, decode_check=True, broken=False), \
+                "Check id bounds in decode"
+        else:
+            tree, message = _plain_change(k, tree, k in broken)
+        shas.append(_commit(root, k, tree, message))
+        if k == encode_culprit:
+            culprits[ENCODE] = shas[-1]
+        if k == decode_culprit:
+            culprits[DECODE] = shas[-1]
+    return PackageRepository(root, tuple(shas), culprits, tuple(shas[k] for k in broken))
+
+
+def _check_arguments(root: Path, commits: int, encode_culprit: int | None,
+                     decode_culprit: int | None, broken: tuple[int, ...]) -> None:
+    """Raise InvalidInput naming the first argument of make_package_repository that is wrong."""
+    if commits < 1:
+        raise InvalidInput(f"commits must be at least 1, got {commits}")
+    for name, k in (("encode_culprit", encode_culprit), ("decode_culprit", decode_culprit),
+                    *(("broken", b) for b in broken)):
+        if k is not None and not 1 <= k <= commits:
+            raise InvalidInput(f"{name} must lie in 1..{commits}, got {k}")
+    if {encode_culprit, decode_culprit} & set(broken):
+        raise InvalidInput("a culprit commit cannot also be broken")
+    if root.exists() and any(root.iterdir()):
+        raise InvalidInput(f"path: {root} is not empty")
+
+
+def _plain_change(k: int, tree: _Tree, breaks: bool) -> tuple[_Tree, str]:
+    """The tree and message of commit k when it is not a culprit: import, break, repair or ordinary."""
+    if k == 0:
+        return tree, "Initial import of minitok"
+    if breaks:
+        tree = replace(tree, version=tree.version + 1, broken=True)
+        return tree, f"Bump version to 0.1.{tree.version}"
+    if tree.broken:
+        return replace(tree, broken=False), "Fix pyproject.toml: quote the version"
+    return _ordinary(k, tree)
+
+
+def _commit(root: Path, k: int, tree: _Tree, message: str) -> str:
+    """Write ``tree`` and commit it as commit k (author and date by k, a PR reference); its sha."""
+    pr = 1001 + k
+    if k % 3 == 1:
+        message += f"\n\nPull Request resolved: https://github.com/example/minitok/pull/{pr}"
+    elif k > 0:
+        message += f" (#{pr})"
+    name, email = _AUTHORS[k % len(_AUTHORS)]
+    when = (_START + timedelta(hours=k)).isoformat()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": when,
+        "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": when,
+    }
+    _write(root, _files(tree))
+    _git(root, "add", "-A")
+    _git(root, "commit", "--quiet", "--allow-empty", "-m", message, env=env)
+    return _git(root, "rev-parse", "HEAD")

@@ -1,0 +1,264 @@
+"""Everything one issue says, read from stored results (:func:`build_report`).
+
+For each regression of a group: baseline and tonight with their sample counts, the detector's
+confidence, the machine, the recent nights and links to the series' history; for the issue: the
+environment of tonight and of the baseline, the confirmation re-run, and the bisection's commits
+and probes (:mod:`workers.issues.causes`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.errors import InvalidInput
+from service.models import Alert, Confirmation, Machine, Regression, Result, Run
+from service.regressions.detection import MEMORY_METRICS, Night, confirm
+from service.regressions.service import history_nights
+from service.series import series_history
+from workers.issues.causes import (
+    TORCH_CODE_URL,
+    BisectionInput,
+    _bisection,
+    _commit_dicts,
+    _Group,
+)
+from workers.issues.model import Change, Checks, Environment, IssueReport
+
+RECENT_NIGHTS = 14
+
+
+def build_report(
+    session: Session,
+    *,
+    run: Run,
+    alert: Alert,
+    group: _Group,
+    improvements: Sequence[Regression],
+    bisection: BisectionInput | None,
+    settings: Settings,
+) -> IssueReport:
+    """Everything one issue says, read from the database (and the bisection, when given)."""
+    results = {
+        r.id: r
+        for r in session.scalars(
+            select(Result).where(Result.id.in_([g.result_id for g in group.regressions]))
+        )
+    }
+    changes = tuple(
+        _change(session, g, results.get(g.result_id), settings) for g in group.regressions
+    )
+    better = tuple(
+        _change(session, g, session.get(Result, g.result_id), settings, full=False)
+        for g in improvements
+    )
+    first = results.get(group.regressions[0].result_id)
+    tonight = _environment(first.environment if first else {}, run.torch_git_commit)
+    baseline_env = None
+    if first is not None and first.series_key:
+        history = series_history(
+            session, series_key=first.series_key, night=first.night, run_id=first.run_id, limit=1
+        )
+        if history:
+            before = session.get(Run, history[-1].run_id)
+            baseline_env = _environment(
+                history[-1].environment, before.torch_git_commit if before else None
+            )
+    commits = {c["sha"]: c for c in _commit_dicts(bisection.commits if bisection else [])}
+    commits.update({c["sha"]: c for c in _commit_dicts(run.commit_range or [])})
+    code_url = bisection.code_url if bisection is not None else TORCH_CODE_URL
+    options: dict[str, Any] = {}
+    if bisection is not None and bisection.repo:
+        options["bisect_repo"] = bisection.repo
+    if bisection is not None and bisection.install_command:
+        options["install_command"] = bisection.install_command
+    return IssueReport(
+        regressions=changes,
+        night=run.night,
+        tonight=tonight,
+        baseline=baseline_env,
+        bisection=_bisection(group, bisection, commits),
+        improvements=better,
+        checks=_checks(session, run, group.regressions),
+        code_url=code_url,
+        alert_id=alert.id,
+        run_id=run.id,
+        labels=tuple(settings.github_labels),
+        **options,
+    )
+
+
+def _change(
+    session: Session,
+    regression: Regression,
+    result: Result | None,
+    settings: Settings,
+    *,
+    full: bool = True,
+) -> Change:
+    tonight_samples = len(result.samples) if result is not None else None
+    baseline_samples = None
+    recent: tuple[float, ...] = ()
+    machine = ""
+    chart_url = history_url = None
+    p_value, p_basis = regression.p_value, None
+    if full and result is not None and result.series_key:
+        p_value, p_basis = _confidence(session, regression, result, settings)
+        history = series_history(
+            session,
+            series_key=result.series_key,
+            night=result.night,
+            run_id=result.run_id,
+            limit=max(settings.baseline_nights, RECENT_NIGHTS - 1),
+        )
+        baseline_samples = sum(len(r.samples) for r in history[-settings.baseline_nights :])
+        medians = [r.median for r in history[-(RECENT_NIGHTS - 1) :] if r.median is not None]
+        recent = (*medians, regression.value)
+        api = settings.api_base_url.rstrip("/")
+        model = quote(regression.model, safe="")
+        chart_url = f"{api}/api/models/{model}/history.svg?series={regression.series_key}"
+        history_url = f"{api}/api/models/{model}/history?series={regression.series_key}"
+    if full and result is not None and result.machine_id is not None:
+        found = session.get(Machine, result.machine_id)
+        if found is not None:
+            machine = found.hostname or found.gpu_name or found.device_class
+    return Change(
+        model=regression.model,
+        mode=regression.mode,
+        device=regression.device,
+        compiler=regression.compiler,
+        metric=regression.metric,
+        unit=regression.unit,
+        baseline=regression.baseline,
+        tonight=regression.value,
+        p_value=p_value,
+        p_basis=p_basis,
+        baseline_samples=baseline_samples,
+        tonight_samples=tonight_samples,
+        machine=machine,
+        chart_url=chart_url,
+        history_url=history_url,
+        recent=recent,
+        since=(regression.first_night if result is not None and regression.first_night
+               and regression.first_night < result.night else None),
+    )
+
+
+def _environment(env: Mapping[str, Any], torch_commit: str | None) -> Environment:
+    def text(key: str) -> str | None:
+        value = env.get(key)
+        return str(value) if value not in (None, "") else None
+
+    return Environment(
+        torch_version=text("torch_version"),
+        torch_commit=torch_commit or text("torch_git_version"),
+        gpu=text("gpu_name"),
+        driver=text("driver"),
+        cuda=text("cuda"),
+        cpu=text("cpu_model"),
+        python=text("python"),
+        machine=text("hostname"),
+        allocator=_allocator(env.get("measurement_setup")),
+    )
+
+
+def _allocator(setup: Any) -> str | None:
+    """The allocator of a record's ``measurement_setup`` (``suite/cpu_setup.py``), as verified."""
+    if not isinstance(setup, Mapping) or not setup.get("allocator"):
+        return None
+    name = str(setup["allocator"])
+    if name == "glibc" and setup.get("glibc_tunables"):
+        name += " + GLIBC_TUNABLES"
+    return name + (" (setup off)" if setup.get("setup") == "off" else "")
+
+
+def _confirm_run(session: Session, run_id: int) -> Run | None:
+    return session.scalar(
+        select(Run)
+        .where(Run.parent_run_id == run_id, Run.kind == "confirm")
+        .order_by(Run.id.desc())
+        .limit(1)
+    )
+
+
+def _rerun(session: Session, confirm_run: Run, regression: Regression) -> Result | None:
+    """The confirmation re-run's result for ``regression``'s series, if it measured."""
+    rerun = session.scalar(
+        select(Result).where(
+            Result.run_id == confirm_run.id,
+            Result.model == regression.model,
+            Result.mode == regression.mode,
+            Result.device == regression.device,
+            Result.compiler == regression.compiler,
+            Result.metric == regression.metric,
+        )
+    )
+    if rerun is None or rerun.error is not None or not rerun.samples:
+        return None
+    return rerun
+
+
+def _confidence(
+    session: Session, regression: Regression, result: Result, settings: Settings
+) -> tuple[float | None, str | None]:
+    """The detector's p-value for the regression, with the nights it rests on.
+
+    When a confirmation re-run measured the series, the p-value is the detector's own
+    :func:`~service.regressions.detection.confirm` over tonight and the re-run (two nights
+    against the baseline's), the judgement that let the regression through; otherwise the
+    p-value stored when tonight was flagged. Peak memory has none (the detector uses an
+    envelope there, not a test).
+    """
+    if regression.metric in MEMORY_METRICS:
+        return None, "no test: above the baseline's recurring peak each night"
+    history = history_nights(session, result=result, limit=settings.baseline_nights)
+    confirm_run = _confirm_run(session, regression.run_id)
+    rerun = _rerun(session, confirm_run, regression) if confirm_run is not None else None
+    if rerun is not None and history:
+        try:
+            verdict = confirm(
+                history,
+                Night(night=len(history), samples=tuple(float(v) for v in result.samples),
+                      date=result.night),
+                Night(night=len(history) + 1, samples=tuple(float(v) for v in rerun.samples),
+                      date=result.night),
+                metric=regression.metric,
+                threshold=regression.threshold,
+            )
+        except InvalidInput:
+            verdict = None
+        if verdict is not None and verdict.verdict == "regression" and verdict.p_value is not None:
+            return verdict.p_value, f"tonight and its re-run vs {len(history)} nights"
+    if regression.p_value is None:
+        return None, None
+    return regression.p_value, f"tonight vs {len(history)} nights" if history else None
+
+
+def _checks(session: Session, run: Run, regressions: Sequence[Regression]) -> Checks:
+    confirm_run = _confirm_run(session, run.id)
+    if confirm_run is None:
+        return Checks()
+    parts = []
+    for g in regressions:
+        rerun = _rerun(session, confirm_run, g)
+        if rerun is None:
+            continue
+        level = statistics.median(rerun.samples)
+        change = (level - g.baseline) / g.baseline
+        parts.append(
+            f"{g.model} {g.mode} {g.device} {g.metric} {change * 100:+.1f}% "
+            f"({len(rerun.samples)} samples)"
+        )
+    reproduced = all(g.confirmation == Confirmation.REPRODUCED for g in regressions)
+    text = (
+        f"run {confirm_run.id} measured the flagged benchmarks again on the same build: "
+        + ("; ".join(parts) if parts else "no samples recorded")
+        + "."
+    )
+    return Checks(confirmation=text, confirmed=reproduced)

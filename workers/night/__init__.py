@@ -1,0 +1,1 @@
+"""One night: plan, jobs, finish, triage, stability."""

@@ -1,0 +1,116 @@
+"""After a run's last job: detect regressions, confirm candidates with a re-run, hand to triage.
+
+``night.finish`` runs :func:`finish` for a nightly (or posted) run: it assesses every series,
+records the regressions, and creates the confirmation run for tonight's candidates, whose
+jobs are the next steps; a confirmation run's own ``night.finish`` applies its verdicts to the
+parent run. Reproduced regressions go on to ``night.triage`` (:mod:`workers.night.triage`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from service.benchmarks import benchmark_name
+from service.config import Settings, get_settings
+from service.db import session_scope
+from service.regressions import service as regressions
+from service.runs import service as runs
+from service.runs.service import BenchmarkSpec
+from workers.app import queue_for
+from workers.enqueue import Step
+from workers.night.plan import job_steps
+
+log = logging.getLogger(__name__)
+
+
+def threshold_for(settings: Settings) -> Callable[[str, str], float]:
+    """``(metric, benchmark) -> relative threshold`` from the settings (0.07 = 7%)."""
+    return lambda metric, benchmark: settings.threshold_for(metric, benchmark)
+
+
+def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
+    """The step after a run's last job: detect (nightly) or apply the confirmation (confirm).
+
+    Returns:
+        What comes next: the confirmation run's ``bench.run`` steps, ``night.triage``, or
+        nothing when the run is complete.
+    """
+    settings = settings or get_settings()
+    with session_scope() as session:
+        run = runs.get_run(session, run_id)
+        kind, parent_id = run.kind, run.parent_run_id
+    if kind == "confirm" and parent_id is not None:
+        return _after_confirmation(parent_id, run_id, settings)
+    if kind in ("nightly", "ingest"):
+        return _detect(run_id, settings)
+    with session_scope() as session:
+        runs.finish_run(session, run=runs.get_run(session, run_id))
+    return []
+
+
+def _detect(run_id: int, settings: Settings) -> list[Step]:
+    with session_scope() as session:
+        run = runs.get_run(session, run_id)
+        assessed = regressions.assess_run(
+            session, run=run, threshold_for=threshold_for(settings),
+            baseline_nights=settings.baseline_nights, unstable=unstable_benchmarks(session),
+        )
+        regressions.record_regressions(session, run=run, assessed=assessed,
+                                       threshold_for=threshold_for(settings))
+        pending = regressions.pending_regressions(session, run_id=run_id)
+        if run.kind == "ingest":
+            # Results posted by runners: no re-run here; the next night confirms instead.
+            for r in pending:
+                r.confirmation = "not_possible"
+                r.reason += " No confirmation re-run for posted results; the next night decides."
+            pending = []
+        benchmarks = sorted({(r.model, r.mode, r.device, r.compiler) for r in pending})
+        persisted = regressions.reproduced_regressions(session, run_id=run_id)
+        confirm_id = None
+        if benchmarks:
+            jobs = {j.benchmark: j for j in runs.list_jobs(session, run_id=run_id)}
+            specs = []
+            for model, mode, device, compiler in benchmarks:
+                spec = BenchmarkSpec(model=model, mode=mode, device=device, compiler=compiler)
+                queue = jobs[spec.name].queue if spec.name in jobs else queue_for(device)
+                specs.append(BenchmarkSpec(model=model, mode=mode, device=device, compiler=compiler,
+                                           queue=queue))
+            confirm = runs.create_run(
+                session, night=run.night, benchmarks=specs, torch_spec=run.torch_spec,
+                kind="confirm", parent_run_id=run.id, deadline_s=settings.night_deadline_s,
+            )
+            confirm_id = confirm.id
+        elif not persisted:
+            runs.finish_run(session, run=run)
+    if confirm_id is not None:
+        log.info("run %s: %d benchmark(s) flagged; confirming in run %s", run_id, len(benchmarks), confirm_id)
+        return job_steps(confirm_id)
+    if persisted:
+        # Steps that already persisted over earlier nights need no re-run: straight to triage.
+        return [triage_step(run_id)]
+    return []
+
+
+def _after_confirmation(parent_id: int, confirm_id: int, settings: Settings) -> list[Step]:
+    with session_scope() as session:
+        parent = runs.get_run(session, parent_id)
+        confirm_run = runs.get_run(session, confirm_id)
+        regressions.apply_confirmation(
+            session, parent=parent, confirm_run=confirm_run, threshold_for=threshold_for(settings),
+            baseline_nights=settings.baseline_nights,
+        )
+        runs.finish_run(session, run=confirm_run)
+    return [triage_step(parent_id)]
+
+
+def triage_step(run_id: int) -> Step:
+    """The ``night.triage`` step of a run whose regressions are confirmed."""
+    return Step("night.triage", (run_id,))
+
+
+def unstable_benchmarks(session) -> frozenset[str]:  # type: ignore[no-untyped-def]
+    """Benchmark names marked unstable by ``nightbench suite stability``: shown, not alerted."""
+    from service.stability.service import unstable_benchmarks as stored
+
+    return frozenset(benchmark_name(*key) for key in stored(session))

@@ -1,0 +1,254 @@
+"""Measuring one job: ``python -m suite run`` in its own process, with a timeout, then storing.
+
+The process is run by :mod:`workers.runner`, as the bisection's probes are.
+
+One subprocess per benchmark (TorchBench and pyperf do the same): a crash, an out-of-memory kill
+or a hang ends only that process and becomes an error result with its reason; the worker lives on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.config import Settings, get_settings
+from service.db import session_scope
+from service.models import JOB_ENDED, JobStatus
+from service.results import service as results
+from service.runs import service as runs
+from workers import runner
+from workers.builds import torch_envs as environments
+from workers.night import heartbeat
+
+log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class SuiteCommand:
+    """How to run the suite: the interpreter of the build under test and its extra environment."""
+
+    python: str = sys.executable
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None  # None: the repository root
+
+
+def command_for(env: environments.Environment) -> SuiteCommand:
+    """The suite command for a build's environment (see ``workers/builds/torch_envs.py``).
+
+    The working directory is the environment's suite path, which holds only the suite, so that
+    nothing else from this checkout sits first on the build's ``sys.path``.
+    """
+    return SuiteCommand(python=str(env.python), env=tuple(env.subprocess_env().items()),
+                        cwd=str(env.suite_path))
+
+
+def suite_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The subprocess environment: ours, with the repository root on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def list_suite(command: SuiteCommand | None = None, timeout_s: float = 300) -> list[dict[str, Any]]:
+    """``python -m suite list --json`` of the build under test; with ``torchbench_path`` set
+    (``NIGHTBENCH_TORCHBENCH_PATH``), TorchBench's models too (``--suite all``).
+
+    Args:
+        command: the interpreter and extra environment; None: this interpreter.
+        timeout_s: seconds the listing may take.
+
+    Raises:
+        RuntimeError: the listing failed or timed out (its stderr, or the timeout, is in the
+            message).
+    """
+    command = command or SuiteCommand()
+    torchbench = get_settings().torchbench_path
+    args = ["list", "--json"] + (
+        ["--suite", "all", "--torchbench", str(torchbench)] if torchbench else [])
+    outcome = runner.run_suite(
+        command.python, args, timeout_s=timeout_s, cwd=ROOT,
+        env=suite_environment(dict(command.env)), record=False,
+    )
+    if outcome.timed_out:
+        raise RuntimeError(f"python -m suite list failed: {outcome.error}")
+    if outcome.returncode != 0:
+        raise RuntimeError(f"python -m suite list failed: {outcome.stderr.strip()[-2000:]}")
+    return list(json.loads(outcome.stdout))
+
+
+def run_suite(
+    *, model: str, mode: str, device: str, compiler: str = "eager", batch_size: int | None = None,
+    settings: Settings | None = None, command: SuiteCommand | None = None,
+) -> dict[str, Any]:
+    """Measure one benchmark in a subprocess and return its record (see ``suite/records.py``).
+
+    The subprocess is :func:`workers.runner.run_suite`'s: its own process group, killed whole
+    after ``settings.suite_timeout_s`` seconds.
+
+    Never raises for a benchmark failure: a timeout, a crash or a signal becomes a record with
+    ``error`` set to the reason.
+    """
+    settings = settings or get_settings()
+    command = command or SuiteCommand()
+    base: dict[str, Any] = {"model": model, "mode": mode, "device": device, "compiler": compiler,
+            "batch_size": batch_size, "metrics": [], "environment": {}}
+    args = [
+        "run", "--model", model, "--mode", mode, "--device", device, "--compiler", compiler,
+        "--iterations", str(settings.suite_iterations),
+        "--min-seconds", str(settings.suite_min_seconds),
+        "--threads", str(settings.suite_threads),
+    ]
+    if batch_size:
+        args += ["--batch-size", str(batch_size)]
+    outcome = runner.run_suite(
+        command.python, args, timeout_s=settings.suite_timeout_s, cwd=command.cwd or ROOT,
+        env=suite_environment(dict(command.env)),
+    )
+    if outcome.record is None:  # timed out, no record, or an unreadable one
+        return {**base, "error": outcome.error}
+    record = dict(outcome.record)
+    if outcome.returncode != 0 and not record.get("error"):
+        record["error"] = f"exited with code {outcome.returncode}"
+    return record
+
+
+def _run_in_build(
+    spec: dict[str, Any], *, torch_spec: str, command: SuiteCommand | None
+) -> dict[str, Any]:
+    """``run_suite`` with the interpreter of the run's build under test.
+
+    ``current`` (or an explicit ``command``) runs as before; any other spec runs in its cached
+    venv, leased for the duration so no other worker's eviction removes it. A spec that names no
+    installable build becomes an error result; a failed install (network, disk) raises
+    ``EnvironmentBuildError``, an ``InfrastructureError`` the task retries.
+    """
+    if command is not None or torch_spec.strip() == environments.CURRENT:
+        return run_suite(**spec, command=command)
+    try:
+        with environments.use_environment(torch_spec) as env:
+            record = run_suite(**spec, command=command_for(env))
+    except environments.InvalidTorchSpec as exc:
+        return {**spec, "metrics": [], "environment": {},
+                "error": f"build under test {torch_spec!r}: {exc.message}"}
+    return with_build(record, env.build)
+
+
+def with_build(
+    record: dict[str, Any], build: environments.ResolvedBuild | None
+) -> dict[str, Any]:
+    """The record with what its venv resolved to in its environment (variant, requirements).
+
+    Args:
+        record: a suite record.
+        build: the venv's resolved build (None: nothing to add).
+
+    Returns:
+        ``record`` itself when there is nothing to add, else a copy whose environment also has
+        :meth:`~workers.builds.build_lock.ResolvedBuild.environment_fields`.
+    """
+    if build is None or not record.get("environment"):
+        return record
+    return {**record, "environment": {**record["environment"], **build.environment_fields()}}
+
+
+def measure_job(job_id: int, *, worker: str, command: SuiteCommand | None = None) -> int | None:
+    """Measure the job ``job_id`` and store its results.
+
+    Returns:
+        The run id when this job was the run's last to end (the caller enqueues the next
+        step), else None.
+
+    Idempotent: a job that already ended (a redelivered task) is not measured again. A job
+    found ``running`` was started by a worker that died before it ended (the broker redelivered
+    its task, or the deadline sweep requeued it after its heartbeat stopped: see
+    :mod:`workers.night.heartbeat`); one whose heartbeat is still live is waited for, never
+    measured beside it. After ``job_max_worker_losses`` such losses it is not started again but
+    ended as an error result saying so, since a benchmark that keeps killing its worker (out of
+    memory, a native crash of the host) would otherwise take down one worker after another. An
+    exception while measuring (an infrastructure error the task retries) puts the job back in
+    the queue uncounted.
+
+    Raises:
+        Exception: what measuring raised, after the job is queued again.
+    """
+    limit = get_settings().job_max_worker_losses
+    if _held_elsewhere(job_id) and heartbeat.wait_while_alive(job_id):
+        return None
+    with session_scope() as session:
+        job = runs.get_job(session, job_id, lock=True)
+        if job.status in JOB_ENDED:
+            log.info("job %s already %s; nothing to do", job_id, job.status)
+            return None
+        lost = job.attempts if job.status == JobStatus.RUNNING else 0
+        if lost < limit:
+            runs.start_job(session, job=job, worker=worker)
+        spec = dict(model=job.model, mode=job.mode, device=job.device, compiler=job.compiler,
+                    batch_size=job.batch_size)
+        run_id, last_worker = job.run_id, job.worker
+        torch_spec = runs.get_run(session, run_id).torch_spec
+    if lost >= limit:
+        log.warning("job %s: its worker died %d times; ending it as an error", job_id, lost)
+        return fail_job(job_id, reason=(
+            f"not measured: its worker died {lost} times while running it (last {last_worker}); "
+            f"a benchmark that kills its worker (out of memory, a crash) is not started again "
+            f"(NIGHTBENCH_JOB_MAX_WORKER_LOSSES={limit})"))
+    try:
+        with heartbeat.heartbeat(job_id, worker=worker):
+            record = _run_in_build(spec, torch_spec=torch_spec, command=command)
+    except Exception:
+        _requeue(job_id)
+        raise
+    with session_scope() as session:
+        job = runs.get_job(session, job_id, lock=True)
+        if job.status in JOB_ENDED:
+            return None
+        run = runs.get_run(session, run_id)
+        results.store_record(session, run=run, job=job, record=record)
+        runs.end_job(session, job=job, error=record.get("error"))
+    with session_scope() as session:
+        return run_id if runs.begin_finishing(session, run_id=run_id) else None
+
+
+def _held_elsewhere(job_id: int) -> bool:
+    """Whether the job is running with a live heartbeat (another worker is measuring it);
+    never in the embedded default, where one process runs everything."""
+    if get_settings().embedded:
+        return False
+    with session_scope() as session:
+        return heartbeat.alive(runs.get_job(session, job_id))
+
+
+def _requeue(job_id: int) -> None:
+    """Put a job whose measuring raised back to ``queued``, its attempt not counted."""
+    with session_scope() as session:
+        job = runs.get_job(session, job_id, lock=True)
+        if job.status == JobStatus.RUNNING:
+            job.status = JobStatus.QUEUED
+            job.attempts = max(0, job.attempts - 1)
+
+
+def fail_job(job_id: int, *, reason: str) -> int | None:
+    """End a job that could not be measured (the task itself failed) with an error result.
+
+    Returns the run id when this ended the run, else None; a job already ended is left alone.
+    """
+    with session_scope() as session:
+        job = runs.get_job(session, job_id, lock=True)
+        if job.status in JOB_ENDED:
+            return None
+        run = runs.get_run(session, job.run_id)
+        record = {"model": job.model, "mode": job.mode, "device": job.device,
+                  "compiler": job.compiler, "batch_size": job.batch_size, "error": reason}
+        results.store_record(session, run=run, job=job, record=record)
+        runs.end_job(session, job=job, error=reason)
+        run_id = run.id
+    with session_scope() as session:
+        return run_id if runs.begin_finishing(session, run_id=run_id) else None

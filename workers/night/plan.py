@@ -1,0 +1,180 @@
+"""A night's plan: which benchmarks, the run and its jobs, and the jobs sent to the workers.
+
+State machine of a nightly run (rows in the database, so any worker may take the next step)::
+
+    queued → running → detecting ─┬─ nothing alertable ─────────────→ complete | incomplete
+                                  └─ regressions → confirmation run → triage → bisect → file
+
+The last job of a run to end moves it to ``detecting`` (a conditional UPDATE, so exactly one
+worker does) and its task sends ``night.finish`` (:mod:`workers.night.finish`). Steps are sent
+only after the transaction that created their rows has committed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Sequence
+from datetime import date
+
+from service.config import Settings, get_settings
+from service.db import session_scope
+from service.models import JobStatus
+from service.models.base import utcnow
+from service.runs import service as runs
+from service.runs.service import BenchmarkSpec
+from workers.app import queue_for
+from workers.enqueue import Step, send
+
+log = logging.getLogger(__name__)
+
+
+def _selected(by_name: dict[str, dict], models: Sequence[str] | None) -> list[str]:
+    """The names ``models`` (names or patterns) pick from the catalogue, in order; without
+    ``models``, the suite's own.
+
+    Raises:
+        service.errors.InvalidInput: a name or pattern matches no model.
+    """
+    from service.errors import InvalidInput
+
+    if not models:
+        return sorted(n for n, m in by_name.items() if m.get("suite") != "torchbench")
+    names: list[str] = []
+    unknown = []
+    for pattern in models:
+        matched = fnmatch.filter(sorted(by_name), pattern)
+        names += [n for n in matched if n not in names]
+        if not matched:
+            unknown.append(pattern)
+    if unknown:
+        raise InvalidInput(f"unknown model(s): {', '.join(unknown)}; see `python -m suite list`")
+    return names
+
+
+def plan(
+    catalog: Sequence[dict], *, models: Sequence[str] | None = None, modes: Sequence[str] = ("train", "eval"),
+    devices: Sequence[str] = ("cpu",), compilers: Sequence[str] = ("eager",), device_class: str | None = None,
+) -> list[BenchmarkSpec]:
+    """The benchmarks of a night from the suite catalogue (``python -m suite list --json``).
+
+    ``models`` are names or shell-style patterns (``torchbench.hf_*``); without them, the
+    suite's own models (TorchBench's are run when named). A model the listing marks
+    unavailable (a missing requirement) is skipped with its reason logged, not measured into
+    an error.
+
+    Raises:
+        service.errors.InvalidInput: a requested name or pattern matches no model.
+    """
+    from service.errors import InvalidInput
+
+    by_name = {m["name"]: m for m in catalog}
+    names = _selected(by_name, models)
+    for name in [n for n in names if not by_name[n].get("available", True)]:
+        log.warning("%s skipped: %s", name, by_name[name].get("reason"))
+        names.remove(name)
+    specs = []
+    for name in names:
+        info = by_name[name]
+        for device in devices:
+            if device not in info.get("devices", ["cpu"]):
+                continue
+            for mode in modes:
+                if mode not in info.get("modes", ["train", "eval"]):
+                    continue
+                for compiler in compilers:
+                    if compiler not in info.get("compilers", ["eager", "inductor"]):
+                        continue  # e.g. an eager-only TorchScript or quantized model
+                    specs.append(BenchmarkSpec(model=name, mode=mode, device=device, compiler=compiler,
+                                               queue=queue_for(device, device_class)))
+    if not specs:
+        raise InvalidInput("no benchmark matches the requested models, modes, devices and "
+                           "compilers")
+    return specs
+
+
+def create_night(
+    *, night: date, benchmarks: Sequence[BenchmarkSpec], torch_spec: str = "current",
+    commit_range: list[dict] | None = None, settings: Settings | None = None,
+) -> int:
+    """Create the night's run and its jobs (committed); returns the run id."""
+    settings = settings or get_settings()
+    with session_scope() as session:
+        run = runs.create_run(
+            session, night=night, benchmarks=benchmarks, torch_spec=torch_spec,
+            deadline_s=settings.night_deadline_s, commit_range=commit_range,
+        )
+        return run.id
+
+
+def create_nights(
+    *, night: date, torch_spec: str = "current", models: Sequence[str] | None = None,
+    modes: Sequence[str] = ("train", "eval"), compilers: Sequence[str] = ("eager",),
+    device_classes: Sequence[str] = ("cpu",),
+) -> list[tuple[int, int]]:
+    """Create one run per device class (``cpu`` or a GPU class such as ``h100``).
+
+    Returns:
+        ``(run_id, job_count)`` per device class, in order.
+
+    Raises:
+        service.errors.InvalidInput: a bad torch spec, model or device class.
+    """
+    from workers.builds.torch_envs import parse_torch_spec
+    from workers.night import jobs as benchmarking
+
+    spec = parse_torch_spec(torch_spec)  # a bad spec fails here, before any run exists
+    catalog = benchmarking.list_suite()
+    created = []
+    for device_class in device_classes:
+        device = "cpu" if device_class == "cpu" else "cuda"
+        specs = plan(catalog, models=models, modes=modes, devices=[device], compilers=compilers,
+                     device_class=None if device == "cpu" else device_class)
+        created.append((create_night(night=night, benchmarks=specs, torch_spec=spec), len(specs)))
+    return created
+
+
+def dispatch_scheduled(*, night: date | None = None, settings: Settings | None = None) -> list[int]:
+    """The beat-scheduled night (no GitHub Actions): create and enqueue tonight's runs from the
+    ``schedule_*`` settings. Returns the run ids."""
+    settings = settings or get_settings()
+    created = create_nights(
+        night=night or utcnow().date(), torch_spec=settings.schedule_torch_spec,
+        models=settings.schedule_models or None, modes=settings.schedule_modes,
+        device_classes=settings.schedule_device_classes,
+    )
+    for run_id, _ in created:
+        enqueue_jobs(run_id)
+    return [run_id for run_id, _ in created]
+
+
+def queued_jobs(run_id: int) -> list[tuple[int, str, str]]:
+    """``(job_id, queue, benchmark)`` of the run's jobs still queued, in id order."""
+    with session_scope() as session:
+        return [(j.id, j.queue, j.benchmark) for j in runs.list_jobs(session, run_id=run_id)
+                if j.status == JobStatus.QUEUED]
+
+
+def job_step(job_id: int, queue: str) -> Step:
+    """The ``bench.run`` step of one job, on its queue."""
+    return Step("bench.run", (job_id,), queue)
+
+
+def send_job(job_id: int, queue: str) -> None:
+    """Enqueue ``bench.run`` for one job (in the embedded default: run it, and the chain it
+    starts, here and now)."""
+    send([job_step(job_id, queue)])
+
+
+def enqueue_jobs(run_id: int) -> None:
+    """Send one ``bench.run`` task per queued job of the run.
+
+    Deadlines are not ETA tasks (an ETA beyond the broker's visibility timeout gets redelivered
+    over and over on Redis); the periodic ``night.sweep_deadlines`` task checks them instead.
+    """
+    send(job_steps(run_id))
+
+
+def job_steps(run_id: int) -> list[Step]:
+    """One ``bench.run`` step per queued job of the run, in id order."""
+    return [job_step(job_id, queue) for job_id, queue, _ in queued_jobs(run_id)]
