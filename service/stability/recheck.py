@@ -210,7 +210,7 @@ def stored_verdict(session: Session, window: RecheckWindow) -> BenchmarkStabilit
 def record_recheck(
     session: Session, *, window: RecheckWindow, run: Run, medians_ms: Sequence[float],
     cv: float | None, spread: float | None, unstable: bool | None, threshold: float,
-    source: str, applied: bool,
+    source: str, applied: bool, setups: Sequence[str] = (),
 ) -> BenchmarkStability | None:
     """Store a nightly re-check beside the benchmark's measured verdict.
 
@@ -230,6 +230,7 @@ def record_recheck(
         threshold: the spread from which a benchmark is unstable.
         source: how it was judged (:meth:`RecheckWindow.describe`).
         applied: make it the verdict in force.
+        setups: the measurement setups in force tonight (``suite.stability.full_setup_label``).
 
     Returns:
         The row, or None when there is no row and nothing was applied.
@@ -257,6 +258,7 @@ def record_recheck(
                                   "from": row.unstable, "to": unstable, "source": source}
         details["source"] = SOURCE_NIGHTLY
         details["source_text"] = source
+        details["setups"] = list(setups)
         row.repeats, row.medians_ms = len(medians_ms), [float(m) for m in medians_ms]
         row.cv, row.spread, row.unstable, row.threshold = cv, spread, unstable, threshold
         row.measured_at = utcnow()

@@ -33,7 +33,7 @@ from service.config import Settings
 from service.models import Result, Run
 from service.regressions.rules import DEFAULT_PARAMS
 from service.stability import recheck as store
-from suite.stability import UNSTABLE_SPREAD, summarize
+from suite.stability import UNSTABLE_SPREAD, full_setup_label, summarize
 
 log = logging.getLogger(__name__)
 _WORDS = {True: "unstable", False: "stable", None: "unknown"}
@@ -135,7 +135,8 @@ def recheck_run(session: Session, *, run: Run, settings: Settings) -> list[Reche
         store.record_recheck(
             session, window=window, run=run, medians_ms=verdict.medians_ms, cv=verdict.cv,
             spread=verdict.spread, unstable=verdict.unstable, threshold=threshold,
-            source=verdict.source, applied=verdict.changed)
+            source=verdict.source, applied=verdict.changed,
+            setups=[full_setup_label(result.environment or {})])
         if verdict.changed:
             log.info("run %s: %s", run.id, verdict.line())
             run.note = f"{run.note}\n{verdict.line()}" if run.note else verdict.line()

@@ -247,3 +247,36 @@ def test_finishing_a_night_rechecks_its_benchmarks(database_url: str) -> None:
         assert run is not None and run.status == "complete"
         assert [c["to"] for c in run_report(session, run_id=last, settings=SETTINGS)[
             "stability_changes"]] == ["stable"]
+
+
+def test_suite_stability_stored_shows_each_verdict_with_its_source(database_url: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from service.db import session_scope
+    from workers.cli import app
+
+    with session_scope() as session:
+        _measured(session, "dqn", unstable=True)
+        _measured(session, "ppo", unstable=True)
+        nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08],
+                                   "ppo": [10.0, 12.0, 9.5, 11.0, 10.0, 12.5]})
+        recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    result = CliRunner().invoke(app, ["suite", "stability", "--stored", "--json"])
+    assert result.exit_code == 0, result.output
+    by_name = {v["benchmark"]: v for v in json.loads(result.stdout)["verdicts"]}
+    dqn, ppo = by_name["dqn:eval:cpu"], by_name["ppo:eval:cpu"]
+    assert dqn["unstable"] is False and dqn["source"] == "nightly"
+    assert dqn["source_text"].startswith("nightly re-check over 6 processes")
+    assert dqn["machine"] == "recheck-cpu" and dqn["setups"] == ["-"]  # no setup recorded
+    # ppo is still unstable by its nights: the measured verdict stays in force beside them.
+    assert ppo["unstable"] is True and ppo["source"] == "measured" and ppo["setups"] == ["jemalloc"]
+    assert ppo["recheck"]["unstable"] is True and ppo["recheck"]["processes"] == 6
+    assert ppo["cv"] == pytest.approx(0.07) and ppo["spread"] == pytest.approx(0.15)
+
+    table = CliRunner().invoke(app, ["suite", "stability", "--stored"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0, table.output
+    assert "nightly re-check over 6 processes" in table.stdout
+    assert "measured over 3 processes" in table.stdout
