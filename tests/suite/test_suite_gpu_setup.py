@@ -133,6 +133,16 @@ def test_steady_warmup_on_cpu_is_recorded(fixture_models: object) -> None:
     assert off.environment["warmup"] == {"iterations": 2, "steady": None, "sm_clock_mhz": None}
 
 
+def test_steady_warmup_is_chosen_from_the_environment_of_the_process() -> None:
+    proc, record = run_record("steady_alloc", "eval", fixtures=True,
+                              NIGHTBENCH_SUITE_STEADY_WARMUP="on")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert isinstance(record["environment"]["warmup"]["steady"], bool)
+    proc, record = run_record("steady_alloc", "eval", "--steady-warmup", "off", fixtures=True,
+                              NIGHTBENCH_SUITE_STEADY_WARMUP="on")
+    assert proc.returncode == 0 and record["environment"]["warmup"]["steady"] is None
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
