@@ -267,12 +267,15 @@ def record_recheck(
     return row
 
 
-def stability_changes(session: Session, *, run_id: int) -> list[dict[str, Any]]:
-    """The changes of stability verdict that run ``run_id``'s re-check made, for its report.
+def stability_changes(session: Session, *, run_id: int | None = None,
+                      since: date | None = None) -> list[dict[str, Any]]:
+    """The latest change of stability verdict of each benchmark the nightly re-check made: those
+    of run ``run_id`` (its report), or those of the nights since ``since`` (the status).
 
     Returns:
-        ``[{"benchmark", "machine_id", "from", "to", "cv", "spread", "source"}, ...]`` by
-        benchmark; ``from``/``to`` are ``"stable"``, ``"unstable"`` or ``"unknown"``.
+        ``[{"benchmark", "machine_id", "run_id", "night", "from", "to", "cv", "spread",
+        "source"}, ...]`` by benchmark; ``from``/``to`` are ``"stable"``, ``"unstable"`` or
+        ``"unknown"``, ``night`` an ISO date.
     """
     words = {True: "unstable", False: "stable", None: "unknown"}
     out = []
@@ -280,10 +283,13 @@ def stability_changes(session: Session, *, run_id: int) -> list[dict[str, Any]]:
             BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
             BenchmarkStability.compiler, BenchmarkStability.machine_id)):
         change = (row.details or {}).get("last_change") or {}
-        if change.get("run_id") != run_id:
+        if not change or (run_id is not None and change.get("run_id") != run_id):
+            continue
+        if since is not None and date.fromisoformat(str(change.get("night"))) < since:
             continue
         out.append({"benchmark": benchmark_name(row.model, row.mode, row.device, row.compiler),
-                    "machine_id": row.machine_id, "from": words[change.get("from")],
+                    "machine_id": row.machine_id, "run_id": change.get("run_id"),
+                    "night": change.get("night"), "from": words[change.get("from")],
                     "to": words[change.get("to")], "cv": row.cv, "spread": row.spread,
                     "source": change.get("source")})
     return out

@@ -280,3 +280,21 @@ def test_suite_stability_stored_shows_each_verdict_with_its_source(database_url:
     assert table.exit_code == 0, table.output
     assert "nightly re-check over 6 processes" in table.stdout
     assert "measured over 3 processes" in table.stdout
+
+
+def test_status_lists_the_last_weeks_stability_changes(session: Session) -> None:
+    from datetime import UTC, datetime
+
+    from service.status.service import system_status
+
+    _measured(session, "dqn", unstable=True)
+    nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08],
+                               "ppo": [10.0, 12.0, 9.5, 11.0, 10.0, 12.5]})
+    recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    state = system_status(session, now=datetime(2026, 10, 8, tzinfo=UTC))
+    assert [(c.benchmark, c.from_verdict, c.to_verdict, c.night, c.run_id)
+            for c in state.stability_changes] == [
+        ("dqn:eval:cpu", "unstable", "stable", date(2026, 10, 6), nights[-1].id),
+        ("ppo:eval:cpu", "unknown", "unstable", date(2026, 10, 6), nights[-1].id)]
+    assert system_status(session, now=datetime(2026, 11, 8, tzinfo=UTC)).stability_changes == []
