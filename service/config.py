@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     baseline_nights: int = Field(
         default=60, ge=1, description="earlier nights read for the baseline and slow-drift check"
     )
+    stability_recheck_nights: int = Field(
+        default=10, ge=2,
+        description="nights (K) whose processes the nightly stability re-check judges")
+    stability_recheck_min_processes: int = Field(
+        default=5, ge=2,
+        description="fewest processes (nights and re-runs) that change a stability verdict")
     job_max_worker_losses: int = Field(
         default=3, ge=1,
         description="a job whose worker died this many times mid-run ends as an error result")

@@ -91,6 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         threads=args.threads or None,
         inject_work=args.inject_work,
         cpus=args.cpus,
+        steady_warmup={"auto": None, "on": True, "off": False}[args.steady_warmup],
     )
     # With --out -, stdout carries the record: whatever the model prints goes to stderr instead.
     redirect = (contextlib.redirect_stdout(sys.stderr) if args.out == "-"
@@ -189,6 +190,11 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--batch-size", type=int, default=None)
     p_run.add_argument("--warmup", type=int, default=3, help="minimum warm-up iterations")
     p_run.add_argument("--warmup-seconds", type=float, default=0.5, help="minimum warm-up seconds")
+    p_run.add_argument("--steady-warmup", choices=["auto", "on", "off"],
+                       default=os.environ.get("NIGHTBENCH_SUITE_STEADY_WARMUP", "auto"),
+                       help="after the minimums, warm up until the iteration time is steady "
+                            "(median of 5 within 1%%; auto: on for cuda; default from "
+                            "NIGHTBENCH_SUITE_STEADY_WARMUP)")
     p_run.add_argument("--iterations", type=int, default=15, help="minimum timed iterations")
     p_run.add_argument("--max-iterations", type=int, default=200)
     p_run.add_argument("--min-seconds", type=float, default=2.0, help="minimum timed seconds")

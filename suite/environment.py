@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from suite.cpu_setup import setup_in_force
+from suite.gpu_setup import gpu_setup_in_force
 
 
 def _cpu_model() -> str:
@@ -150,7 +151,10 @@ def collect_environment(device: str = "cpu") -> dict[str, Any]:
         ``cpu_capability``, ``cpu_governor``, ``cpu_affinity``, ``threads``, ``interop_threads``,
         ``mkldnn``, ``openmp``, the fp32 precision flags of :func:`precision_flags`, ``python``,
         ``platform``, ``hostname``, ``executable``, and ``measurement_setup``, the allocator,
-        tunables and kernel settings verified in force (:func:`suite.cpu_setup.setup_in_force`).
+        tunables and kernel settings verified in force (:func:`suite.cpu_setup.setup_in_force`),
+        with, for ``cuda``, the GPU setup under ``measurement_setup["gpu"]``
+        (:func:`suite.gpu_setup.gpu_setup_in_force`: cuDNN autotuning, deterministic
+        algorithms, ``PYTORCH_CUDA_ALLOC_CONF``).
     """
     env: dict[str, Any] = dict(_static_environment())
     env.update({
@@ -166,4 +170,6 @@ def collect_environment(device: str = "cpu") -> dict[str, Any]:
     env["interop_threads"] = torch.get_num_interop_threads()
     env.update(precision_flags())
     env["measurement_setup"] = setup_in_force()
+    if device == "cuda":
+        env["measurement_setup"]["gpu"] = gpu_setup_in_force()
     return env

@@ -10,7 +10,8 @@ Method (after pyperf and TorchBench's ``torchbenchmark/util/experiment/metrics.p
   turn a change of wheel into a false memory regression); ``cpu_peak_mem_total`` keeps the whole
   peak. Both are this process's own figures (``VmHWM``), never machine-wide ones;
 - warm up until both a minimum iteration count and a minimum time are reached (first-call
-  allocations, autotuning and ``torch.compile`` happen there);
+  allocations, autotuning and ``torch.compile`` happen there); on CUDA then until the time is
+  steady (clocks settled), with ``cudnn.benchmark`` off (:mod:`suite.gpu_setup`);
 - time each iteration on its own, with the garbage collector off: ``time.perf_counter`` on CPU;
   CUDA events recorded around the iteration on CUDA, with a device synchronisation every ten
   iterations and at the end. On CPU the process's CPU time per iteration (``cpu_time``) is kept
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from suite import gpu_setup
 from suite.environment import collect_environment
 from suite.records import UNITS, BenchmarkRecord, MetricRecord
 from suite.registry import benchmark_version, load_model_class, model_domain
@@ -74,6 +76,10 @@ class HarnessConfig:
             a calibration knob to check that the detector catches a known slowdown.
         cpus: CPU ids to pin this process to (``os.sched_setaffinity``); None leaves the
             affinity as inherited.
+        steady_warmup: after the minimums, warm up until the iteration time is steady
+            (:func:`suite.gpu_setup.is_steady`); None: on for CUDA, off on CPU.
+        warmup_max_iterations: the steady warm-up's cap in iterations.
+        warmup_max_seconds: the steady warm-up's cap in wall time (s).
     """
 
     warmup_iterations: int = 3
@@ -84,6 +90,9 @@ class HarnessConfig:
     threads: int | None = 1
     inject_work: float = 0.0
     cpus: tuple[int, ...] | None = None
+    steady_warmup: bool | None = None
+    warmup_max_iterations: int = 200
+    warmup_max_seconds: float = 60.0
 
 
 class _RssReader:
@@ -307,12 +316,16 @@ def run_benchmark(
     record = BenchmarkRecord(model=model, mode=mode, device=device, compiler=compiler)
     try:
         _pin(cfg, device)
+        if device == "cuda":
+            gpu_setup.apply_gpu_setup()
         record.benchmark_version = benchmark_version(model)
         record.environment = collect_environment(device)
         cls = load_model_class(model)
         bench = cls(test=mode, device=device, batch_size=batch_size)
         bench.set_compiler(compiler)
         record.batch_size = bench.batch_size
+        if device == "cuda":  # its code may have turned cudnn.benchmark on
+            gpu_setup.apply_gpu_setup()
         # Re-read after the model is built: its code may have changed a precision switch.
         record.environment = collect_environment(device)
         # What the model is, for the service's catalogue (not part of the machine fingerprint).
@@ -350,7 +363,10 @@ def _measure(
             sync()
             torch.cuda.reset_peak_memory_stats()
 
-        warm_ms = _warm_up(step, sync, cfg)
+        steady = cfg.steady_warmup if cfg.steady_warmup is not None else cuda
+        warm_ms, reached = _warm_up(step, sync, cfg, steady=steady)
+        record.environment["warmup"] = {"iterations": len(warm_ms), "steady": reached,
+                                        "sm_clock_mhz": gpu_setup.sm_clock_mhz() if cuda else None}
         warm_median = statistics.median(warm_ms[len(warm_ms) // 2 :])
         extra: Callable[[float], None] = inject_work
         if cuda:  # the host cannot see a step's GPU time: dose from the warm-up median
@@ -389,24 +405,40 @@ def _measure(
     record.metrics = metrics
 
 
-def _warm_up(step: Callable[[], object], sync: Callable[[], None],
-             cfg: HarnessConfig) -> list[float]:
-    """Run the warm-up steps; return each step's latency (ms).
+def _warm_up(step: Callable[[], object], sync: Callable[[], None], cfg: HarnessConfig, *,
+             steady: bool = False) -> tuple[list[float], bool | None]:
+    """Run the warm-up steps; return each step's latency (ms) and whether it became steady.
 
     Stops when both minimums (``cfg.warmup_iterations``, ``cfg.warmup_seconds``) are met, or
-    after ten times the minimum iterations.
+    after ten times the minimum iterations. With ``steady`` it then goes on until the
+    iteration time is steady (:func:`suite.gpu_setup.is_steady`), at most
+    ``cfg.warmup_max_iterations`` iterations or ``cfg.warmup_max_seconds`` in all.
+
+    Returns ``(times, reached)``: ``reached`` is None without ``steady``, else whether the time
+    became steady before a cap.
     """
     warm_ms: list[float] = []
     start = time.perf_counter()
     while (len(warm_ms) < cfg.warmup_iterations
            or time.perf_counter() - start < cfg.warmup_seconds):
-        t0 = time.perf_counter()
-        step()
-        sync()
-        warm_ms.append((time.perf_counter() - t0) * 1e3)
+        warm_ms.append(_timed_step(step, sync))
         if len(warm_ms) >= 10 * max(cfg.warmup_iterations, 1):
             break
-    return warm_ms
+    if not steady:
+        return warm_ms, None
+    while not gpu_setup.is_steady(warm_ms):
+        if (len(warm_ms) >= cfg.warmup_max_iterations
+                or time.perf_counter() - start >= cfg.warmup_max_seconds):
+            return warm_ms, False
+        warm_ms.append(_timed_step(step, sync))
+    return warm_ms, True
+
+
+def _timed_step(step: Callable[[], object], sync: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    step()
+    sync()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def _timed_loop(

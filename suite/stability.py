@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.cpu_setup import setup_label
+from suite.gpu_setup import gpu_setup_label
 
 UNSTABLE_SPREAD = 0.07  # TorchBench's STABLE_THRESHOLD in userbenchmark/model-stableness/run.py
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +64,10 @@ class StabilityResult:
         benchmark_version: the version the processes reported (None if none succeeded).
         environment: the environment of the first process that succeeded.
         setups: the measurement setups in force in the processes that succeeded, each named
-            once (:func:`suite.cpu_setup.setup_label`: ``jemalloc``, ``glibc+tunables``, ...).
+            once (:func:`full_setup_label`: ``jemalloc``, ``glibc+tunables``, and on CUDA
+            ``cudnn.benchmark off``, ...).
+        source: where the verdict comes from: ``measured`` (K processes here); the nightly
+            re-check stores ``nightly`` beside it (``service/stability/recheck.py``).
     """
 
     model: str
@@ -80,6 +84,7 @@ class StabilityResult:
     benchmark_version: str | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     setups: list[str] = field(default_factory=list)
+    source: str = "measured"
 
     def to_json(self) -> dict[str, Any]:
         """This record as a JSON-ready dict (``dataclasses.asdict``)."""
@@ -107,6 +112,13 @@ def summarize(medians: Sequence[float], threshold: float = UNSTABLE_SPREAD
     cv = statistics.stdev(medians) / statistics.fmean(medians)
     spread = (max(medians) - min(medians)) / min(medians)
     return cv, spread, spread >= threshold
+
+
+def full_setup_label(environment: Mapping[str, Any]) -> str:
+    """The setup in force of a record's environment: the CPU part (:func:`setup_label`:
+    ``jemalloc``, ``glibc+tunables``) and, on CUDA, the GPU part (:func:`gpu_setup_label`:
+    ``cudnn.benchmark off``, ``+deterministic``, ``+alloc:<conf>``), comma-separated."""
+    return ", ".join(filter(None, [setup_label(environment), gpu_setup_label(environment)]))
 
 
 def noise_floor(results: Sequence[StabilityResult]) -> float | None:
@@ -212,7 +224,7 @@ def measure_stability(
             threshold=threshold, errors=errors,
             benchmark_version=ok[0].get("benchmark_version") if ok else None,
             environment=dict(ok[0].get("environment") or {}) if ok else {},
-            setups=list(dict.fromkeys(setup_label(r.get("environment") or {}) for r in ok)),
+            setups=list(dict.fromkeys(full_setup_label(r.get("environment") or {}) for r in ok)),
         ))
     return results
 

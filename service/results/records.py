@@ -27,6 +27,11 @@ _FINGERPRINT_FIELDS = ("cpu_model", "gpu_name", "driver", "threads")
 # The parts of ``environment["measurement_setup"]`` (``suite/cpu_setup.py``) that change what a
 # process measures; the library's path and the thread variables (``threads`` covers them) are not.
 _SETUP_FINGERPRINT_FIELDS = ("setup", "allocator", "glibc_tunables", "malloc_conf", "thp", "aslr")
+# The GPU part (``measurement_setup["gpu"]``, ``suite/gpu_setup.py``): what changes the kernels run
+# or how the caching allocator maps memory. The warm-up's outcome is per process and not in it.
+_GPU_SETUP_FINGERPRINT_FIELDS = ("cudnn_benchmark", "cudnn_deterministic",
+                                 "deterministic_algorithms", "alloc_conf", "allocator_backend",
+                                 "cublas_workspace_config")
 
 
 def _digest(*parts: Any) -> str:
@@ -38,8 +43,10 @@ def machine_fingerprint(environment: dict[str, Any], device: str) -> str:
 
     Made of the device, CPU model, GPU name, driver and thread count, so that another GPU,
     driver or thread setting starts a new series; and of the measurement setup verified in the
-    benchmark process (allocator, glibc tunables, ``MALLOC_CONF``, transparent huge pages, ASLR),
-    so that a change of allocator starts a new series instead of raising a regression. A record
+    benchmark process (allocator, glibc tunables, ``MALLOC_CONF``, transparent huge pages, ASLR;
+    on CUDA also cuDNN autotuning, deterministic algorithms, ``PYTORCH_CUDA_ALLOC_CONF`` and the
+    allocator backend), so that a change of setup starts a new series instead of raising a
+    regression. A record
     without ``measurement_setup`` (measured before the suite recorded one) fingerprints exactly
     as before, so stored series keep their keys. The torch build is *not* part of it: the build
     is what the series compares.
@@ -55,6 +62,8 @@ def machine_fingerprint(environment: dict[str, Any], device: str) -> str:
     setup = environment.get("measurement_setup")
     if isinstance(setup, dict):
         parts.append({f: setup.get(f) for f in _SETUP_FINGERPRINT_FIELDS})
+        if isinstance(setup.get("gpu"), dict):  # CUDA records only: CPU keys stay as they were
+            parts.append({f: setup["gpu"].get(f) for f in _GPU_SETUP_FINGERPRINT_FIELDS})
     return _digest(*parts)
 
 

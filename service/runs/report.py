@@ -11,12 +11,16 @@ Shape of :func:`run_report` (also ``nightbench report --json``)::
                       "p_value", "confirmation", "state", "alertable", "reason"}, ...],
      "alerts": [{"id", "kind", "status", "summary"}, ...],
      "environment_changes": ["build variant cpu → cu130: an environment change, not a regression",
-                             ...]}
+                             ...],
+     "stability_changes": [{"benchmark", "machine_id", "from", "to", "cv", "spread", "source"},
+                           ...]}
 
 ``environment_changes`` compares the build identity of tonight's results (``torch_variant``,
 ``requirements_hash``; ``service/results/records.py``) with the previous run's: such a change
 starts new series (no baseline), so the report says why instead of leaving it to look like a
-regression or a gap.
+regression or a gap. ``stability_changes`` lists the benchmarks whose stability verdict the
+night's re-check changed (:mod:`service.stability.recheck`): ``unstable`` → ``stable`` alerts
+again from the next night, ``stable`` → ``unstable`` is shown and no longer alerted.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from service.models import Alert, Confirmation, Job, Regression, Result, Run
 from service.regressions.service import assess_run, history_nights
 from service.results.records import build_identity
 from service.runs.service import get_run, run_results
+from service.stability.recheck import stability_changes
 
 
 def latest_run_id(session: Session, *, kind: str = "nightly") -> int | None:
@@ -145,4 +150,5 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
         "environment_changes": environment_changes(
             _run_environment(session, _previous_run_id(session, run)),
             _run_environment(session, run.id)),
+        "stability_changes": stability_changes(session, run_id=run.id),
     }

@@ -3,7 +3,10 @@
 A verdict comes from ``suite.stability.StabilityResult.to_json()``: K processes of one benchmark,
 the coefficient of variation and the max-min spread of their medians, and ``unstable`` when the
 spread reaches the threshold (TorchBench's 7%). The detector asks :func:`unstable_benchmarks`
-which benchmarks not to alert on.
+which benchmarks not to alert on. A verdict says where it came from in ``details``: ``source``
+(``measured`` here, ``nightly`` when the nightly re-check of :mod:`service.stability.recheck`
+changed it), ``source_text`` (``"measured over 5 processes ..."``), the measurement ``setups`` in
+force, and the latest re-check (``recheck``) beside it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from service.errors import InvalidInput
 from service.models.base import utcnow
 from service.models.stability import BenchmarkStability
 from service.results.records import get_or_create_machine
+from service.stability.recheck import SOURCE_MEASURED
 
 BenchmarkKey = tuple[str, str, str, str]  # (model, mode, device, compiler)
 _REQUIRED = ("model", "mode", "device", "repeats", "threshold")
@@ -80,9 +84,21 @@ def record_stability(
             session.add(row)
         for key, value in values.items():
             setattr(row, key, value)
+        row.details = _measured_details(row.details, result)
         rows.append(row)
     session.flush()
     return rows
+
+
+def _measured_details(details: Mapping[str, Any] | None, result: Mapping[str, Any]
+                      ) -> dict[str, Any]:
+    """A row's details once a measured verdict is in force again: its source and setups; the
+    latest nightly re-check stays beside it."""
+    out = {k: v for k, v in (details or {}).items() if k != "measured"}
+    out.update(source=SOURCE_MEASURED, setups=[str(s) for s in result.get("setups") or []],
+               source_text=f"measured over {int(result['repeats'])} processes "
+                           "(nightbench suite stability)")
+    return out
 
 
 def unstable_benchmarks(session: Session, *, machine_id: int | None = None) -> set[BenchmarkKey]:

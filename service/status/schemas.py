@@ -47,6 +47,18 @@ class PendingFilingRead(BaseModel):
     next_attempt_at: datetime | None
 
 
+class StabilityChangeRead(BaseModel):
+    """A benchmark darkened (to unstable: shown, not alerted) or un-darkened (to stable) by the
+    nightly stability re-check in the last week."""
+    benchmark: str
+    machine_id: int
+    run_id: int
+    night: date
+    from_verdict: str = Field(description="stable, unstable or unknown")
+    to_verdict: str = Field(description="stable or unstable")
+    source: str = Field(description="nightly re-check over N processes, nights A..B")
+
+
 class StatusRead(BaseModel):
     """The system's state and the problems to look at (empty when all is well)."""
     now: datetime
@@ -57,3 +69,5 @@ class StatusRead(BaseModel):
     pending_filings: list[PendingFilingRead]
     queues: dict[str, int] | None = Field(
         description="messages waiting per Celery queue; null without a broker")
+    stability_changes: list[StabilityChangeRead] = Field(
+        default_factory=list, description="the nightly stability re-check's changes, last week")

@@ -1,6 +1,7 @@
 """The system's state from the stored rows: each machine class's last night, the runs still
 open (and those past their deadline), the workers seen lately, the alerts whose issue is not
-filed yet, the broker's queue lengths, and the problems to tell.
+filed yet, the broker's queue lengths, the benchmarks the nightly stability re-check darkened or
+un-darkened in the last week, and the problems to tell.
 
 A machine class is the queue its jobs go to (``cpu``, ``gpu.h100``; ``ingest`` for results
 posted by runners): the one name dispatch, workers and the deployment share.
@@ -27,8 +28,10 @@ from service.models import (
 )
 from service.models.base import utcnow
 from service.queues import QUEUE_NAMES
+from service.stability.recheck import stability_changes
 
 WORKER_WINDOW = timedelta(hours=1)
+STABILITY_WINDOW = timedelta(days=7)  # the status lists stability changes of the last week
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,20 @@ class PendingFiling:
 
 
 @dataclass(frozen=True)
+class StabilityChange:
+    """A benchmark the nightly stability re-check darkened (``to`` unstable: shown, not alerted)
+    or un-darkened (``to`` stable: alerts again) on a recent night."""
+
+    benchmark: str
+    machine_id: int
+    run_id: int
+    night: date
+    from_verdict: str
+    to_verdict: str
+    source: str
+
+
+@dataclass(frozen=True)
 class SystemStatus:
     """The whole answer; ``problems`` holds one line per thing a person should look at.
 
@@ -98,6 +115,7 @@ class SystemStatus:
     problems: list[str] = field(default_factory=list)
     pending_filings: list[PendingFiling] = field(default_factory=list)
     queues: dict[str, int] | None = None
+    stability_changes: list[StabilityChange] = field(default_factory=list)
 
 
 def _aware(ts: datetime | None) -> datetime | None:
@@ -226,6 +244,10 @@ def system_status(session: Session, *, now: datetime | None = None,
     except InfrastructureError as exc:
         queues = None
         problems.append(exc.message)
+    changes = [StabilityChange(
+        benchmark=c["benchmark"], machine_id=c["machine_id"], run_id=c["run_id"],
+        night=date.fromisoformat(c["night"]), from_verdict=c["from"], to_verdict=c["to"],
+        source=str(c["source"])) for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)]
     return SystemStatus(now=now, machine_classes=classes, open_runs=runs,
                         workers=workers_seen(session, now=now), problems=problems,
-                        pending_filings=filings, queues=queues)
+                        pending_filings=filings, queues=queues, stability_changes=changes)

@@ -70,6 +70,7 @@ def test_cli_measures_stores_and_prints(database_url: str, monkeypatch: pytest.M
     [verdict] = doc["results"]
     assert verdict["model"] == "variable_latency" and verdict["unstable"] is True
     assert doc["stored"] == 1 and doc["noise_floor"] == pytest.approx(verdict["cv"])
+    assert verdict["source"] == "measured" and verdict["setups"]
     with Session(engine) as check:
         assert unstable_benchmarks(check) == {("variable_latency", "eval", "cpu", "eager")}
     assert "benchmark_stability" in inspect(engine).get_table_names()

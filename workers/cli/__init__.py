@@ -241,9 +241,13 @@ VERDICT_STYLE = {"regression": "bold red", "flagged": "red", "improvement": "gre
 
 
 def _print_environment_changes(report: dict[str, Any]) -> None:
-    """Say which build identity changes started new series tonight (variant, requirements)."""
+    """Say which build identity changes started new series tonight (variant, requirements), and
+    which benchmarks the nightly stability re-check darkened or un-darkened."""
     for change in report.get("environment_changes", []):
         console.print(f"[yellow]environment:[/] {escape(change)}", highlight=False, soft_wrap=True)
+    for c in report.get("stability_changes", []):
+        console.print(f"[yellow]stability:[/] {escape(c['benchmark'])} {c['from']} → {c['to']} "
+                      f"({escape(str(c['source']))})", highlight=False, soft_wrap=True)
 
 
 def _print_report(run_id: int, *, as_json: bool = False) -> None:

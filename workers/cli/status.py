@@ -17,8 +17,9 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (as GET /api/status)")] = False,
 ) -> None:
     """Each machine class's last night, the open runs (overdue ones in red), the workers seen in
-    the last hour, the filings pending (failing ones in red), the queue lengths, and the
-    problems; exits 1 when there is a problem, so a cron job can page."""
+    the last hour, the filings pending (failing ones in red), the queue lengths, the stability
+    verdicts the nightly re-check changed in the last week, and the problems; exits 1 when there
+    is a problem, so a cron job can page."""
     from service.config import get_settings
     from service.db import session_scope
     from service.status.service import system_status
@@ -53,7 +54,13 @@ def status(
     queues = Table("queue", "waiting", title="queues")
     for name, waiting in (state.queues or {}).items():
         queues.add_row(name, str(waiting))
-    for table in (classes, runs, workers, filings, queues):
+    stability = Table("benchmark", "night", "verdict", "source",
+                      title="stability changes (last week)")
+    for change in state.stability_changes:
+        stability.add_row(change.benchmark, str(change.night),
+                          f"{change.from_verdict} → {change.to_verdict}", escape(change.source),
+                          style="yellow" if change.to_verdict == "unstable" else None)
+    for table in (classes, runs, workers, filings, queues, stability):
         console.print(table)
     for line in state.problems:
         console.print(f"[bold red]problem:[/] {line}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,11 +26,23 @@ def stability(
     threshold: Annotated[float, typer.Option(help="spread that makes a benchmark unstable")] = 0.07,
     store: Annotated[bool, typer.Option(help="store the verdicts for the detector")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    show_stored: Annotated[bool, typer.Option(
+        "--stored", help="show the stored verdicts (measured or nightly re-check); measure nothing"
+    )] = False,
 ) -> None:
-    """Run each benchmark K times in fresh processes; mark those whose spread reaches 7%."""
+    """Run each benchmark K times in fresh processes; mark those whose spread reaches 7%.
+
+    Per benchmark: the CV and the max-min spread of the per-process medians, the verdict, the
+    measurement setup in force (allocator; on CUDA cuDNN autotuning, deterministic algorithms,
+    allocator settings) and the verdict's source: ``measured`` here, ``nightly`` where the
+    nightly re-check changed it since (``--stored`` lists those).
+    """
     from suite.stability import list_models_json, noise_floor
     from workers.night import stability as stab
 
+    if show_stored:
+        _print_stored(as_json)
+        return
     try:
         specs = stab.select_benchmarks(list_models_json(), models=_csv(models),
                                        modes=_csv(modes) or [], device=device, compiler=compiler)
@@ -54,17 +66,60 @@ def stability(
         print(json.dumps({"noise_floor": floor, "stored": stored,
                           "results": [r.to_json() for r in results]}, indent=1))
         return
-    table = Table(title=f"stability over {repeats} processes (unstable: spread >= {threshold:.0%})")
-    for col in ("benchmark", "setup", "median ms", "CV %", "spread %", "verdict"):
+    _print_measured(results, title=f"stability over {repeats} processes (unstable: spread >= "
+                                   f"{threshold:.0%})")
+    console.print(f"noise floor (median CV): {'-' if floor is None else f'{floor * 100:.2f}%'}; "
+                  f"{stored} verdicts stored")
+
+
+def _print_measured(results: list[Any], *, title: str) -> None:
+    """Per benchmark: setup in force, median, CV, spread, verdict and its source."""
+    table = Table(title=title)
+    for col in ("benchmark", "setup", "median ms", "CV %", "spread %", "verdict", "source"):
         table.add_column(col, no_wrap=col in ("benchmark", "setup"))
     for r in results:
         verdict = {True: "[red]unstable", False: "stable", None: "[yellow]unknown"}[r.unstable]
         med = f"{sorted(r.medians_ms)[len(r.medians_ms) // 2]:.2f}" if r.medians_ms else "-"
         table.add_row(f"{r.model}:{r.mode}:{r.device}:{r.compiler}",
-                      ", ".join(r.setups) or "-", med,
-                      "-" if r.cv is None else f"{r.cv * 100:.2f}",
-                      "-" if r.spread is None else f"{r.spread * 100:.2f}",
-                      verdict + (f" ({len(r.errors)} errors)" if r.errors else ""))
+                      ", ".join(r.setups) or "-", med, _pct(r.cv), _pct(r.spread),
+                      verdict + (f" ({len(r.errors)} errors)" if r.errors else ""),
+                      f"{r.source} ({len(r.medians_ms)} processes)")
     console.print(table)
-    console.print(f"noise floor (median CV): {'-' if floor is None else f'{floor * 100:.2f}%'}; "
-                  f"{stored} verdicts stored")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.2f}"
+
+
+def _print_stored(as_json: bool) -> None:
+    """The stored verdicts, with their setup and source (``--stored``)."""
+    from workers.night import stability as stab
+
+    try:
+        stab.check_store()
+        rows = stab.stored_verdicts()
+    except NightbenchError as exc:
+        _fail(exc.message)
+        return
+    if as_json:
+        print(json.dumps({"verdicts": rows}, indent=1, default=str))
+        return
+    table = Table(title="stored stability verdicts")
+    for col in ("benchmark", "machine", "setup", "CV %", "spread %", "verdict", "source",
+                "last re-check"):
+        table.add_column(col, no_wrap=col in ("benchmark", "setup"))
+    for r in rows:
+        verdict = {True: "[red]unstable", False: "stable", None: "[yellow]unknown"}[r["unstable"]]
+        recheck = r["recheck"] or {}
+        last = "-" if not recheck else (
+            f"{recheck['night']}: {'-' if recheck.get('unstable') is None else verdict_word(recheck['unstable'])}"
+            f", spread {_pct(recheck.get('spread'))}%")
+        table.add_row(r["benchmark"], str(r["machine"] or "-"), ", ".join(r["setups"]) or "-",
+                      _pct(r["cv"]), _pct(r["spread"]), verdict,
+                      str(r["source_text"] or r["source"]), last)
+    console.print(table)
+
+
+def verdict_word(unstable: bool) -> str:
+    """``unstable`` or ``stable``."""
+    return "unstable" if unstable else "stable"

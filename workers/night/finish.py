@@ -4,6 +4,9 @@
 records the regressions, and creates the confirmation run for tonight's candidates, whose
 jobs are the next steps; a confirmation run's own ``night.finish`` applies its verdicts to the
 parent run. Reproduced regressions go on to ``night.triage`` (:mod:`workers.night.triage`).
+Once the night is settled (detection with nothing to re-run, or the confirmation applied), the
+stability of each benchmark is re-checked from its own recent processes
+(:mod:`workers.night.recheck`), for the next nights' detection.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from service.runs.service import BenchmarkSpec
 from workers.app import queue_for
 from workers.enqueue import Step
 from workers.night.plan import job_steps
+from workers.night.recheck import recheck_run
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +85,10 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
                 kind="confirm", parent_run_id=run.id, deadline_s=settings.night_deadline_s,
             )
             confirm_id = confirm.id
-        elif not persisted:
-            runs.finish_run(session, run=run)
+        else:  # nothing to re-run: the night is settled
+            recheck_run(session, run=run, settings=settings)
+            if not persisted:
+                runs.finish_run(session, run=run)
     if confirm_id is not None:
         log.info("run %s: %d benchmark(s) flagged; confirming in run %s", run_id, len(benchmarks), confirm_id)
         return job_steps(confirm_id)
@@ -101,6 +107,7 @@ def _after_confirmation(parent_id: int, confirm_id: int, settings: Settings) -> 
             baseline_nights=settings.baseline_nights,
         )
         runs.finish_run(session, run=confirm_run)
+        recheck_run(session, run=parent, settings=settings)
     return [triage_step(parent_id)]
 
 

@@ -91,3 +91,34 @@ def store(results: Sequence[st.StabilityResult]) -> int:
 
     with session_scope() as session:
         return len(record_stability(session, results=[r.to_json() for r in results]))
+
+
+def stored_verdicts() -> list[dict[str, Any]]:
+    """The stored verdicts of the configured database, for ``nightbench suite stability --stored``.
+
+    Returns:
+        One dict per benchmark and machine: ``benchmark``, ``machine`` (CPU model or GPU name),
+        ``setups``, ``cv``, ``spread``, ``unstable``, ``source`` (``measured`` or ``nightly``),
+        ``source_text`` and ``recheck`` (the latest nightly re-check, or None).
+    """
+    from sqlalchemy import select
+
+    from service.benchmarks import benchmark_name
+    from service.db import session_scope
+    from service.models import Machine
+    from service.stability.service import list_stability
+
+    with session_scope() as session:
+        machines = {m.id: m for m in session.scalars(select(Machine))}
+        out = []
+        for row in list_stability(session):
+            details = row.details or {}
+            machine = machines.get(row.machine_id)
+            out.append({
+                "benchmark": benchmark_name(row.model, row.mode, row.device, row.compiler),
+                "machine": (machine.gpu_name or machine.cpu_model) if machine else None,
+                "setups": list(details.get("setups") or []), "cv": row.cv, "spread": row.spread,
+                "unstable": row.unstable, "source": details.get("source", "measured"),
+                "source_text": details.get("source_text"), "recheck": details.get("recheck"),
+            })
+    return out

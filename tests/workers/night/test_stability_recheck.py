@@ -1,0 +1,300 @@
+"""The nightly stability re-check: verdicts from a benchmark's own recent processes (Postgres).
+
+Each night below is one stored result whose samples are all one literal latency, so its
+per-process median is that value; a confirmation run adds a process on the same night.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, timedelta
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.models import Confirmation, Regression, Result, Run
+from service.regressions import service as regressions
+from service.results.service import store_record
+from service.runs import service as runs
+from service.runs.report import run_report
+from service.runs.service import BenchmarkSpec
+from service.stability.recheck import Process, RecheckWindow, step_first_result
+from service.stability.service import list_stability, record_stability, unstable_benchmarks
+from workers.night.finish import unstable_benchmarks as dark_names
+from workers.night.recheck import judge, recheck_run
+
+ENV = {"cpu_model": "recheck-cpu", "threads": 1, "torch_version": "2.13.0+cpu",
+       "torch_git_version": "e" * 40}
+FIRST = date(2026, 10, 1)
+SETTINGS = Settings(stability_recheck_nights=10, stability_recheck_min_processes=5)
+
+
+def _night(session: Session, day: int, levels: dict[str, float], *, kind: str = "nightly",
+           parent: Run | None = None) -> Run:
+    """A run on night ``FIRST + day`` measuring each ``model:eval`` at its literal level (ms)."""
+    specs = [BenchmarkSpec(model=m, mode="eval") for m in levels]
+    run = runs.create_run(session, night=FIRST + timedelta(days=day), benchmarks=specs, kind=kind,
+                          parent_run_id=parent.id if parent else None)
+    for job in runs.list_jobs(session, run_id=run.id):
+        level = levels[job.model]
+        store_record(session, run=run, job=job, record={
+            "model": job.model, "mode": "eval", "device": "cpu", "benchmark_version": "v1",
+            "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms",
+                                             "samples": [level] * 5, "median": level,
+                                             "iqr": 0.0}]})
+        runs.end_job(session, job=job, error=None)
+    return run
+
+
+def _nights(session: Session, levels: dict[str, Sequence[float]]) -> list[Run]:
+    count = len(next(iter(levels.values())))
+    return [_night(session, d, {m: v[d] for m, v in levels.items()}) for d in range(count)]
+
+
+def _measured(session: Session, model: str, *, unstable: bool) -> None:
+    medians = [10.0, 11.5, 10.2] if unstable else [10.0, 10.1, 10.2]
+    record_stability(session, results=[{
+        "model": model, "mode": "eval", "device": "cpu", "compiler": "eager", "repeats": 3,
+        "medians_ms": medians, "cv": 0.07 if unstable else 0.01,
+        "spread": 0.15 if unstable else 0.02, "unstable": unstable, "threshold": 0.07,
+        "errors": [], "benchmark_version": "v1", "environment": ENV, "setups": ["jemalloc"]}])
+
+
+def _latency(session: Session, run: Run, model: str) -> Result:
+    return session.scalars(select(Result).where(Result.run_id == run.id, Result.model == model,
+                                                Result.metric == "latency")).one()
+
+
+def _step(session: Session, *, raised_on: Run, first_night: Run, model: str,
+          confirmation: str = Confirmation.REPRODUCED, direction: str = "regression",
+          state: str = "untriaged") -> None:
+    """A stored verdict of the detector: a step on ``model`` first seen on ``first_night``."""
+    result, first = _latency(session, raised_on, model), _latency(session, first_night, model)
+    session.add(Regression(
+        run_id=raised_on.id, result_id=result.id, first_result_id=first.id,
+        first_night=first.night, series_key=result.series_key, model=model, mode="eval",
+        device="cpu", compiler="eager", metric="latency", unit="ms", direction=direction,
+        baseline=10.0, value=result.median, change=result.median / 10.0 - 1, p_value=None,
+        threshold=0.07, alertable=confirmation == Confirmation.REPRODUCED,
+        confirmation=confirmation, state=state, reason="literal"))
+    session.flush()
+
+
+def _row(session: Session, model: str):  # type: ignore[no-untyped-def]
+    [row] = [r for r in list_stability(session) if r.model == model]
+    return row
+
+
+def test_unstable_benchmark_becomes_stable_by_its_own_nights_and_alerts_again(
+    session: Session,
+) -> None:
+    _measured(session, "dqn", unstable=True)
+    nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08]})
+    assert "dqn:eval:cpu" in dark_names(session)
+
+    [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    assert verdict.previous is True and verdict.unstable is False and verdict.changed
+    assert verdict.spread == pytest.approx((10.1 - 9.95) / 9.95)
+    assert unstable_benchmarks(session) == set()
+    row = _row(session, "dqn")
+    assert row.details["source"] == "nightly" and row.repeats == 6
+    assert row.details["source_text"] == (
+        "nightly re-check over 6 processes, nights 2026-10-01..2026-10-06")
+    # The measured verdict it replaced is kept beside it.
+    assert row.details["measured"]["unstable"] is True
+    assert row.details["measured"]["medians_ms"] == [10.0, 11.5, 10.2]
+    assert "stability of dqn:eval:cpu: unstable → stable" in (nights[-1].note or "")
+    # Alerting again: tonight's +30% is an alertable candidate now that it is not dark.
+    step_night = _night(session, 6, {"dqn": 13.0})
+    [assessed] = regressions.assess_run(
+        session, run=step_night, threshold_for=lambda m, b: 0.07, baseline_nights=60,
+        unstable=dark_names(session))
+    assert assessed.assessment.verdict == "regression" and assessed.assessment.alertable
+
+
+def test_window_holding_a_real_step_is_not_called_unstable(session: Session) -> None:
+    levels = [10.0, 10.05, 9.98, 10.02, 10.04, 13.0, 13.05, 12.98, 13.02, 13.01]
+    nights = _nights(session, {"dqn": levels, "ppo": levels})
+    # dqn's step was raised by its confirmation re-run on its first night; ppo's never was.
+    _step(session, raised_on=nights[5], first_night=nights[5], model="dqn")
+
+    by_name = {v.benchmark: v for v in recheck_run(session, run=nights[-1], settings=SETTINGS)}
+
+    dqn, ppo = by_name["dqn:eval:cpu"], by_name["ppo:eval:cpu"]
+    assert dqn.unstable is False and not dqn.changed and len(dqn.medians_ms) == 5
+    assert dqn.source == "nightly re-check over 5 processes, nights 2026-10-06..2026-10-10"
+    # The same levels without a step on record are a 30% spread: unstable.
+    assert ppo.unstable is True and ppo.changed
+    assert ppo.spread == pytest.approx((13.05 - 9.98) / 9.98)
+    assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
+
+
+def test_a_step_marked_expected_or_raised_on_a_dark_benchmark_also_cuts_the_window() -> None:
+    # (regression id, direction, confirmation, state, first night's result id)
+    assert step_first_result(9, (1, "regression", "not_possible", "expected", 7)) == 7
+    assert step_first_result(9, (1, "regression", "not_possible", "untriaged", 7)) == 7
+    assert step_first_result(9, (1, "improvement", "not_possible", "improvement", 8)) == 8
+    assert step_first_result(9, (1, "regression", "reproduced", "untriaged", 9)) == 9
+    # A candidate of one night, and a blip its re-run did not reproduce, are not steps.
+    assert step_first_result(9, (1, "regression", "not_possible", "untriaged", 9)) is None
+    assert step_first_result(9, (1, "regression", "not_reproduced", "untriaged", 7)) is None
+
+
+def test_too_few_processes_leave_the_verdict_as_it_was(session: Session) -> None:
+    _measured(session, "dqn", unstable=True)
+    nights = _nights(session, {"dqn": [10.0, 10.01, 10.02, 10.0]})
+
+    [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    assert verdict.unstable is None and not verdict.changed
+    assert verdict.source.endswith("fewer than 5, verdict kept")
+    assert unstable_benchmarks(session) == {("dqn", "eval", "cpu", "eager")}
+    row = _row(session, "dqn")
+    assert row.details["source"] == "measured" and row.repeats == 3
+    assert row.details["recheck"]["processes"] == 4 and row.details["recheck"]["unstable"] is None
+
+
+def test_confirmation_reruns_count_as_processes(session: Session) -> None:
+    _measured(session, "dqn", unstable=True)
+    nights = _nights(session, {"dqn": [10.0, 10.02, 10.01]})
+    assert not recheck_run(session, run=nights[-1], settings=SETTINGS)[0].changed
+    _night(session, 2, {"dqn": 10.03}, kind="confirm", parent=nights[-1])
+    nights.append(_night(session, 3, {"dqn": 10.01}))
+    _night(session, 3, {"dqn": 10.02}, kind="confirm", parent=nights[-1])
+
+    [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    assert verdict.changed and verdict.unstable is False and len(verdict.medians_ms) == 6
+    assert verdict.medians_ms == (10.0, 10.02, 10.01, 10.03, 10.01, 10.02)
+
+
+def test_only_the_last_k_nights_count(session: Session) -> None:
+    # A noisy past ten nights ago no longer darkens a benchmark that is quiet since.
+    nights = _nights(session, {"dqn": [10.0, 14.0, 9.0, *([10.0, 10.02, 10.01] * 3), 10.0]})
+    [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
+    assert verdict.unstable is False and len(verdict.medians_ms) == 10
+    assert 14.0 not in verdict.medians_ms and unstable_benchmarks(session) == set()
+
+
+def test_unsettled_candidate_does_not_darken_but_a_dropped_blip_does(session: Session) -> None:
+    quiet = [10.0, 10.02, 9.99, 10.01, 10.0, 10.03]
+    nights = _nights(session, {"dqn": [*quiet, 13.0], "ppo": [*quiet, 13.0]})
+    # Tonight's 13 ms is a candidate the next night decides (dqn), or a blip whose re-run did
+    # not reproduce it (ppo): process-to-process noise.
+    _step(session, raised_on=nights[-1], first_night=nights[-1], model="dqn",
+          confirmation=Confirmation.NOT_POSSIBLE)
+    _step(session, raised_on=nights[-1], first_night=nights[-1], model="ppo",
+          confirmation=Confirmation.NOT_REPRODUCED)
+
+    by_name = {v.benchmark: v for v in recheck_run(session, run=nights[-1], settings=SETTINGS)}
+
+    assert by_name["dqn:eval:cpu"].unstable is False and 13.0 not in by_name["dqn:eval:cpu"].medians_ms
+    assert by_name["ppo:eval:cpu"].unstable is True and by_name["ppo:eval:cpu"].changed
+    assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
+
+
+def test_judge_keeps_darkening_and_undarkening_apart() -> None:
+    def window(levels: list[float], unsettled: set[int] = frozenset()) -> RecheckWindow:  # type: ignore[assignment]
+        processes = tuple(Process(i, FIRST + timedelta(days=i), v, unsettled=i in unsettled)
+                          for i, v in enumerate(levels))
+        return RecheckWindow("dqn", "eval", "cpu", "eager", 1, "k", processes)
+
+    noisy = window([10.0, 10.1, 10.0, 10.05, 11.0], unsettled={4})
+    # Stable: the unsettled 11 ms is left out, 4 settled processes are too few.
+    assert judge(noisy, False, min_processes=5).unstable is None
+    assert judge(noisy, False, min_processes=4).unstable is False
+    # Dark: every process counts, the 11 ms included: still unstable, nothing changes.
+    dark = judge(noisy, True, min_processes=5)
+    assert dark.unstable is True and not dark.changed
+    with pytest.raises(ValueError, match="min_processes must be at least 2"):
+        judge(noisy, True, min_processes=1)
+
+
+def test_night_report_lists_both_transitions(session: Session) -> None:
+    _measured(session, "dqn", unstable=True)
+    nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08],
+                               "ppo": [10.0, 12.0, 9.5, 11.0, 10.0, 12.5]})
+    recheck_run(session, run=nights[-1], settings=SETTINGS)
+    # Re-checking the same night again changes nothing more (a task run twice).
+    assert not any(v.changed for v in recheck_run(session, run=nights[-1], settings=SETTINGS))
+
+    changes = run_report(session, run_id=nights[-1].id, settings=SETTINGS)["stability_changes"]
+
+    assert [(c["benchmark"], c["from"], c["to"]) for c in changes] == [
+        ("dqn:eval:cpu", "unstable", "stable"), ("ppo:eval:cpu", "unknown", "unstable")]
+    assert changes[1]["spread"] == pytest.approx(3.0 / 9.5)
+    assert all(c["source"].startswith("nightly re-check over 6 processes") for c in changes)
+    assert run_report(session, run_id=nights[-2].id, settings=SETTINGS)["stability_changes"] == []
+    assert session.get(Run, nights[-1].id).note.count("stability of") == 2
+
+
+def test_finishing_a_night_rechecks_its_benchmarks(database_url: str) -> None:
+    from service.db import session_scope
+    from workers.night.finish import finish
+
+    with session_scope() as session:
+        _measured(session, "dqn", unstable=True)
+        last = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08]})[-1].id
+
+    assert finish(last, settings=SETTINGS) == []  # nothing flagged: the run is complete
+
+    with session_scope() as session:
+        assert unstable_benchmarks(session) == set()
+        run = session.get(Run, last)
+        assert run is not None and run.status == "complete"
+        assert [c["to"] for c in run_report(session, run_id=last, settings=SETTINGS)[
+            "stability_changes"]] == ["stable"]
+
+
+def test_suite_stability_stored_shows_each_verdict_with_its_source(database_url: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from service.db import session_scope
+    from workers.cli import app
+
+    with session_scope() as session:
+        _measured(session, "dqn", unstable=True)
+        _measured(session, "ppo", unstable=True)
+        nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08],
+                                   "ppo": [10.0, 12.0, 9.5, 11.0, 10.0, 12.5]})
+        recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    result = CliRunner().invoke(app, ["suite", "stability", "--stored", "--json"])
+    assert result.exit_code == 0, result.output
+    by_name = {v["benchmark"]: v for v in json.loads(result.stdout)["verdicts"]}
+    dqn, ppo = by_name["dqn:eval:cpu"], by_name["ppo:eval:cpu"]
+    assert dqn["unstable"] is False and dqn["source"] == "nightly"
+    assert dqn["source_text"].startswith("nightly re-check over 6 processes")
+    assert dqn["machine"] == "recheck-cpu" and dqn["setups"] == ["-"]  # no setup recorded
+    # ppo is still unstable by its nights: the measured verdict stays in force beside them.
+    assert ppo["unstable"] is True and ppo["source"] == "measured" and ppo["setups"] == ["jemalloc"]
+    assert ppo["recheck"]["unstable"] is True and ppo["recheck"]["processes"] == 6
+    assert ppo["cv"] == pytest.approx(0.07) and ppo["spread"] == pytest.approx(0.15)
+
+    table = CliRunner().invoke(app, ["suite", "stability", "--stored"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0, table.output
+    assert "nightly re-check over 6 processes" in table.stdout
+    assert "measured over 3 processes" in table.stdout
+
+
+def test_status_lists_the_last_weeks_stability_changes(session: Session) -> None:
+    from datetime import UTC, datetime
+
+    from service.status.service import system_status
+
+    _measured(session, "dqn", unstable=True)
+    nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08],
+                               "ppo": [10.0, 12.0, 9.5, 11.0, 10.0, 12.5]})
+    recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    state = system_status(session, now=datetime(2026, 10, 8, tzinfo=UTC))
+    assert [(c.benchmark, c.from_verdict, c.to_verdict, c.night, c.run_id)
+            for c in state.stability_changes] == [
+        ("dqn:eval:cpu", "unstable", "stable", date(2026, 10, 6), nights[-1].id),
+        ("ppo:eval:cpu", "unknown", "unstable", date(2026, 10, 6), nights[-1].id)]
+    assert system_status(session, now=datetime(2026, 11, 8, tzinfo=UTC)).stability_changes == []
