@@ -17,6 +17,7 @@ from service.runs import service as runs
 from workers.enqueue import Step, send
 from workers.issues import missing, pending
 from workers.night.jobs import fail_job
+from workers.night.replicate import dispatch_pending
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ def sweep_deadlines(now: datetime | None = None) -> list[int]:
     steps += [step for run_id in due for step in check_deadline(run_id, now=now)]
     # Runs whose results were posted to the API, every benchmark in: detection is next.
     steps += [Step("night.finish", (run_id,)) for run_id in posted]
+    # More processes asked for over the API (POST /api/runs/{id}/processes): measured now.
+    steps += dispatch_pending()
     # Missing data that came since (a re-dispatch, a late post): told on its issue.
     try:
         missing.note_arrivals()
