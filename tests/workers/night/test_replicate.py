@@ -134,3 +134,22 @@ def test_processes_asked_over_the_api_are_sent_by_the_sweep_to_a_worker(
 def _status(run_id: int) -> str | None:
     with session_scope() as session:
         return session.scalar(select(Run.status).where(Run.id == run_id))
+
+
+def test_a_replicate_run_past_its_deadline_finishes_without_a_missing_data_issue(
+    database_url: str,
+) -> None:
+    from datetime import timedelta
+
+    from service.models.base import utcnow
+    from workers.night.deadline import check_deadline
+
+    run_id = _night(6)
+    with session_scope() as session:
+        asked = request_processes(session, run_id=run_id, processes=2, deadline_s=1)
+    [child] = asked.runs
+    steps = check_deadline(child, now=utcnow() + timedelta(seconds=5))
+    assert [s.task for s in steps] == ["night.finish"]  # no night.file_missing
+    with session_scope() as session:
+        jobs = session.scalars(select(Job.status).where(Job.run_id == child)).all()
+    assert jobs == ["missing"]
