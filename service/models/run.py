@@ -15,12 +15,15 @@ from service.models.base import TimestampMixin
 
 
 class RunKind(StrEnum):
-    """What a run is: a night, its confirmation re-run, a bisection's probe, posted results."""
+    """What a run is: a night, its confirmation re-run, a bisection's probe, posted results,
+    or more processes of a night asked for to compare it (``replicate``: a child run on the
+    night's build, like a confirmation, that neither detection nor confirmation reads)."""
 
     NIGHTLY = "nightly"
     CONFIRM = "confirm"
     PROBE = "probe"
     INGEST = "ingest"
+    REPLICATE = "replicate"
 
 
 class RunStatus(StrEnum):

@@ -45,14 +45,24 @@ def latest_run_id(session: Session, *, kind: str = "nightly") -> int | None:
     return session.scalar(select(Run.id).where(Run.kind == kind).order_by(Run.id.desc()).limit(1))
 
 
+NOT_A_REGRESSION = "an environment change, not a regression"
+"""What a build identity change means in the night's report: its new series have no baseline."""
+
+
 def environment_changes(
-    previous: dict[str, Any] | None, tonight: dict[str, Any] | None
+    previous: dict[str, Any] | None, tonight: dict[str, Any] | None, *,
+    meaning: str = NOT_A_REGRESSION,
 ) -> list[str]:
     """What changed in the build's identity between two runs' environments, as report lines.
 
+    The identity is :func:`service.results.records.build_identity`: the torch wheel's variant
+    and the hash of the environment's frozen suite requirements.
+
     Args:
-        previous: an environment of the previous run's results (None: no previous run).
+        previous: an environment of the earlier results (None: no earlier run).
         tonight: an environment of this run's results (None: no result with one).
+        meaning: what the change means where the line is shown, after the colon (the night's
+            report: :data:`NOT_A_REGRESSION`; an issue says the build moved beside the commits).
 
     Returns:
         One line per changed part, e.g. ``"build variant cpu → cu130: an environment change, not
@@ -64,12 +74,20 @@ def environment_changes(
                                                         build_identity(tonight))
     lines = []
     if old_variant != new_variant:
-        lines.append(f"build variant {old_variant or 'none'} → {new_variant or 'none'}: "
-                     "an environment change, not a regression")
+        lines.append(f"build variant {old_variant or 'none'} → {new_variant or 'none'}: {meaning}")
     if old_reqs != new_reqs:
         lines.append(f"suite requirements {old_reqs[:12] or 'unrecorded'} → "
-                     f"{new_reqs[:12] or 'unrecorded'}: an environment change, not a regression")
+                     f"{new_reqs[:12] or 'unrecorded'}: {meaning}")
     return lines
+
+
+def run_environment_changes(
+    session: Session, *, run: Run, meaning: str = NOT_A_REGRESSION
+) -> list[str]:
+    """:func:`environment_changes` between the run before ``run`` (its ``previous_run_id``, else
+    the latest earlier run of its kind) and ``run``, each read from one measured result."""
+    return environment_changes(_run_environment(session, _previous_run_id(session, run)),
+                               _run_environment(session, run.id), meaning=meaning)
 
 
 def _run_environment(session: Session, run_id: int | None) -> dict[str, Any] | None:
@@ -147,8 +165,6 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
             "reason": r.reason,
         } for r in regs],
         "alerts": [{"id": a.id, "kind": a.kind, "status": a.status, "summary": a.summary} for a in alerts],
-        "environment_changes": environment_changes(
-            _run_environment(session, _previous_run_id(session, run)),
-            _run_environment(session, run.id)),
+        "environment_changes": run_environment_changes(session, run=run),
         "stability_changes": stability_changes(session, run_id=run.id),
     }

@@ -10,12 +10,14 @@ from sqlalchemy import select
 from service.api import Cursor, FilterText, Id, Limit, Night, errors, url
 from service.deps import SessionDep, SettingsDep, TokenDep
 from service.models import Alert, Job, Run
-from service.runs import ingest
+from service.runs import ingest, processes
 from service.runs.compare import compare_runs
 from service.runs.schemas import (
     CompareRead,
     CompletenessRead,
     IngestRead,
+    ProcessesCreate,
+    ProcessesRead,
     RecordIn,
     RunCreate,
     RunRead,
@@ -112,6 +114,27 @@ def compare(
         "comparisons": [c.__dict__ for c in result.comparisons],
         "only_in_a": result.only_in_a, "only_in_b": result.only_in_b, "errors": result.errors,
     }
+
+
+@router.post("/{run_id}/processes", response_model=ProcessesRead, status_code=202,
+             responses=errors(400, 401, 404, 409, 422))
+def request_processes(run_id: Id, body: ProcessesCreate, session: SessionDep, token: TokenDep,
+                      settings: SettingsDep) -> dict[str, Any]:
+    """Queue more processes of a finished nightly run, on its own build, until each of its
+    benchmarks has ``processes`` (measured or queued), so that a comparison has replicates
+    (see ``GET /api/runs/{a}/compare/{b}``). Creates replicate runs (kind ``replicate``,
+    ``parent_run_id`` = the run); the workers' periodic sweep sends their jobs. Asking again
+    adds only what is still short. Needs a token."""
+    request = processes.request_processes(session, run_id=run_id, processes=body.processes,
+                                          deadline_s=settings.night_deadline_s)
+    if not request.runs:
+        dispatch = "nothing to send: every benchmark has its processes"
+    elif settings.embedded:
+        dispatch = "no workers (embedded): `nightbench runs compare A B --processes N` measures them"
+    else:
+        dispatch = "the workers' next deadline sweep (night.sweep_deadlines)"
+    return {**request.__dict__, "benchmarks": [b.__dict__ for b in request.benchmarks],
+            "dispatch": dispatch}
 
 
 @router.post("", response_model=RunRead, status_code=201,

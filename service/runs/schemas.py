@@ -260,3 +260,28 @@ class IngestRead(BaseModel):
     results: int = Field(description="result rows of the records in this request")
     status: str
     completeness: CompletenessRead
+
+
+class ProcessesCreate(BaseModel):
+    """How many processes each benchmark of a run should have (its own and its re-runs')."""
+    model_config = ConfigDict(extra="forbid")
+
+    processes: int = Field(ge=2, le=50, description="processes per benchmark, 2 to 50")
+
+
+class BenchmarkProcessesRead(BaseModel):
+    """One benchmark of the run: processes measured, queued before, and added by this request."""
+    benchmark: str
+    measured: int
+    queued: int
+    added: int
+
+
+class ProcessesRead(BaseModel):
+    """What a request for more processes queued: replicate runs and their jobs."""
+    run_id: int
+    processes: int
+    runs: list[int] = Field(description="replicate runs created (none when nothing was short)")
+    jobs: int = Field(description="processes queued by this request, over all benchmarks")
+    benchmarks: list[BenchmarkProcessesRead]
+    dispatch: str = Field(description="who sends the jobs to the workers")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from scipy.stats import mannwhitneyu
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import Run
@@ -175,3 +176,64 @@ def test_smallest_p_value_is_the_exact_test_s_floor() -> None:
     assert exact.pvalue == pytest.approx(smallest_p_value(4, 4))
     with pytest.raises(ValueError, match="at least one value"):
         smallest_p_value(0, 3)
+
+
+def _replicates(db: Session, run_id: int) -> list[Run]:
+    return list(db.scalars(select(Run).where(Run.parent_run_id == run_id).order_by(Run.id)))
+
+
+def test_asking_a_run_for_processes_queues_replicate_runs_of_its_build(
+    client: TestClient, db: Session, auth: dict[str, str]
+) -> None:
+    a = _processes(db, 0, {"dcgan": 3.0, "unet": 8.0}, 2)  # the night and one confirmation
+    a.torch_spec = "torch==2.13.0"
+    failed = add_night(db, night(0), [make_record("vit", "eval", {}, error="crashed")])
+    db.flush()
+    r = client.post(f"/api/runs/{a.id}/processes", json={"processes": 4}, headers=auth)
+    assert r.status_code == 202, r.text
+    body = r.json()
+    assert {b["benchmark"]: (b["measured"], b["queued"], b["added"]) for b in body["benchmarks"]} \
+        == {"dcgan:eval:cpu": (2, 0, 2), "unet:eval:cpu": (2, 0, 2)}
+    assert body["jobs"] == 4 and len(body["runs"]) == 2
+    made = [x for x in _replicates(db, a.id) if x.kind == "replicate"]
+    assert [x.id for x in made] == body["runs"]
+    for child in made:
+        assert (child.night, child.torch_spec, child.status) == (a.night, "torch==2.13.0", "queued")
+        assert child.options["dispatch"] == "pending"
+        assert sorted(j.benchmark for j in list_jobs(db, run_id=child.id)) == [
+            "dcgan:eval:cpu", "unet:eval:cpu"]
+    # Asked again, what is queued counts: nothing more is created.
+    again = client.post(f"/api/runs/{a.id}/processes", json={"processes": 4}, headers=auth).json()
+    assert again["runs"] == [] and again["jobs"] == 0
+    assert {b["queued"] for b in again["benchmarks"]} == {2}
+    # Asking for one more adds one process of each benchmark, in one run.
+    more = client.post(f"/api/runs/{a.id}/processes", json={"processes": 5}, headers=auth).json()
+    assert len(more["runs"]) == 1 and more["jobs"] == 2
+    # Bad input is refused, naming what was wrong, and stores nothing.
+    before = len(_replicates(db, a.id))
+    for run_id, payload, status, words in (
+        (a.id, {"processes": 1}, 422, "greater than or equal to 2"),
+        (a.id, {"processes": 51}, 422, "less than or equal to 50"),
+        (2147483000, {"processes": 3}, 404, "run 2147483000 does not exist"),
+        (failed.id, {"processes": 3}, 409, "no result without an error"),
+        (made[0].id, {"processes": 3}, 422, "is a replicate run"),
+    ):
+        r = client.post(f"/api/runs/{run_id}/processes", json=payload, headers=auth)
+        assert r.status_code == status and words in r.text, r.text
+    assert len(_replicates(db, a.id)) == before and _replicates(db, failed.id) == []
+    assert client.post(f"/api/runs/{a.id}/processes", json={"processes": 3}).status_code == 401
+
+
+def test_replicate_processes_count_in_the_comparison(client: TestClient, db: Session) -> None:
+    # One night each, then four more processes each as replicate runs: the verdict is computed.
+    a = _processes(db, 0, {"dcgan": 3.0}, 1)
+    b = _processes(db, 1, {"dcgan": 3.6}, 1)
+    for parent, level, first in ((a, 3.0, 10), (b, 3.6, 20)):
+        for i in range(4):
+            child = add_night(db, parent.night, [make_record("dcgan", "eval", {
+                "latency": _lat(level, first + i)})], kind="replicate")
+            child.parent_run_id = parent.id
+    db.flush()
+    c = client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["comparisons"][0]
+    assert (c["a_processes"], c["b_processes"]) == (5, 5)
+    assert c["p_value"] == pytest.approx(2 / 252) and c["verdict"] == "regression"

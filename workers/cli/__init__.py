@@ -17,7 +17,7 @@ from rich.table import Table
 
 from service.config import get_settings
 from service.errors import NightbenchError
-from workers.cli.common import console, err_console
+from workers.cli.common import console, err_console, with_unit
 from workers.cli.common import csv as _csv
 from workers.cli.common import fail as _fail
 
@@ -35,6 +35,8 @@ app.add_typer(suite_app, name="suite")
 issues_app = typer.Typer(help="Issues: filing that GitHub refused or missed.",
                          no_args_is_help=True)
 app.add_typer(issues_app, name="issues")
+runs_app = typer.Typer(help="Runs: compare two, process by process.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
 
 
 @db_app.command("upgrade")
@@ -228,12 +230,7 @@ def report(
     _print_report(run, as_json=as_json)
 
 
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "—"
-    if unit == "bytes":
-        return f"{value / 2**20:,.1f} MiB"
-    return f"{value:,.2f} ms" if unit == "ms" else f"{value:,.3g} {unit}"
+_fmt = with_unit
 
 
 VERDICT_STYLE = {"regression": "bold red", "flagged": "red", "improvement": "green",
@@ -444,6 +441,10 @@ app.command("status")(_status_cli.status)
 from workers.cli import issues as _issues_cli  # noqa: E402
 
 issues_app.command("retry")(_issues_cli.retry)
+
+from workers.cli import runs as _runs_cli  # noqa: E402
+
+runs_app.command("compare")(_runs_cli.compare)
 
 from workers.cli import suite as _suite_cli  # noqa: E402
 

@@ -22,3 +22,12 @@ def fail(message: str, code: int = 2) -> None:
 def csv(value: str | None) -> list[str] | None:
     """``"a, b,,c"`` → ``["a", "b", "c"]``; None or empty → None."""
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def with_unit(value: float | None, unit: str) -> str:
+    """A value for a table: ms with two decimals, bytes as MiB, ``—`` for None."""
+    if value is None:
+        return "—"
+    if unit == "bytes":
+        return f"{value / 2**20:,.1f} MiB"
+    return f"{value:,.2f} ms" if unit == "ms" else f"{value:,.3g} {unit}"

@@ -289,6 +289,9 @@ class IssueReport:
         install_command: the ``--install`` command of that reproduction.
         alert_id, run_id: for the footer, so the issue points back at the stored alert.
         labels: labels to put on the issue.
+        build_changes: how the build's identity (torch variant, suite requirements) moved
+            between the baseline nights and tonight, one line each
+            (:func:`service.runs.report.environment_changes`); empty when it did not.
     """
 
     regressions: tuple[Change, ...]
@@ -305,6 +308,7 @@ class IssueReport:
     alert_id: int | None = None
     run_id: int | None = None
     labels: tuple[str, ...] = ("performance", "regression")
+    build_changes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.regressions:

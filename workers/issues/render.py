@@ -342,7 +342,10 @@ def _environment_section(report: IssueReport) -> str:
             rows.append(f"| {label} | {fmt(report, before)} | {fmt(report, tonight)} |")
         else:
             rows.append(f"| {label} | {fmt(report, tonight)} |")
-    return "## Environment\n\n" + "\n".join(rows)
+    moved = "".join(f"\n- {line}" for line in report.build_changes)
+    if moved:
+        moved = "\n\n**Build identity changed** between the baseline nights and tonight:" + moved
+    return "## Environment\n\n" + "\n".join(rows) + moved
 
 
 def _reproduce_section(report: IssueReport, ordered: Sequence[Change]) -> str:

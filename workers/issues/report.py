@@ -2,8 +2,10 @@
 
 For each regression of a group: baseline and tonight with their sample counts, the detector's
 confidence, the machine, the recent nights and links to the series' history; for the issue: the
-environment of tonight and of the baseline, the confirmation re-run, and the bisection's commits
-and probes (:mod:`workers.issues.causes`).
+environment of tonight and of the baseline, how the build's identity moved between the baseline
+nights and tonight (the night report's :func:`service.runs.report.environment_changes`, against
+the series' latest baseline night and the night before), the confirmation re-run, and the
+bisection's commits and probes (:mod:`workers.issues.causes`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from service.errors import InvalidInput
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run
 from service.regressions.detection import MEMORY_METRICS, Night, confirm
 from service.regressions.service import history_nights
+from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
 from workers.issues.causes import (
     TORCH_CODE_URL,
@@ -32,6 +35,8 @@ from workers.issues.causes import (
 from workers.issues.model import Change, Checks, Environment, IssueReport
 
 RECENT_NIGHTS = 14
+BUILD_MOVED = ("the build changed too, so part of the change may be the environment's, not a "
+               "commit's")
 
 
 def build_report(
@@ -60,16 +65,7 @@ def build_report(
     )
     first = results.get(group.regressions[0].result_id)
     tonight = _environment(first.environment if first else {}, run.torch_git_commit)
-    baseline_env = None
-    if first is not None and first.series_key:
-        history = series_history(
-            session, series_key=first.series_key, night=first.night, run_id=first.run_id, limit=1
-        )
-        if history:
-            before = session.get(Run, history[-1].run_id)
-            baseline_env = _environment(
-                history[-1].environment, before.torch_git_commit if before else None
-            )
+    baseline_env, build_changes = _baseline(session, run, first)
     commits = {c["sha"]: c for c in _commit_dicts(bisection.commits if bisection else [])}
     commits.update({c["sha"]: c for c in _commit_dicts(run.commit_range or [])})
     code_url = bisection.code_url if bisection is not None else TORCH_CODE_URL
@@ -90,8 +86,29 @@ def build_report(
         alert_id=alert.id,
         run_id=run.id,
         labels=tuple(settings.github_labels),
+        build_changes=build_changes,
         **options,
     )
+
+
+def _baseline(
+    session: Session, run: Run, first: Result | None
+) -> tuple[Environment | None, tuple[str, ...]]:
+    """The environment of the latest baseline night of ``first``'s series, and how the build's
+    identity moved since: against that night and against the night before ``run``, each line
+    once (:func:`service.runs.report.environment_changes`)."""
+    changes = run_environment_changes(session, run=run, meaning=BUILD_MOVED)
+    if first is None or not first.series_key:
+        return None, tuple(changes)
+    history = series_history(
+        session, series_key=first.series_key, night=first.night, run_id=first.run_id, limit=1
+    )
+    if not history:
+        return None, tuple(changes)
+    before = session.get(Run, history[-1].run_id)
+    changes += environment_changes(history[-1].environment, first.environment, meaning=BUILD_MOVED)
+    return (_environment(history[-1].environment, before.torch_git_commit if before else None),
+            tuple(dict.fromkeys(changes)))
 
 
 def _change(

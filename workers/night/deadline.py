@@ -17,19 +17,23 @@ from service.runs import service as runs
 from workers.enqueue import Step, send
 from workers.issues import missing, pending
 from workers.night.jobs import fail_job
+from workers.night.replicate import dispatch_pending
 
 log = logging.getLogger(__name__)
 
 
 def check_deadline(run_id: int, *, now: datetime | None = None) -> list[Step]:
     """At the run's deadline: jobs that never reported become ``missing`` with an alert, filed
-    as an issue (``night.file_missing``); the run then finishes with what it has."""
+    as an issue (``night.file_missing``; not for a replicate run, asked for a comparison); the
+    run then finishes with what it has."""
     with session_scope() as session:
         missing = runs.mark_missing(session, run_id=run_id, now=now)
         proceed = bool(missing) and runs.begin_finishing(session, run_id=run_id)
+        # More processes asked for a comparison are no night: what they miss is not filed.
+        file = bool(missing) and runs.get_run(session, run_id).kind != RunKind.REPLICATE
     if missing:
         log.warning("run %s: %d job(s) missing at the deadline", run_id, len(missing))
-    steps = [Step("night.file_missing", (run_id,))] if missing else []
+    steps = [Step("night.file_missing", (run_id,))] if file else []
     return steps + ([Step("night.finish", (run_id,))] if proceed else [])
 
 
@@ -52,6 +56,8 @@ def sweep_deadlines(now: datetime | None = None) -> list[int]:
     steps += [step for run_id in due for step in check_deadline(run_id, now=now)]
     # Runs whose results were posted to the API, every benchmark in: detection is next.
     steps += [Step("night.finish", (run_id,)) for run_id in posted]
+    # More processes asked for over the API (POST /api/runs/{id}/processes): measured now.
+    steps += dispatch_pending()
     # Missing data that came since (a re-dispatch, a late post): told on its issue.
     try:
         missing.note_arrivals()

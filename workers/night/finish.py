@@ -48,6 +48,7 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
         return _after_confirmation(parent_id, run_id, settings)
     if kind in ("nightly", "ingest"):
         return _detect(run_id, settings)
+    # Any other run (a replicate run: more processes of a night, for a comparison) only closes.
     with session_scope() as session:
         runs.finish_run(session, run=runs.get_run(session, run_id))
     return []

@@ -342,6 +342,15 @@ def test_environment_table_shows_the_measurement_setups_allocator() -> None:
     assert rows["allocator"][1] == "jemalloc"
 
 
+def test_a_build_identity_change_is_said_under_the_environment_table() -> None:
+    assert "Build identity changed" not in render_issue(report()).body
+    line = "build variant cu128 → cu130: the build changed too"
+    body = render_issue(report(build_changes=(line,))).body
+    environment = body.split("## Environment", 1)[1].split("\n## ", 1)[0]
+    assert environment.rstrip().endswith(
+        "**Build identity changed** between the baseline nights and tonight:\n- " + line)
+
+
 def test_reproduction_commands_are_copy_paste_ready() -> None:
     compiled = latency(model="resnet50", mode="eval", compiler="inductor")
     body = render_issue(report(regressions=(latency(), compiled))).body

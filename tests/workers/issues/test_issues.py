@@ -266,6 +266,28 @@ def test_alert_becomes_one_issue_built_from_the_database(
     assert night.alert.status == "filed"
 
 
+def test_the_issue_says_when_the_build_variant_changed_since_the_baseline_nights(
+    db: Session, world: World, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
+) -> None:
+    steady = world.regressed_night(date(2026, 11, 11), {("resnet18", "eval"): 12.5})
+    file_alert(db, alert_id=steady.alert.id, settings=settings, tracker=tracker)
+    assert "Build identity changed" not in fake.issues[1]["body"]
+    assert "build variant" not in fake.issues[1]["body"]
+    # The next night's wheel is another variant of the same torch (the host's pip moved it).
+    moved = world.regressed_night(date(2026, 11, 12), {("bert", "eval"): 13.0})
+    for result in db.scalars(select(Result).where(Result.run_id == moved.run.id)):
+        result.environment = {**result.environment, "torch_version": "2.13.0+cu130"}
+    db.flush()
+    file_alert(db, alert_id=moved.alert.id, settings=settings, tracker=tracker)
+    body = fake.issues[2]["body"]
+    environment = body.split("## Environment", 1)[1].split("\n## ", 1)[0]
+    assert "| torch | 2.13.0+cpu | 2.13.0+cu130 |" in environment
+    assert "**Build identity changed** between the baseline nights and tonight:" in environment
+    # The night report's own line (service.runs.report.environment_changes), said once.
+    assert environment.count("- build variant cpu → cu130: the build changed too") == 1
+    assert "suite requirements" not in environment
+
+
 def test_filing_again_for_the_same_run_neither_files_nor_comments(
     db: Session, world: World, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
 ) -> None:
