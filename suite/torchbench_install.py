@@ -4,9 +4,9 @@ TorchBench installs a model's requirements through ``install.py`` at the root of
 pytorch/benchmark checkout: ``python install.py [MODEL ...] [--continue_on_fail] [--torch]``
 installs the checkout's top-level ``requirements.txt``, then runs each named model's own
 ``install.py`` (its ``requirements.txt``, data files), every model when none is named
-(pytorch/benchmark ``install.py``, ``torchbenchmark.setup``). ``--torch`` checks only that
-numpy and torch are installed before it starts, not torchvision and torchaudio, for an
-environment that has no build of those for its torch.
+(pytorch/benchmark ``install.py``, ``torchbenchmark.setup``). It needs numpy, torch,
+torchvision and torchaudio installed first (:data:`TORCH_DEPS`), and refuses a model whose
+install changed their versions.
 
 This module picks the models as ``nightbench nightly --models`` does (``torchbench.<name>`` and
 shell-style patterns such as ``torchbench.hf_*``), runs the installer with the interpreter given
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import importlib.metadata
 import os
 import subprocess
 from collections.abc import Callable, Sequence
@@ -29,6 +30,11 @@ from suite import torchbench_checkout as checkout
 from suite.model_info import TORCHBENCH_PREFIX
 
 INSTALLER = "install.py"
+# What TorchBench's installer checks before it installs anything: install.py reads the versions
+# of these distributions to pin them (build/constraints.txt), and torchbenchmark.setup reads
+# them again around each model's install.py (its TORCH_DEPS; install.py's --torch narrows only
+# the first check), so without any one of them every model's setup fails.
+TORCH_DEPS = ("numpy", "torch", "torchvision", "torchaudio")
 
 
 class InstallInputError(ValueError):
@@ -111,17 +117,41 @@ def select(root: Path, patterns: Sequence[str]) -> Selection:
     return Selection(torchbench=sorted(chosen), own=sorted(own))
 
 
-def installer_command(models: Sequence[str], *, python: str, torch_only: bool) -> list[str]:
+def missing_torch_deps() -> list[str]:
+    """The distributions of :data:`TORCH_DEPS` not installed in this interpreter, in order."""
+    importlib.invalidate_caches()
+    missing = []
+    for name in TORCH_DEPS:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def check_torch_deps() -> None:
+    """Refuse to start TorchBench's installer where it cannot install a model.
+
+    Raises:
+        InstallInputError: a distribution of :data:`TORCH_DEPS` is not installed (the message
+            names each one and what to install).
+    """
+    missing = missing_torch_deps()
+    if missing:
+        raise InstallInputError(
+            f"{', '.join(missing)} not installed here: TorchBench's install.py and each "
+            f"model's setup read the versions of {', '.join(TORCH_DEPS)}, so every model's "
+            f"install would fail; install the torchvision and torchaudio builds that match "
+            f"this torch first (from torch's own index)")
+
+
+def installer_command(models: Sequence[str], *, python: str) -> list[str]:
     """The argv that runs TorchBench's ``install.py`` for ``models`` (TorchBench's names).
 
     ``--continue_on_fail`` keeps one model's failed install from ending the others; the models
-    still unavailable afterwards are reported by :func:`unavailable`. ``torch_only`` adds
-    TorchBench's ``--torch``.
+    still unavailable afterwards are reported by :func:`unavailable`.
     """
-    command = [python, INSTALLER, *models, "--continue_on_fail"]
-    if torch_only:
-        command.append("--torch")
-    return command
+    return [python, INSTALLER, *models, "--continue_on_fail"]
 
 
 def run_installer(root: Path, command: Sequence[str],

@@ -131,7 +131,8 @@ def test_nightly_dispatches_on_a_schedule_and_by_hand() -> None:
                    if "torchbench install" in step.get("run", ""))
     assert steps.index(checkout) < steps.index(install) < steps.index(dispatch)
     assert install["if"] == checkout["if"]
-    assert "(torchbench install --torchbench benchmark --torch-only)" in install["run"]
+    assert "(torchbench install --torchbench benchmark)" in install["run"]
+    assert "torchvision torchaudio" in install["run"]
     assert "args+=(--models \"$MODELS\")" in install["run"]
     assert install["env"]["MODELS"] == "${{ inputs.models }}"
     assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in steps)

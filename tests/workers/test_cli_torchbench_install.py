@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from suite import torchbench_install
 from tests.suite.helpers import FIXTURES
 from workers.cli import app
 
@@ -23,6 +24,8 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("NIGHTBENCH_FIXTURE_INSTALL_RECORD", str(path))
     monkeypatch.delenv("NIGHTBENCH_FIXTURE_INSTALL_EXIT", raising=False)
     monkeypatch.delenv("NIGHTBENCH_TORCHBENCH_PATH", raising=False)
+    # The test environment has torch without torchvision and torchaudio: check what it has.
+    monkeypatch.setattr(torchbench_install, "TORCH_DEPS", ("numpy", "torch"))
     return path
 
 
@@ -32,12 +35,12 @@ def _install(*args: str) -> tuple[int, str]:
 
 
 def test_installs_the_chosen_models_and_names_those_still_unavailable(record: Path) -> None:
-    code, output = _install("--torchbench", str(CHECKOUT), "--torch-only", "--models",
+    code, output = _install("--torchbench", str(CHECKOUT), "--models",
                             "torchbench.tiny_mlp,torchbench.needs_*,resnet18")
     assert code == 0, output
     asked = json.loads(record.read_text())
     assert asked["models"] == ["needs_tensorboardx", "tiny_mlp"]
-    assert asked["continue_on_fail"] is True and asked["torch"] is True
+    assert asked["continue_on_fail"] is True and asked["torch"] is False
     assert asked["extra"] == []
     assert Path(asked["cwd"]) == CHECKOUT.resolve()
     assert asked["python"] == sys.executable
@@ -55,7 +58,6 @@ def test_every_model_by_default_from_the_environment_variable(
     assert code == 0, output
     asked = json.loads(record.read_text())
     assert asked["models"] == ["cpu_unsupported", "needs_tensorboardx", "staged_mlp", "tiny_mlp"]
-    assert asked["torch"] is False
 
 
 def test_own_models_only_run_no_installer(record: Path) -> None:
@@ -96,3 +98,14 @@ def test_a_failing_installer_exits_1_naming_its_code(
     assert code == 1
     assert "install.py exited with code 3" in output
     assert json.loads(record.read_text())["models"] == ["tiny_mlp"]
+
+
+def test_missing_torch_builds_are_named_before_the_installer_runs(
+        record: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torchbench_install, "TORCH_DEPS",
+                        ("numpy", "torch", "nightbench-fixture-torchaudio-not-installed"))
+    code, output = _install("--torchbench", str(CHECKOUT), "--models", "torchbench.tiny_mlp")
+    assert code == 2, output
+    assert "nightbench-fixture-torchaudio-not-installed not installed here" in output
+    assert "install the torchvision and torchaudio builds that match this torch" in output
+    assert not record.exists()

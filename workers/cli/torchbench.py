@@ -187,17 +187,15 @@ def install_torchbench(
     torchbench: Annotated[str | None, typer.Option(
         "--torchbench", help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")
     ] = None,
-    torch_only: Annotated[bool, typer.Option(
-        "--torch-only", help="TorchBench's --torch: require only torch and numpy to be "
-                             "installed, not torchvision and torchaudio")] = False,
 ) -> None:
     """Install the chosen TorchBench models' requirements with the checkout's own ``install.py``.
 
-    Runs ``python install.py MODEL... --continue_on_fail [--torch]`` in the checkout's root
+    Runs ``python install.py MODEL... --continue_on_fail`` in the checkout's root
     with the interpreter nightbench runs in, so the requirements land where the listing and the
     runs look for them; then prints which of the models are still unavailable and why. Own-suite
-    models named in ``--models`` need nothing installed and are passed over. Exit code 2 for a
-    path that is not a checkout or a model that matches nothing (nothing is installed), 1 when
+    models named in ``--models`` need nothing installed and are passed over. Exit code 2 and nothing
+    installed for a path that is not a checkout, a model that matches nothing, or numpy, torch,
+    torchvision or torchaudio not installed (TorchBench's installer needs them); 1 when
     ``install.py`` fails.
     """
     from suite import torchbench_install as tb_install
@@ -213,10 +211,10 @@ def install_torchbench(
         typer.echo(f"the own suite's {', '.join(chosen.own)}: nothing to install", err=True)
     if not chosen.torchbench:
         return
-    command = tb_install.installer_command(chosen.torchbench, python=sys.executable,
-                                           torch_only=torch_only)
-    typer.echo(f"in {root}: {' '.join(command)}", err=True)
+    command = tb_install.installer_command(chosen.torchbench, python=sys.executable)
     try:
+        tb_install.check_torch_deps()
+        typer.echo(f"in {root}: {' '.join(command)}", err=True)
         code = tb_install.run_installer(root, command)
     except tb_install.InstallInputError as exc:
         _fail(str(exc))
