@@ -39,10 +39,13 @@ def _compose() -> list[str]:
     pytest.skip("neither `docker compose` nor docker-compose is installed (dev extra)")
 
 
-def _compose_run(*args: str, password: str | None = "placeholder") -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
+def _compose_run(*args: str, password: str | None = "placeholder",
+                 **extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k != "POSTGRES_PASSWORD" and not k.startswith("NIGHTBENCH_TORCHBENCH_")}
     if password is not None:
         env["POSTGRES_PASSWORD"] = password
+    env.update(extra)
     return subprocess.run(
         [*_compose(), "--project-directory", str(ROOT), "-f", str(ROOT / "docker-compose.yml"),
          *args],
@@ -206,3 +209,31 @@ def test_compose_services_are_wired_as_deployed() -> None:
     # Without the gpu profile the GPU worker stays out.
     cpu_only = json.loads(_compose_run("config", "--format", "json").stdout)["services"]
     assert "worker-gpu" not in cpu_only
+
+
+def test_compose_builds_a_pinned_torchbench_checkout_into_the_workers_when_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.config import Settings
+
+    commit = "0e83c440a51cd63464fee34724d01b7c814ce39b"
+    models = "torchbench.lennard_jones,torchbench.soft_actor_critic"
+    pinned = json.loads(_compose_run(
+        "--profile", "gpu", "config", "--format", "json",
+        NIGHTBENCH_TORCHBENCH_COMMIT=commit, NIGHTBENCH_TORCHBENCH_MODELS=models).stdout)["services"]
+    plain = json.loads(_compose_run(
+        "--profile", "gpu", "config", "--format", "json").stdout)["services"]
+    for name in ("worker-cpu", "worker-gpu", "beat"):
+        assert pinned[name]["environment"]["NIGHTBENCH_TORCHBENCH_PATH"] == "/opt/torchbench"
+        assert pinned[name]["build"]["args"]["TORCHBENCH_COMMIT"] == commit
+        assert pinned[name]["build"]["args"]["TORCHBENCH_MODELS"] == models
+        assert plain[name]["environment"]["NIGHTBENCH_TORCHBENCH_PATH"] == ""
+        assert plain[name]["build"]["args"]["TORCHBENCH_COMMIT"] == ""
+    # The empty value compose passes without a checkout reads as unset.
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", "")
+    assert Settings().torchbench_path is None
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for needed in ("ARG TORCHBENCH_COMMIT", "https://github.com/pytorch/benchmark",
+                   "torchvision torchaudio",
+                   "nightbench torchbench install --torchbench /opt/torchbench"):
+        assert needed in dockerfile, needed
+    assert dockerfile.index("nightbench torchbench install") < dockerfile.index("USER nightbench")
