@@ -31,6 +31,7 @@ from suite.torchbench_results import (
     result_format,
     to_userbenchmark,
 )
+from workers.cli.common import csv as _csv
 from workers.cli.common import fail as _fail
 
 EXPORT_SUITES = ("all", "own", "torchbench")
@@ -190,11 +191,11 @@ def install_torchbench(
 ) -> None:
     """Install the chosen TorchBench models' requirements with the checkout's own ``install.py``.
 
-    Runs ``python install.py MODEL... --continue_on_fail`` in the checkout's root
-    with the interpreter nightbench runs in, so the requirements land where the listing and the
-    runs look for them; then prints which of the models are still unavailable and why. Own-suite
-    models named in ``--models`` need nothing installed and are passed over. Exit code 2 and nothing
-    installed for a path that is not a checkout, a model that matches nothing, or numpy, torch,
+    Runs ``python install.py MODEL... --continue_on_fail`` in the checkout's root with the
+    interpreter nightbench runs in, so the requirements land where the listing and the runs
+    look for them; then prints which of the models are still unavailable and why. Own-suite
+    models named in ``--models`` need nothing installed and are passed over. Exit code 2 and
+    nothing installed for a path that is not a checkout, a model that matches nothing, or numpy, torch,
     torchvision or torchaudio not installed (TorchBench's installer needs them); 1 when
     ``install.py`` fails.
     """
@@ -202,8 +203,7 @@ def install_torchbench(
 
     try:
         root = tb_install.checkout_for_install(torchbench)
-        chosen = tb_install.select(root, [m.strip() for m in (models or "").split(",")
-                                          if m.strip()])
+        chosen = tb_install.select(root, _csv(models) or [])
     except tb_install.InstallInputError as exc:
         _fail(str(exc))
         raise
