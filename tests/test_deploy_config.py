@@ -237,3 +237,26 @@ def test_compose_builds_a_pinned_torchbench_checkout_into_the_workers_when_asked
                    "nightbench torchbench install --torchbench /opt/torchbench"):
         assert needed in dockerfile, needed
     assert dockerfile.index("nightbench torchbench install") < dockerfile.index("USER nightbench")
+
+
+def test_nightly_matrix_points_its_shards_at_a_pinned_torchbench_checkout() -> None:
+    data = _workflow("nightly-matrix.yml")
+    assert data["on"]["workflow_dispatch"]["inputs"]["suite"]["options"] == [
+        "own", "torchbench", "all"]
+    assert data["env"]["SUITE"] == "${{ inputs.suite || vars.NIGHTBENCH_SUITE || 'own' }}"
+    for name in ("plan", "shard"):
+        steps = data["jobs"][name]["steps"]
+        checkout = next(step for step in steps
+                        if step.get("with", {}).get("repository") == "pytorch/benchmark")
+        assert checkout["with"]["ref"] == "${{ vars.NIGHTBENCH_TORCHBENCH_COMMIT || 'main' }}"
+        assert checkout["with"]["path"] == "benchmark"
+        listing = " ".join(step.get("run", "") for step in steps)
+        assert 'suite list --json --suite "$SUITE"' in listing, name
+    shard = data["jobs"]["shard"]
+    assert "/benchmark" in shard["env"]["NIGHTBENCH_TORCHBENCH_PATH"]
+    steps = shard["steps"]
+    install = next(step for step in steps if "install.py" in step.get("run", ""))
+    measure = next(step for step in steps if "suite run --model" in step.get("run", ""))
+    assert steps.index(install) < steps.index(measure)
+    assert '"$BUILD_PYTHON" install.py "${models[@]}" --continue_on_fail' in install["run"]
+    assert '"$TORCH_SPEC" torchvision torchaudio' in install["run"]
