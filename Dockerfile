@@ -49,6 +49,25 @@ COPY workers ./workers
 # Editable, so /app is the suite's root: workers link a venv's suite to /app/suite.
 RUN pip install --no-deps -e . && python -c "import service, suite, workers"
 
+# Optional: TorchBench's models (docs/deployment.md). With TORCHBENCH_COMMIT set (pin a commit:
+# pytorch/benchmark's main moves), the image holds pytorch/benchmark at that commit in
+# /opt/torchbench, and its own install.py installs the requirements of TORCHBENCH_MODELS
+# (comma-separated torchbench.<name> or patterns; empty: every model) after the torchvision and
+# torchaudio builds that match torch, which TorchBench's installer needs.
+ARG TORCHBENCH_COMMIT=
+ARG TORCHBENCH_MODELS=
+RUN if [ -n "${TORCHBENCH_COMMIT}" ]; then \
+        pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" torchvision torchaudio \
+        && git init -q /opt/torchbench \
+        && git -C /opt/torchbench fetch -q --depth 1 https://github.com/pytorch/benchmark "${TORCHBENCH_COMMIT}" \
+        && git -C /opt/torchbench checkout -q FETCH_HEAD \
+        && if [ -n "${TORCHBENCH_MODELS}" ]; then \
+               nightbench torchbench install --torchbench /opt/torchbench --models "${TORCHBENCH_MODELS}"; \
+           else \
+               nightbench torchbench install --torchbench /opt/torchbench; \
+           fi; \
+    fi
+
 USER nightbench
 EXPOSE 8000 5555
 CMD ["nightbench", "--help"]

@@ -103,6 +103,12 @@ class Settings(BaseSettings):
         default=None, description="pip index for torch builds, e.g. the nightly wheel index"
     )
 
+    @field_validator("torchbench_path", mode="before")
+    @classmethod
+    def _empty_path_is_unset(cls, value: object) -> object:
+        # docker-compose.yml passes NIGHTBENCH_TORCHBENCH_PATH empty where no checkout is built in.
+        return None if value == "" else value
+
     @field_validator("github_repository")
     @classmethod
     def _repository_form(cls, value: str | None) -> str | None:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m suite list [--json] [--suite nightbench|torchbench|all] [--torchbench PATH]
+    python -m suite list [--json] [--suite nightbench|own|torchbench|all] [--torchbench PATH]
     python -m suite run --model M --mode train|eval --device cpu|cuda [--compiler eager|inductor]
                         [--batch-size N] [--iterations N] [--min-seconds S] [--threads N]
                         [--cpus 0,1] [--no-setup] --out FILE|-
@@ -39,7 +39,7 @@ from suite.registry import ModelInfo, list_models
 
 def _selected_models(suite: str) -> list[ModelInfo]:
     models: list[ModelInfo] = []
-    if suite in ("nightbench", "all"):
+    if suite in ("nightbench", "own", "all"):
         models += list_models()
     if suite in ("torchbench", "all"):
         from suite import torchbench
@@ -179,8 +179,10 @@ def _parser() -> argparse.ArgumentParser:
     p_list = sub.add_parser("list", help="list the suite's models")
     p_list.add_argument("--json", action="store_true", help="print JSON")
     p_list.add_argument("--suite", default="nightbench",
-                        choices=["nightbench", "torchbench", "all"],
-                        help="which models: the suite's own, TorchBench's (if installed), or both")
+                        choices=["nightbench", "own", "torchbench", "all"],
+                        help="which models: the suite's own (nightbench or own, as "
+                             "`nightbench nightly --suite` names it), TorchBench's (if "
+                             "installed), or both")
     p_list.set_defaults(func=_list)
     p_run = sub.add_parser("run", help="measure one benchmark")
     p_run.add_argument("--model", required=True)

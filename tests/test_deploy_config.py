@@ -39,10 +39,13 @@ def _compose() -> list[str]:
     pytest.skip("neither `docker compose` nor docker-compose is installed (dev extra)")
 
 
-def _compose_run(*args: str, password: str | None = "placeholder") -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "POSTGRES_PASSWORD"}
+def _compose_run(*args: str, password: str | None = "placeholder",
+                 **extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k != "POSTGRES_PASSWORD" and not k.startswith("NIGHTBENCH_TORCHBENCH_")}
     if password is not None:
         env["POSTGRES_PASSWORD"] = password
+    env.update(extra)
     return subprocess.run(
         [*_compose(), "--project-directory", str(ROOT), "-f", str(ROOT / "docker-compose.yml"),
          *args],
@@ -127,6 +130,14 @@ def test_nightly_dispatches_on_a_schedule_and_by_hand() -> None:
                     == "pytorch/benchmark")
     assert checkout["with"]["ref"] == "${{ vars.NIGHTBENCH_TORCHBENCH_COMMIT || 'main' }}"
     assert checkout["with"]["path"] == "benchmark"
+    install = next(step for step in steps
+                   if "torchbench install" in step.get("run", ""))
+    assert steps.index(checkout) < steps.index(install) < steps.index(dispatch)
+    assert install["if"] == checkout["if"]
+    assert "(torchbench install --torchbench benchmark)" in install["run"]
+    assert "torchvision torchaudio" in install["run"]
+    assert "args+=(--models \"$MODELS\")" in install["run"]
+    assert install["env"]["MODELS"] == "${{ inputs.models }}"
     assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in steps)
 
 
@@ -198,3 +209,54 @@ def test_compose_services_are_wired_as_deployed() -> None:
     # Without the gpu profile the GPU worker stays out.
     cpu_only = json.loads(_compose_run("config", "--format", "json").stdout)["services"]
     assert "worker-gpu" not in cpu_only
+
+
+def test_compose_builds_a_pinned_torchbench_checkout_into_the_workers_when_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.config import Settings
+
+    commit = "0e83c440a51cd63464fee34724d01b7c814ce39b"
+    models = "torchbench.lennard_jones,torchbench.soft_actor_critic"
+    pinned = json.loads(_compose_run(
+        "--profile", "gpu", "config", "--format", "json",
+        NIGHTBENCH_TORCHBENCH_COMMIT=commit, NIGHTBENCH_TORCHBENCH_MODELS=models).stdout)["services"]
+    plain = json.loads(_compose_run(
+        "--profile", "gpu", "config", "--format", "json").stdout)["services"]
+    for name in ("worker-cpu", "worker-gpu", "beat"):
+        assert pinned[name]["environment"]["NIGHTBENCH_TORCHBENCH_PATH"] == "/opt/torchbench"
+        assert pinned[name]["build"]["args"]["TORCHBENCH_COMMIT"] == commit
+        assert pinned[name]["build"]["args"]["TORCHBENCH_MODELS"] == models
+        assert plain[name]["environment"]["NIGHTBENCH_TORCHBENCH_PATH"] == ""
+        assert plain[name]["build"]["args"]["TORCHBENCH_COMMIT"] == ""
+    # The empty value compose passes without a checkout reads as unset.
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", "")
+    assert Settings().torchbench_path is None
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for needed in ("ARG TORCHBENCH_COMMIT", "https://github.com/pytorch/benchmark",
+                   "torchvision torchaudio",
+                   "nightbench torchbench install --torchbench /opt/torchbench"):
+        assert needed in dockerfile, needed
+    assert dockerfile.index("nightbench torchbench install") < dockerfile.index("USER nightbench")
+
+
+def test_nightly_matrix_points_its_shards_at_a_pinned_torchbench_checkout() -> None:
+    data = _workflow("nightly-matrix.yml")
+    assert data["on"]["workflow_dispatch"]["inputs"]["suite"]["options"] == [
+        "own", "torchbench", "all"]
+    assert data["env"]["SUITE"] == "${{ inputs.suite || vars.NIGHTBENCH_SUITE || 'own' }}"
+    for name in ("plan", "shard"):
+        steps = data["jobs"][name]["steps"]
+        checkout = next(step for step in steps
+                        if step.get("with", {}).get("repository") == "pytorch/benchmark")
+        assert checkout["with"]["ref"] == "${{ vars.NIGHTBENCH_TORCHBENCH_COMMIT || 'main' }}"
+        assert checkout["with"]["path"] == "benchmark"
+        listing = " ".join(step.get("run", "") for step in steps)
+        assert 'suite list --json --suite "$SUITE"' in listing, name
+    shard = data["jobs"]["shard"]
+    assert "/benchmark" in shard["env"]["NIGHTBENCH_TORCHBENCH_PATH"]
+    steps = shard["steps"]
+    install = next(step for step in steps if "install.py" in step.get("run", ""))
+    measure = next(step for step in steps if "suite run --model" in step.get("run", ""))
+    assert steps.index(install) < steps.index(measure)
+    assert '"$BUILD_PYTHON" install.py "${models[@]}" --continue_on_fail' in install["run"]
+    assert '"$TORCH_SPEC" torchvision torchaudio' in install["run"]

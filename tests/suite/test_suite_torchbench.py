@@ -213,6 +213,10 @@ def test_listing_reads_metadata_and_never_imports_a_model() -> None:
     proc = run_suite(["list", "--json", "--suite", "all"], NIGHTBENCH_TORCHBENCH_PATH=str(CHECKOUT))
     names = [e["name"] for e in json.loads(proc.stdout)]
     assert len(names) >= 24 and "torchbench.tiny_mlp" in names and "resnet18" in names
+    # `own`, as `nightbench nightly --suite` names the suite's own models, lists only those.
+    proc = run_suite(["list", "--json", "--suite", "own"], NIGHTBENCH_TORCHBENCH_PATH=str(CHECKOUT))
+    own = [e["name"] for e in json.loads(proc.stdout)]
+    assert "resnet18" in own and not any(n.startswith("torchbench.") for n in own)
 
 
 def test_staged_train_and_no_grad_eval_go_through_torchbench_s_invoke() -> None:

@@ -459,3 +459,7 @@ export_app = typer.Typer(help="Export results for other tools.", no_args_is_help
 app.add_typer(export_app, name="export")
 export_app.command("torchbench")(_torchbench_cli.export_torchbench)
 
+torchbench_app = typer.Typer(help="A TorchBench checkout: its models' requirements.",
+                             no_args_is_help=True)
+app.add_typer(torchbench_app, name="torchbench")
+torchbench_app.command("install")(_torchbench_cli.install_torchbench)

@@ -1,4 +1,5 @@
-"""``nightbench import torchbench FILE`` and ``nightbench export torchbench --run ID``.
+"""``nightbench import torchbench FILE``, ``nightbench export torchbench --run ID`` and
+``nightbench torchbench install [--models ...]``.
 
 TorchBench's result JSON (:mod:`suite.torchbench_results`: the userbenchmark and the
 pytest-benchmark formats) in and out of the database. An import is an ingest run
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,6 +31,7 @@ from suite.torchbench_results import (
     result_format,
     to_userbenchmark,
 )
+from workers.cli.common import csv as _csv
 from workers.cli.common import fail as _fail
 
 EXPORT_SUITES = ("all", "own", "torchbench")
@@ -175,3 +178,51 @@ def export_torchbench(
     else:
         out.write_text(payload + "\n")
         typer.echo(f"run {run}: {len(records)} benchmark(s) written to {out}", err=True)
+
+
+def install_torchbench(
+    models: Annotated[str | None, typer.Option(
+        help="comma-separated models or patterns as for `nightbench nightly --models`, e.g. "
+             "torchbench.lennard_jones,torchbench.hf_* (default: every model of the checkout)")
+    ] = None,
+    torchbench: Annotated[str | None, typer.Option(
+        "--torchbench", help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")
+    ] = None,
+) -> None:
+    """Install the chosen TorchBench models' requirements with the checkout's own ``install.py``.
+
+    Runs ``python install.py MODEL... --continue_on_fail`` in the checkout's root with the
+    interpreter nightbench runs in, so the requirements land where the listing and the runs
+    look for them; then prints which of the models are still unavailable and why. Own-suite
+    models named in ``--models`` need nothing installed and are passed over. Exit code 2 and
+    nothing installed for a path that is not a checkout, a model that matches nothing, or numpy, torch,
+    torchvision or torchaudio not installed (TorchBench's installer needs them); 1 when
+    ``install.py`` fails.
+    """
+    from suite import torchbench_install as tb_install
+
+    try:
+        root = tb_install.checkout_for_install(torchbench)
+        chosen = tb_install.select(root, _csv(models) or [])
+    except tb_install.InstallInputError as exc:
+        _fail(str(exc))
+        raise
+    if chosen.own:
+        typer.echo(f"the own suite's {', '.join(chosen.own)}: nothing to install", err=True)
+    if not chosen.torchbench:
+        return
+    command = tb_install.installer_command(chosen.torchbench, python=sys.executable)
+    try:
+        tb_install.check_torch_deps()
+        typer.echo(f"in {root}: {' '.join(command)}", err=True)
+        code = tb_install.run_installer(root, command)
+    except tb_install.InstallInputError as exc:
+        _fail(str(exc))
+        raise
+    if code != 0:
+        _fail(f"{tb_install.INSTALLER} exited with code {code}", code=1)
+    missing = tb_install.unavailable(root, chosen.torchbench)
+    for name, reason in missing.items():
+        typer.echo(f"{name} still unavailable: {reason}", err=True)
+    typer.echo(f"{len(chosen.torchbench) - len(missing)} of {len(chosen.torchbench)} "
+               f"TorchBench model(s) have their requirements installed", err=True)
