@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     baseline_nights: int = Field(
         default=60, ge=1, description="earlier nights read for the baseline and slow-drift check"
     )
+    stability_recheck: bool = Field(
+        default=True,
+        description="re-check each benchmark's stability from its own nights after each night "
+                    "(false: verdicts change only by `nightbench suite stability`)")
     stability_recheck_nights: int = Field(
         default=10, ge=2,
         description="nights (K) whose processes the nightly stability re-check judges")

@@ -176,8 +176,10 @@ def _assert_known_peak(record: dict) -> None:
     above = metric(record, "cpu_peak_mem")["median"]
     # steady_alloc fills a 32 MiB tensor per iteration; allowing the allocator some slack both
     # ways: pages the process had already touched before it was ready (a heap block freed and
-    # reused) are in the ready RSS, so the peak above it can fall a few pages short of 32 MiB.
-    assert 30 * MIB <= above <= 40 * MIB, above / MIB
+    # reused) are in the ready RSS, so the peak above it can fall a few pages short of 32 MiB;
+    # above it, the allocator's own bookkeeping and the interpreter's frames of the timed loop
+    # (measured up to 40.2 MiB in all under load). A second 32 MiB block would read >= 64 MiB.
+    assert 30 * MIB <= above <= 48 * MIB, above / MIB
 
 
 def test_peak_memory_is_per_process_with_a_big_neighbour() -> None:

@@ -113,8 +113,11 @@ def recheck_run(session: Session, *, run: Run, settings: Settings) -> list[Reche
         settings: ``stability_recheck_nights`` (K) and ``stability_recheck_min_processes``.
 
     Returns:
-        One outcome per benchmark with a latency result tonight, by benchmark.
+        One outcome per benchmark with a latency result tonight, by benchmark; none when
+        ``settings.stability_recheck`` is off.
     """
+    if not settings.stability_recheck:
+        return []
     run_ids = [run.id, *session.scalars(
         select(Run.id).where(Run.parent_run_id == run.id, Run.kind == "confirm"))]
     results = session.scalars(select(Result).where(

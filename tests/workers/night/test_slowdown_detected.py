@@ -35,8 +35,12 @@ def _night(day: int) -> int:
 
 
 def test_forty_percent_is_flagged_two_percent_is_not(
-    database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path
+    database_url: str, monkeypatch: pytest.MonkeyPatch, configure, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
+    # Thirteen nights minutes apart on a shared CPU spread by more than the 7% stability rule,
+    # and the nightly re-check would rightly darken resnet18 (shown, not alerted). What this
+    # test follows is detection to filing; the re-check has its own tests on literal nights.
+    configure(stability_recheck="false")
     for day in range(1, 9):
         _night(day)
     monkeypatch.setenv("NIGHTBENCH_SUITE_INJECT_WORK", "resnet18:eval=0.40,resnet18:train=0.02")

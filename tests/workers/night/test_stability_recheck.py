@@ -249,6 +249,20 @@ def test_finishing_a_night_rechecks_its_benchmarks(database_url: str) -> None:
             "stability_changes"]] == ["stable"]
 
 
+def test_recheck_off_leaves_every_verdict_as_it_was(session: Session) -> None:
+    _measured(session, "dqn", unstable=True)
+    _measured(session, "ppo", unstable=False)
+    nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08],
+                               "ppo": [10.0, 12.0, 9.0, 11.5, 9.2, 12.4]})
+    off = Settings(stability_recheck=False, stability_recheck_nights=10,
+                   stability_recheck_min_processes=5)
+    assert recheck_run(session, run=nights[-1], settings=off) == []
+    assert unstable_benchmarks(session) == {("dqn", "eval", "cpu", "eager")}
+    # The same nights with the re-check on change both verdicts: the switch is what held them.
+    assert {v.benchmark for v in recheck_run(session, run=nights[-1], settings=SETTINGS)
+            if v.changed} == {"dqn:eval:cpu", "ppo:eval:cpu"}
+
+
 def test_suite_stability_stored_shows_each_verdict_with_its_source(database_url: str) -> None:
     import json
 
