@@ -106,7 +106,7 @@ def bags(count: int, max_length: int, high: int, device: str) -> tuple[torch.Ten
 class Model(BenchmarkModel):
     def __init__(self, test: str, device: str, batch_size: int | None = None) -> None:
         super().__init__(test, device, batch_size)
-        items = int(self.setting("num_items", device, 20000))
+        items = int(self.setting("num_items", device, 10000))
         vocab = int(self.setting("vocab_size", device, 10000))
         categories = int(self.setting("num_categories", device, 200))
         self.model = TwoTower(items, vocab, categories,
