@@ -5,14 +5,16 @@ Pyramid Networks for Object Detection", arXiv:1612.03144), from code, at a small
   and squeeze-and-excitation (adaptive average pooling, hardsigmoid); features at strides 8, 16.
 - Neck: FPN lateral 1x1 convolutions, nearest top-down upsampling, 3x3 outputs with GroupNorm.
 - RPN: three anchors per location and level; anchors are matched to the ground truth by IoU
-  (positive >= 0.7 or best for a box, negative < 0.3), binary cross-entropy on objectness and
-  smooth L1 on the encoded deltas; proposals are decoded, clipped and thinned with Fast NMS
-  (Bolya et al., "YOLACT", arXiv:1904.02689: the IoU matrix's upper triangle, no sequential loop),
-  keeping shapes static so that the step is the same every iteration.
+  (positive >= 0.7 or best for a box, negative < 0.3), 256 per image drawn at most half
+  positive (``torch.randperm``), binary cross-entropy on objectness and smooth L1 on the encoded
+  deltas; proposals are decoded, clipped and thinned with Fast NMS (Bolya et al., "YOLACT",
+  arXiv:1904.02689: the IoU matrix's upper triangle, no sequential loop), which keeps the
+  proposals' shapes static, so that every step does the same work up to the random draws.
 - RoIAlign (He et al., "Mask R-CNN", arXiv:1703.06870): a 14x14 bilinear sampling grid per region
   from ``F.affine_grid``, ``F.grid_sample`` on the region's FPN level, 2x2 average pooling to 7x7.
-- Box head: two fully connected layers, softmax classification and class-specific box deltas;
-  eval decodes the boxes per class, runs class-offset Fast NMS and keeps the top detections.
+- Box head: two fully connected layers, softmax classification and class-specific box deltas,
+  trained on regions drawn at most a quarter positive (IoU >= 0.5 with a box); eval decodes the
+  boxes per class, runs class-offset Fast NMS and keeps the top detections.
 """
 
 from __future__ import annotations
@@ -173,7 +175,8 @@ def roi_align(feats: list[torch.Tensor], rois: torch.Tensor, size: int) -> torch
     """RoIAlign of (B, R, 4) image-space boxes: (B * R, C, 7, 7) pooled features.
 
     Each region is sampled on a 14x14 bilinear grid of its FPN level (small regions on stride 8,
-    the others on stride 16, the FPN paper's level rule), then 2x2 average pooled.
+    the others on stride 16, the FPN paper's level rule), then 2x2 average pooled. The regions'
+    grids are stacked so that one ``grid_sample`` per level reads each image's own map.
     """
     b, r, _ = rois.shape
     flat = rois.reshape(-1, 4)
@@ -181,11 +184,15 @@ def roi_align(feats: list[torch.Tensor], rois: torch.Tensor, size: int) -> torch
     w, h = (flat[:, 2] - flat[:, 0]) / size, (flat[:, 3] - flat[:, 1]) / size
     theta = torch.zeros(b * r, 2, 3, device=rois.device)
     theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w, cx, h, cy
-    grid = F.affine_grid(theta, [b * r, FPN_CHANNELS, 2 * POOL, 2 * POOL], align_corners=False)
-    owner = torch.arange(b, device=rois.device).repeat_interleave(r)
+    n = 2 * POOL
+    grid = F.affine_grid(theta, [b * r, FPN_CHANNELS, n, n], align_corners=False)
+    grid = grid.view(b, r * n, n, 2)  # each image's regions stacked along the grid's height
     small = (torch.sqrt(w * h) * size < 2 * ANCHOR_SIZES[0]).view(-1, 1, 1, 1)
-    pooled = [F.avg_pool2d(F.grid_sample(f.index_select(0, owner), grid, align_corners=False), 2)
-              for f in feats]
+    pooled = []
+    for f in feats:
+        sampled = F.grid_sample(f, grid, align_corners=False)  # (B, C, R * n, n)
+        sampled = sampled.view(b, f.shape[1], r, n, n).transpose(1, 2).reshape(b * r, -1, n, n)
+        pooled.append(F.avg_pool2d(sampled, 2))
     return torch.where(small, pooled[0], pooled[1])
 
 
@@ -217,37 +224,59 @@ class FasterRCNN(nn.Module):
                 self.bbox_pred(h).view(-1, self.num_classes, 4))
 
 
+def sample_balanced(labels: torch.Tensor, per_image: int, positive_fraction: float
+                    ) -> torch.Tensor:
+    """The paper's minibatch of anchors or regions: a (B, N) mask of at most ``per_image``
+    entries per image drawn at random (``torch.randperm``), positives (label > 0) up to
+    ``positive_fraction`` of them, negatives (label 0) filling the rest; -1 is never drawn.
+    As torchvision's ``BalancedPositiveNegativeSampler``."""
+    mask = torch.zeros_like(labels, dtype=torch.bool)
+    for i in range(labels.shape[0]):
+        pos = (labels[i] > 0).nonzero().squeeze(1)
+        neg = (labels[i] == 0).nonzero().squeeze(1)
+        n_pos = min(pos.numel(), int(per_image * positive_fraction))
+        n_neg = min(neg.numel(), per_image - n_pos)
+        pos = pos[torch.randperm(pos.numel(), device=labels.device)[:n_pos]]
+        neg = neg[torch.randperm(neg.numel(), device=labels.device)[:n_neg]]
+        mask[i, torch.cat([pos, neg])] = True
+    return mask
+
+
 def rpn_loss(logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor,
              gt_boxes: torch.Tensor) -> torch.Tensor:
-    """Objectness BCE over sampled anchors plus smooth L1 on the positives' deltas."""
+    """Objectness BCE over 256 sampled anchors per image (half positive at most) plus smooth L1
+    on the sampled positives' deltas."""
     iou = box_iou(anchors.expand(gt_boxes.shape[0], -1, -1), gt_boxes)  # (B, A, G)
     best, matched = iou.max(dim=2)
     labels = torch.full_like(best, -1.0)
     labels[best < 0.3] = 0.0
     labels[best >= 0.7] = 1.0
     labels.scatter_(1, iou.argmax(dim=1), 1.0)  # each box's best anchor is positive
-    valid = labels >= 0
-    cls = F.binary_cross_entropy_with_logits(logits[valid], labels[valid])
+    sampled = sample_balanced(labels, 256, 0.5)
+    cls = F.binary_cross_entropy_with_logits(logits[sampled], labels[sampled])
     targets = encode(gt_boxes.gather(1, matched.unsqueeze(-1).expand(-1, -1, 4)),
                      anchors.expand_as(deltas))
-    pos = labels > 0
+    pos = sampled & (labels > 0)
     reg = F.smooth_l1_loss(deltas[pos], targets[pos], beta=1 / 9, reduction="sum")
-    return cls + reg / valid.sum().clamp(min=1)
+    return cls + reg / sampled.sum().clamp(min=1)
 
 
 def box_loss(proposals: torch.Tensor, class_logits: torch.Tensor, box_deltas: torch.Tensor,
              gt_boxes: torch.Tensor, gt_labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over K+1 classes and smooth L1 on the matched class's deltas."""
+    """Cross-entropy over K+1 classes and smooth L1 on the matched class's deltas, over regions
+    sampled a quarter positive at most (the paper's box-head minibatch)."""
     iou = box_iou(proposals, gt_boxes)  # (B, P, G)
     best, matched = iou.max(dim=2)
     labels = gt_labels.gather(1, matched) + 1
-    labels = torch.where(best >= 0.5, labels, torch.zeros_like(labels)).flatten()
-    cls = F.cross_entropy(class_logits, labels)
+    labels = torch.where(best >= 0.5, labels, torch.zeros_like(labels))
+    sampled = sample_balanced(labels, proposals.shape[1], 0.25).flatten()
+    labels = labels.flatten()
+    cls = F.cross_entropy(class_logits[sampled], labels[sampled])
     targets = encode(gt_boxes.gather(1, matched.unsqueeze(-1).expand(-1, -1, 4)), proposals)
-    pos = (labels > 0).nonzero().squeeze(1)
+    pos = (sampled & (labels > 0)).nonzero().squeeze(1)
     picked = box_deltas[pos, labels[pos] - 1]
     reg = F.smooth_l1_loss(picked, targets.reshape(-1, 4)[pos], beta=1.0, reduction="sum")
-    return cls + reg / labels.numel()
+    return cls + reg / sampled.sum().clamp(min=1)
 
 
 def random_boxes(batch: int, count: int, size: int, device: str) -> torch.Tensor:
