@@ -170,3 +170,10 @@ def test_two_tower_runs_weighted_bags_and_sparse_adagrad(coverage_of: CoverageOf
     cov = coverage_of("two_tower")
     assert {"aten::_embedding_bag", "aten::bucketize", "aten::_coalesce",
             "aten::sparse_mask"} <= cov.operators
+
+
+def test_schnet_differentiates_a_backward(coverage_of: CoverageOf) -> None:
+    cov = coverage_of("schnet")
+    # neighbour sums; softplus's double backward (sigmoid_backward: schnet has no sigmoid)
+    assert {"aten::index_select", "aten::index_add", "aten::softplus_backward",
+            "aten::sigmoid_backward"} <= cov.operators
