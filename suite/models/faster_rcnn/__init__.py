@@ -295,6 +295,8 @@ class Model(BenchmarkModel):
         self.detections = int(self.setting("detections", device, 16))
         self.model = FasterRCNN(classes, size, int(self.setting("proposals", device, 64)))
         self.model = self.model.to(device)
+        # kept here too: set_compiler may wrap self.model, whose buffers are then not its own
+        self.anchors, self.size = self.model.get_buffer("anchors"), size
         self.example_inputs = (torch.randn(self.batch_size, 3, size, size, device=device),)
         self.gt_boxes = random_boxes(self.batch_size, boxes, size, device)
         self.gt_labels = torch.randint(0, classes, (self.batch_size, boxes), device=device)
@@ -309,8 +311,7 @@ class Model(BenchmarkModel):
         assert self.optimizer is not None
         self.optimizer.zero_grad(set_to_none=True)
         logits, deltas, proposals, class_logits, box_deltas = self.model(*self.example_inputs)
-        anchors = self.model.get_buffer("anchors")
-        loss = (rpn_loss(logits, deltas, anchors, self.gt_boxes)
+        loss = (rpn_loss(logits, deltas, self.anchors, self.gt_boxes)
                 + box_loss(proposals, class_logits, box_deltas, self.gt_boxes, self.gt_labels))
         loss.backward()
         self.optimizer.step()
@@ -322,10 +323,10 @@ class Model(BenchmarkModel):
             scores = F.softmax(class_logits, dim=-1)[:, 1:].reshape(b, -1)  # (B, P*K)
             k = box_deltas.shape[1]
             boxes = decode(box_deltas.view(b, p, k, 4) / 10,
-                           proposals.unsqueeze(2).expand(-1, -1, k, -1), self.model.size)
+                           proposals.unsqueeze(2).expand(-1, -1, k, -1), self.size)
             classes = torch.arange(k, device=boxes.device).repeat(p)
             # class-offset trick: boxes of different classes never overlap in the NMS
-            offset = (classes * (self.model.size + 1)).to(boxes.dtype).view(1, -1, 1)
+            offset = (classes * (self.size + 1)).to(boxes.dtype).view(1, -1, 1)
             kept, top = fast_nms(boxes.reshape(b, -1, 4) + offset, scores, self.detections, 0.5)
-            labels = (kept[..., 0] // (self.model.size + 1)).long()
-            return kept - (labels * (self.model.size + 1)).unsqueeze(-1), top, labels
+            labels = (kept[..., 0] // (self.size + 1)).long()
+            return kept - (labels * (self.size + 1)).unsqueeze(-1), top, labels
