@@ -11,7 +11,7 @@ from code.
 - Loss: softmax over the batch's items, logits ``u.v / tau - log p(item)`` (the logQ
   correction), ``p`` from the paper's streaming frequency estimate (Algorithm 2: per hashed id,
   the last step it was seen and a moving average of the gap between sightings).
-- Optimizer: Adagrad, the embedding tables with sparse gradients.
+- Optimizer: Adagrad; the item and watch-history tables take sparse gradients.
 
 Eval scores a batch of users against every item of the corpus and returns the top 100.
 Data: power-law item and token ids, as in interaction logs; variable history lengths.
@@ -44,7 +44,9 @@ class TwoTower(nn.Module):
     def __init__(self, items: int, vocab: int, categories: int, dim: int) -> None:
         super().__init__()
         self.history = nn.EmbeddingBag(items, dim, mode="mean", sparse=True)
-        self.query = nn.EmbeddingBag(vocab, dim, mode="sum", sparse=True)
+        # dense gradients: the token table is small (and torch.compile cannot yet trace the
+        # sparse backward of a bag with per_sample_weights)
+        self.query = nn.EmbeddingBag(vocab, dim, mode="sum")
         self.age = nn.Embedding(len(AGE_BOUNDARIES) + 1, 16)
         self.register_buffer("age_boundaries", torch.tensor(AGE_BOUNDARIES), persistent=False)
         self.user_mlp = mlp([2 * dim + 16, 256, 128, dim])
