@@ -1,0 +1,275 @@
+"""Evaluate online regression detection on real performance histories with planted steps.
+
+Usage (from the repository root; one thread, the machine may be shared)::
+
+    OMP_NUM_THREADS=1 python -m benchmarks.real_series --seed 1 --json real.json
+
+Data: ``benchmarks/data/real_series.json.gz``, night levels of public asv result histories
+(sources, commits, licences and the extraction in ``benchmarks/data/README.md``;
+``benchmarks.real_extract`` made it). None of them carries annotated change points, so the
+labels are built, and the procedure is the evaluation's definition:
+
+1. **Flat segments.** A real series (a benchmark on one machine and environment, nights in
+   commit order) is cut where its level moves: with ``sigma`` the robust night-to-night noise
+   of its log levels (median absolute successive difference x 1.4826 / sqrt 2) and ``rm`` the
+   centred rolling median of ``ROLL`` (15) nights, a segment ends where ``rm`` strays from the
+   segment's reference (the median of its first ``ROLL`` values of ``rm``) by more than
+   ``tol = max(3%, 2.5 x 1.2533 x sigma / sqrt(ROLL))`` (2.5 standard errors of that rolling
+   median). Segments with at least ``MIN_NIGHTS`` (100) nights with data are *flat*: no
+   persistent change beyond ``tol`` in them. What stays in them is the real noise: heavy
+   tails, outlier nights, bimodal levels, excursions shorter than about half ``ROLL``, slow
+   drift within ``tol`` and missing nights.
+2. **No change.** Every flat segment is scored as it is (category ``flat``, or ``mem_flat``
+   for peak memory): any flag on it is a false alarm.
+3. **Planted steps.** Every flat segment is copied once per size in ``SIZES`` (+7.5% to
+   +100%, improvements of -10% to -50%) and per replica, with every night from ``e`` on
+   multiplied by ``1 + size``; ``e`` is drawn uniformly in ``[40, len - 30)`` from the seed.
+   The copy keeps the segment's own noise, before and after the step.
+
+Scoring is ``benchmarks.detection.evaluate`` unchanged (a flag matches when its direction
+agrees and its night lies in [e - 2, e + 28], raised on or after e; "within 3 nights" =
+``raised_night - e <= 2``; false alarms per 100 series-nights on the no-change category), on
+flags from ``benchmarks.detection.nightbench_flags`` (``detect_series(..., online=True)``, the
+nightly replay). Beside it: the same figures by noise band (``sigma``), up-flags after a
+planted improvement (the issue of flags that follow a big improvement), and the flags raised
+on the unmodified real histories (unlabelled: real changes and false alarms together).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.detection import Flags, evaluate, naive_flags, nightbench_flags
+from benchmarks.series import SeriesSet
+
+DATA = Path(__file__).resolve().parent / "data" / "real_series.json.gz"
+ROLL = 15
+MIN_NIGHTS = 100
+SIZES = (0.075, 0.10, 0.15, 0.20, 0.50, 1.00, -0.10, -0.30, -0.50)
+NOISE_BANDS = (("sigma<1%", 0.0, 0.01), ("sigma 1-3%", 0.01, 0.03), ("sigma 3-10%", 0.03, 0.10),
+               ("sigma>=10%", 0.10, np.inf))
+
+
+@dataclass
+class Real:
+    """One real series: ``values`` (nights,) in seconds or bytes, NaN where missing."""
+
+    name: str
+    memory: bool
+    values: np.ndarray
+
+
+def load(path: Path = DATA, min_nights: int = MIN_NIGHTS) -> list[Real]:
+    """The real series of the data file with at least ``min_nights`` nights with data.
+
+    Raises:
+        FileNotFoundError: no data file at ``path``.
+        ValueError: the file is not the format ``benchmarks.real_extract`` writes.
+    """
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh)
+    if "histories" not in doc:
+        raise ValueError(f"{path}: no 'histories' (not written by benchmarks.real_extract)")
+    out = []
+    for h in doc["histories"]:
+        for bench, vals in h["series"].items():
+            v = np.array([np.nan if x is None else x for x in vals], dtype=float)
+            if np.isfinite(v).sum() >= min_nights:
+                name = f"{h['source']}:{h['machine']}:{h['env']}:{bench}"
+                out.append(Real(name, bench.rsplit(".", 1)[-1].startswith("peakmem_"), v))
+    return out
+
+
+def night_noise(y: np.ndarray) -> float:
+    """Robust night-to-night noise (log scale, ~relative) of the nights with data."""
+    d = np.diff(y[np.isfinite(y)])
+    return float(np.median(np.abs(d)) * 1.4826 / np.sqrt(2)) if d.size else 0.0
+
+
+def flat_segments(values: np.ndarray, min_nights: int = MIN_NIGHTS) -> list[tuple[int, int]]:
+    """[start, end) of the flat segments of one series (procedure: module docstring, step 1).
+
+    The rolling median runs over the nights with data (a gap does not hide a step), and the
+    series' last ``ROLL // 2`` nights, which no centred median covers, are left out.
+    """
+    have = np.nonzero(np.isfinite(values))[0]
+    if have.size < min_nights:
+        return []
+    y = np.log(values[have])
+    sigma = night_noise(y)
+    tol = max(0.03, 2.5 * 1.2533 * sigma / np.sqrt(ROLL))
+    rm = pd.Series(y).rolling(ROLL, center=True).median().to_numpy(copy=True)
+    half = ROLL // 2
+    rm[:half] = rm[half]  # the first nights: judged by the first full window
+    cuts, ref = [0], float(np.median(rm[:ROLL]))
+    for j in range(len(y) - half):
+        if abs(rm[j] - ref) > tol:
+            cuts.append(j)
+            ref = float(np.median(rm[j : j + ROLL]))
+    cuts.append(len(y) - half)
+    segs = [(int(have[a]), int(have[b - 1]) + 1) for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+            if b - a >= min_nights]
+    return segs
+
+
+@dataclass
+class Labelled:
+    """The labelled set: a SeriesSet (``cv`` holds ``sigma``) and each row's source series."""
+
+    s: SeriesSet
+    origin: list[str]
+
+
+def build(reals: list[Real], seed: int = 1, replicas: int = 1,
+          sizes: tuple[float, ...] = SIZES) -> Labelled:
+    """Flat segments as they are plus planted-step copies (module docstring, steps 2 and 3)."""
+    rng = np.random.default_rng(seed)
+    rows: list[tuple[np.ndarray, bool, str, float, int, float, str]] = []
+    for r in reals:
+        for a, b in flat_segments(r.values):
+            seg = r.values[a:b]
+            sigma = night_noise(np.log(seg))
+            flat = "mem_flat" if r.memory else "flat"
+            rows.append((seg, r.memory, flat, 0.0, -1, sigma, r.name))
+            for size in sizes:
+                for _ in range(replicas):
+                    e = int(rng.integers(40, len(seg) - 30))
+                    planted = seg.copy()
+                    planted[e:] *= 1 + size
+                    while not np.isfinite(planted[e]):  # the event night has data
+                        e += 1
+                    rows.append((planted, r.memory, "mem_step" if r.memory else "step", size,
+                                 e, sigma, r.name))
+    if not rows:
+        raise ValueError("no flat segment of at least MIN_NIGHTS nights in the data")
+    width = max(len(x[0]) for x in rows)
+    levels = np.full((len(rows), width), np.nan)
+    for i, x in enumerate(rows):
+        levels[i, : len(x[0])] = x[0]
+    night = np.array([x[4] for x in rows])
+    s = SeriesSet(levels=levels, memory=np.array([x[1] for x in rows]),
+                  expected=np.zeros(levels.shape, dtype=bool),
+                  category=np.array([x[2] for x in rows]), cv=np.array([x[5] for x in rows]),
+                  samples=np.zeros(len(rows), dtype=int), event_night=night,
+                  event_end=night.copy(), event_size=np.array([x[3] for x in rows]))
+    return Labelled(s, [x[6] for x in rows])
+
+
+def subset(s: SeriesSet, f: Flags, mask: np.ndarray) -> tuple[SeriesSet, Flags]:
+    """The series where ``mask`` holds, and their flags renumbered."""
+    idx = np.nonzero(mask)[0]
+    new = np.full(mask.size, -1)
+    new[idx] = np.arange(idx.size)
+    keep = mask[f.series]
+    sub = SeriesSet(**{k: getattr(s, k)[idx] for k in s.__dataclass_fields__})
+    return sub, Flags(new[f.series[keep]], f.night[keep], f.raised[keep], f.up[keep])
+
+
+def up_after_improvement(s: SeriesSet, f: Flags) -> dict[str, float]:
+    """Up-flags raised after a planted improvement's night, per 100 series-nights after it."""
+    imp = np.isin(s.category, ("step", "mem_step")) & (s.event_size < 0)
+    t = np.arange(s.levels.shape[1])[None, :]
+    after = (t >= s.event_night[:, None]) & np.isfinite(s.levels) & imp[:, None]
+    hit = imp[f.series] & f.up & (f.night >= s.event_night[f.series])
+    return {"series": int(imp.sum()), "up_flags": int(hit.sum()),
+            "series_with_up_flag": int(np.unique(f.series[hit]).size),
+            "per_100_series_nights": round(float(hit.sum() / max(after.sum(), 1) * 100), 4)}
+
+
+def score(lab: Labelled, online: bool = True) -> dict[str, object]:
+    """Figures of nightbench's detector and of the naive rule on the labelled set."""
+    s = lab.s
+    out: dict[str, object] = {"series": int(s.category.size),
+                              "nights_with_data": int(np.isfinite(s.levels).sum())}
+    for name, fn in (("nightbench", nightbench_flags), ("naive_7%_vs_last_night", naive_flags)):
+        f = fn(s, online)
+        res = evaluate(s, f, online)
+        res.pop("latency_by_noise", None)  # per-sample CV bands of the synthetic set
+        res["up_flags_after_improvement"] = up_after_improvement(s, f)
+        bands = {}
+        for band, lo, hi in NOISE_BANDS:
+            m = (s.cv >= lo) & (s.cv < hi)
+            if m.any():
+                sub, fs = subset(s, f, m)
+                b = evaluate(sub, fs, online)
+                bands[band] = {"series": int(m.sum()), **{k: b.get(k) for k in (
+                    "precision", "recall_>=10%_within_3_nights", "recall_7.5%_within_3_nights",
+                    "false_alarms_per_100_series_nights_no_change",
+                    "delay_>=10%_median_p90_max")}}
+        res["by_noise"] = bands
+        out[f"{name} {'online' if online else 'offline'}"] = res
+    return out
+
+
+def unmodified(reals: list[Real]) -> dict[str, object]:
+    """Flags the online detector raises on the real histories as they are (unlabelled)."""
+    width = max(r.values.size for r in reals)
+    levels = np.full((len(reals), width), np.nan)
+    for i, r in enumerate(reals):
+        levels[i, : r.values.size] = r.values
+    s = SeriesSet(levels=levels, memory=np.array([r.memory for r in reals]),
+                  expected=np.zeros(levels.shape, dtype=bool),
+                  category=np.array(["flat"] * len(reals)), cv=np.zeros(len(reals)),
+                  samples=np.zeros(len(reals), dtype=int), event_night=np.full(len(reals), -1),
+                  event_end=np.full(len(reals), -1), event_size=np.zeros(len(reals)))
+    f = nightbench_flags(s, True)
+    nights = int(np.isfinite(levels).sum())
+    return {"series": len(reals), "nights": nights, "flags": int(f.series.size),
+            "regression_flags": int(f.up.sum()),
+            "flags_per_100_series_nights": round(float(f.series.size / max(nights, 1) * 100), 3)}
+
+
+def _table(result: dict[str, object], console: Console) -> None:
+    keys = [k for k in result if isinstance(result[k], dict) and "precision" in result[k]]
+    table = Table(title=f"real histories, planted steps: {result['series']} series")
+    table.add_column("measure")
+    for k in keys:
+        table.add_column(k)
+    for row in ("precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
+                "recall_7.5%_within_3_nights", "delay_>=10%_median_p90_max",
+                "false_alarms_per_100_series_nights_no_change",
+                "false_alarms_per_100_series_nights_all", "up_flags_after_improvement"):
+        table.add_row(row, *(str(result[k].get(row, "")) for k in keys))  # type: ignore[union-attr]
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(DATA), help="file written by benchmarks.real_extract")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--replicas", type=int, default=2, help="planted copies per segment and size")
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    console = Console(stderr=True, width=150)
+    try:
+        reals = load(Path(args.data))
+    except (OSError, ValueError, KeyError) as exc:
+        console.print(f"--data: cannot read {args.data}: {exc}")
+        return 2
+    lab = build(reals, seed=args.seed, replicas=args.replicas)
+    segs = len({o for o, c in zip(lab.origin, lab.s.category, strict=True) if "flat" in c})
+    result: dict[str, object] = {
+        "real_series": len(reals), "series_with_flat_segments": segs,
+        "flat_segments": int(np.isin(lab.s.category, ("flat", "mem_flat")).sum()),
+        "seed": args.seed, "replicas": args.replicas, **score(lab),
+        "unmodified_real_series": unmodified(reals)}
+    _table(result, console)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The real-data detection evaluation (``benchmarks.real_series``) on a slice of its data."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.detection import evaluate, nightbench_flags
+from benchmarks.real_series import DATA, build, flat_segments, load, main, night_noise
+
+
+@pytest.fixture(scope="module")
+def quiet_reals():
+    """The five quietest latency series of the committed data that have a flat segment."""
+    reals = [r for r in load() if not r.memory and flat_segments(r.values)]
+    reals.sort(key=lambda r: night_noise(np.log(r.values)))
+    return reals[:5]
+
+
+def test_the_committed_data_holds_hundreds_of_real_series():
+    reals = load()
+    assert len(reals) >= 300
+    assert any(r.memory for r in reals) and any(not r.memory for r in reals)
+    assert all(np.nanmin(r.values) > 0 for r in reals)
+
+
+def test_a_flat_segment_ends_where_a_real_series_steps():
+    rng = np.random.default_rng(3)
+    values = np.exp(rng.normal(0, 0.01, 300))
+    values[150:] *= 1.3
+    values[[40, 41, 200]] = np.nan
+    segs = flat_segments(values)
+    assert len(segs) == 2
+    assert abs(segs[0][1] - 150) <= 8 and abs(segs[1][0] - 150) <= 8
+    assert segs[1][1] == 300 - 7  # the last nights, which no centred median covers, are out
+
+
+def test_a_planted_step_in_real_noise_is_found_within_three_nights(quiet_reals):
+    lab = build(quiet_reals, seed=4, replicas=2, sizes=(0.20, -0.50))
+    s = lab.s
+    step = s.category == "step"
+    assert step.sum() == 2 * 2 * (s.category == "flat").sum()
+    # the planted copy is the flat segment times 1 + size from its event night on
+    flat_row = np.nonzero(s.category == "flat")[0][0]
+    row = flat_row + 1
+    e = s.event_night[row]
+    np.testing.assert_allclose(s.levels[row, e:], s.levels[flat_row, e:] * 1.2)
+    np.testing.assert_array_equal(s.levels[row, :e], s.levels[flat_row, :e])
+    result = evaluate(s, nightbench_flags(s, True), online=True)
+    assert result["recall_>=10%_within_3_nights"] == 1.0
+    assert result["false_alarms_per_100_series_nights_no_change"] == 0.0
+
+
+def test_the_script_writes_its_figures_from_a_data_slice(tmp_path, quiet_reals, capsys):
+    with gzip.open(DATA, "rt") as fh:
+        doc = json.load(fh)
+    names = {r.name for r in quiet_reals}
+    for h in doc["histories"]:
+        key = f"{h['source']}:{h['machine']}:{h['env']}:"
+        h["series"] = {b: v for b, v in h["series"].items() if key + b in names}
+    data = tmp_path / "slice.json.gz"
+    with gzip.open(data, "wt") as fh:
+        json.dump(doc, fh)
+    out = tmp_path / "real.json"
+    assert main(["--data", str(data), "--seed", "2", "--replicas", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["real_series"] == len(quiet_reals)
+    online = result["nightbench online"]
+    assert online["recall_by_step_size"]["0.5"]["within_3_nights"] == 1.0
+    assert set(online["by_noise"]) <= {"sigma<1%", "sigma 1-3%", "sigma 3-10%", "sigma>=10%"}
+    assert json.loads(capsys.readouterr().out) == result
+
+
+def test_unreadable_data_is_exit_code_2(tmp_path):
+    assert main(["--data", str(tmp_path / "missing.json.gz")]) == 2
+    bad = tmp_path / "bad.json.gz"
+    with gzip.open(bad, "wt") as fh:
+        json.dump({"series": []}, fh)
+    assert main(["--data", str(bad)]) == 2
+    assert Path(DATA).is_file()
