@@ -34,13 +34,7 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   back a week, so that on a noisy host a step the first nights could not yet tell from the
   noise is still judged against the baseline from before it as evidence accumulates (with
   3, a step whose first re-run came out low had its own nights in the baseline by the third
-  night and was never raised). Online, a latency run must also outlast the series' own
-  *excursions*: the longest stretch of consecutive nights, among the ``excursion_look`` (84)
-  before the run (reaching back past a reset), that stood beyond their baseline in the run's
-  direction by at least the threshold, 3 noise and half the run's change, and came back. A
-  series that strayed +20% for two nights before (consecutive builds on one slow CI host)
-  needs a third night for the next step of that size; at most one night more
-  (``excursion_cap``), and excursions under half a big step's size do not hold it up.
+  night and was never raised).
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which
   the baseline visits regularly, are not a step. A short baseline (under 12 nights) allows

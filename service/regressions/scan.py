@@ -32,7 +32,6 @@ from service.regressions.rules import (
     Found,
     cutoff,
     from_log,
-    longest_excursion,
     multimodal,
     quartile_nights,
     run_median,
@@ -49,13 +48,11 @@ __all__ = ["DEFAULT_PARAMS", "MEDIAN_VAR", "DetectorParams", "Flag", "detect_ser
 # Online: night by night
 
 
-def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, hist):
+def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams):
     """The full rule for runs ``y[row, n-m+1 : n+1]``.
 
     Against the recent window (kind 0) or the anchor (kind 1); returns (passes, upwards,
-    p-value). ``hist`` is ``(devs, origin, offset)``: segment row r starts ``offset[r]``
-    nights into row ``origin[r]`` of ``devs``, the first pass's nights against their baseline
-    (read by the excursion rule across resets).
+    p-value).
     """
     s = n - m + 1
     k = np.where(kind == 0, np.minimum(s, p.window), p.window)
@@ -87,19 +84,6 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     # start one night early (its first night is where the commit range for bisection starts).
     first = post[:, 0] - ref
     ok &= (kind == 1) | np.where(up, first >= 0.5 * est, first <= 0.5 * est)
-    # A step must outlast the series' recent excursions of its size (half way to the run's
-    # nearest night, and at least the threshold and 3 noise): a +7% excursion of two nights
-    # makes a step wait for its third night; two nights at +15% do not hold up a +95% step.
-    step = np.nonzero(ok & (kind == 0) & ~memory[rows])[0]
-    if step.size and p.excursion_look:
-        dist = np.fmax(np.maximum(thr[rows[step]], 3.0 * noise[step]),
-                       0.5 * np.where(up[step], lo[step] - ref[step], ref[step] - hi[step]))
-        devs, origin, offset = hist
-        end = offset[rows[step]] + s[step]
-        b = np.maximum(end - p.excursion_look, 0)
-        dev = gather(devs, origin[rows[step]], b, end - b, p.excursion_look)
-        longest = longest_excursion(dev, dist, up[step])
-        ok[step] &= m[step] > np.minimum(longest, p.excursion_cap)
     pval = np.full(rows.size, np.nan)
     idx = np.nonzero(ok)[0]
     if idx.size:
@@ -155,7 +139,6 @@ def _screen(
 def _judge_first(
     y: np.ndarray, level: np.ndarray, anchor: np.ndarray, r: np.ndarray, n: np.ndarray,
     combos: list[tuple[int, int]], thr: np.ndarray, memory: np.ndarray, p: DetectorParams,
-    hist: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``.
 
@@ -174,7 +157,7 @@ def _judge_first(
             continue
         mm = np.full(todo.size, run_m)
         kk = np.full(todo.size, run_kind)
-        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p, hist)
+        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p)
         best[todo[ok]] = i
         best_up[todo[ok]] = up[ok]
         best_pv[todo[ok]] = pv[ok]
@@ -184,13 +167,11 @@ def _judge_first(
 def _online_pass(
     y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray,
     memory: np.ndarray, p: DetectorParams, level: np.ndarray,
-    hist: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> Found:
     """First flag of every row, each row a segment starting at column 0 (its last reset).
 
     Only nights ``n > n_min[row]`` may raise; ``level`` is the baseline median before each
-    night (``prev_median(y, window)``); ``hist``: see ``_judge``. Returns positions relative
-    to the segment.
+    night (``prev_median(y, window)``). Returns positions relative to the segment.
     Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
     threshold from the baseline; for runs of 4+ nights, half of them that far, counted without
     a sort); the full rule then runs on the screened nights of each row in order, until the
@@ -210,7 +191,9 @@ def _online_pass(
     rank = np.arange(cr.size) - np.repeat(starts, np.diff(np.r_[starts, cr.size]))
     # At one night: the longest run first (the earliest first night), the recent window before
     # the anchor.
-    combos = [(m, 0) for m in range(p.max_run, 1, -1)] + [(p.drift_nights, 1)] * p.drift
+    combos = [(m, 0) for m in range(p.max_run, 1, -1)]
+    if p.drift:
+        combos.append((p.drift_nights, 1))
     done = np.zeros(rows_n, dtype=bool)
     found: dict[str, list[np.ndarray]] = {k: [] for k in ("r", "n", "m", "kind", "up", "pv")}
     lo_rank, batch, top = 0, 2, int(rank.max())
@@ -221,8 +204,7 @@ def _online_pass(
         if sel.size == 0:
             break
         r, n = cr[sel], cn[sel]
-        best, best_up, best_pv = _judge_first(y, level, anchor, r, n, combos, thr, memory, p,
-                                              hist)
+        best, best_up, best_pv = _judge_first(y, level, anchor, r, n, combos, thr, memory, p)
         hit = np.nonzero(best >= 0)[0]
         # the first hit of each row (hits are in row, then night order)
         _, first = np.unique(r[hit], return_index=True)
@@ -362,15 +344,13 @@ def detect_series(
     return flags
 
 
-def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels, devs,
-                    origin, offset) -> Found:
+def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels, origin,
+                    offset) -> Found:
     """One pass over all segments, in blocks of rows.
 
     ``levels`` holds the first pass's baselines, (first segments, width) float32; a later
     segment starting ``offset`` nights into first segment ``origin`` reuses them wherever its
     window lies wholly inside it, and computes only its first ``window`` nights afresh.
-    ``devs`` (same shape) holds the first pass's nights against those baselines: a later
-    segment's excursion rule reads the nights before its start there.
     """
     parts = []
     w = p.window
@@ -388,14 +368,7 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
             if cols > w:
                 level[:, w:] = gather(levels, origin[sl], offset[sl] + w,
                                       np.full(rows_n, cols - w), cols - w)
-        if origin is None:
-            with np.errstate(invalid="ignore"):
-                devs[c0 : c0 + ym.shape[0], : ym.shape[1]] = ym - level
-            hist = (devs, np.arange(c0, c0 + ym.shape[0]), np.zeros(ym.shape[0], dtype=int))
-        else:
-            hist = (devs, origin[sl], offset[sl])
-        f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level,
-                         hist)
+        f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level)
         f.rows = f.rows + c0
         parts.append(f)
     return Found(*(np.concatenate([getattr(f, name) for f in parts])
@@ -407,11 +380,10 @@ def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p):
     n_min = np.full(seg_rows.size, -1)
     width = max(int((seg_ends - seg_starts).max(initial=0)), 1)
     levels = np.full((seg_rows.size, width), np.nan, dtype=np.float32)
-    devs = np.full((seg_rows.size, width), np.nan, dtype=np.float32)
     origin = offset = None
     while seg_rows.size:
         found = _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels,
-                                devs, origin, offset)
+                                origin, offset)
         rows = seg_rows[found.rows]
         starts = seg_starts[found.rows]
         out.append(Found(rows, starts + found.first, starts + found.raised, found.up,
