@@ -4,9 +4,12 @@ The harness's ``NIGHTBENCH_SUITE_INJECT_WORK`` adds matmuls to every timed itera
 the given fraction of that iteration's model step: real extra work on this CPU, measured by the same
 subprocesses, stored, and judged by the same detector as any night.
 
-The planted step is +40%: large enough that the detector raises it within a few nights even
-when the host running the tests strays by 8-10% from process to process (a +20% step there
-is alerted by its third night in only 60-90% of series; `benchmarks/nightly_flow.py`,
+The planted step is +100%: large enough that the detector raises it within a few nights even
+when the host running the tests strays from night to night. +40% was not always: on this
+machine while its host was busy, resnet18 eval's baseline nights spread so widely (medians
+about 33 to 45 ms against a quiet 22 ms) that a night and its re-run at +35% stood inside the
+baseline's own range and were not called a reproduced step (a +20% step on a host straying
+5% a night is alerted by its third night in only 60-90% of series; `benchmarks/nightly_flow.py`,
 docs/benchmarks.md). How small a step is caught how soon is the detector's measured figure,
 not this test's: here the whole path (measure, store, detect, confirm, locate, file) is run.
 """
@@ -34,7 +37,7 @@ def _night(day: int) -> int:
     return run_id
 
 
-def test_forty_percent_is_flagged_two_percent_is_not(
+def test_a_doubling_is_flagged_two_percent_is_not(
     database_url: str, monkeypatch: pytest.MonkeyPatch, configure, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     # Thirteen nights minutes apart on a shared CPU spread by more than the 7% stability rule,
@@ -43,8 +46,8 @@ def test_forty_percent_is_flagged_two_percent_is_not(
     configure(stability_recheck="false")
     for day in range(1, 9):
         _night(day)
-    monkeypatch.setenv("NIGHTBENCH_SUITE_INJECT_WORK", "resnet18:eval=0.40,resnet18:train=0.02")
-    # The +40% must be alerted within its first five nights: on its first night when the
+    monkeypatch.setenv("NIGHTBENCH_SUITE_INJECT_WORK", "resnet18:eval=1.0,resnet18:train=0.02")
+    # The +100% must be alerted within its first five nights: on its first night when the
     # confirmation re-run reproduces it, else as the nights at the new level add up. On a
     # shared CPU a night can stray by ~10%, and the detector waits for evidence at p <= 0.01
     # rather than guess (issue 5); a night or a re-run that comes out low must not lose it.
@@ -62,13 +65,13 @@ def test_forty_percent_is_flagged_two_percent_is_not(
             if alert is not None:
                 break
     with session_scope() as session:
-        assert alert is not None, "+40% not alerted by its fifth night: " + " | ".join(seen)
+        assert alert is not None, "+100% not alerted by its fifth night: " + " | ".join(seen)
         assert alert.status == "filed"
         latency = session.scalar(select(Regression).where(
             Regression.alert_id == alert.id, Regression.mode == "eval",
             Regression.metric == "latency"))
         assert latency is not None, seen
-        # Nominally +40%; one process's figure strays by up to ~10% on a shared CPU.
+        # Nominally +100%; one process's figure strays by 10% or more on a shared CPU.
         assert latency.change > 0.15, latency.reason
         # Its first night is located from noisy nights: the step's own, or a night off when
         # one came out high or low by chance. Whichever, the commit range to search must hold
