@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -222,18 +223,29 @@ def speed(n_series: int, nights: int, repeat: int, console: Console) -> dict[str
     return out
 
 
-def _table(result: dict[str, object], console: Console) -> None:
+QUALITY_ROWS = (
+    "precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
+    "recall_7.5%_within_3_nights", "false_alarms_per_100_series_nights_no_change",
+    "false_alarms_per_100_series_nights_all", "blips_flagged", "small_steps_flagged (<=3%)",
+    "grey_steps_flagged (5%)", "expected_steps_flagged", "benign_drift_flagged", "drift_recall",
+    "delay_>=10%_median_p90_max", "located_within_1_night_>=7.5%", "seconds")
+
+
+def print_quality(result: dict[str, object], console: Console, *, title: str,
+                  rows: Sequence[str] = QUALITY_ROWS) -> None:
+    """Print the scored figures of :func:`evaluate` (one column per detector) as a table.
+
+    Args:
+        result: detector name -> its figures (a dict holding ``precision``); other keys skipped.
+        console: where to print.
+        title: the table's title.
+        rows: the figures to show, in order; a figure a detector lacks prints empty.
+    """
     keys = [k for k in result if isinstance(result[k], dict) and "precision" in result[k]]
-    table = Table(title=f"detection quality, {result['series']} series x {result['nights']} nights")
+    table = Table(title=title)
     table.add_column("measure")
     for k in keys:
         table.add_column(k)
-    rows = ["precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
-            "recall_7.5%_within_3_nights", "false_alarms_per_100_series_nights_no_change",
-            "false_alarms_per_100_series_nights_all", "blips_flagged",
-            "small_steps_flagged (<=3%)", "grey_steps_flagged (5%)", "expected_steps_flagged",
-            "benign_drift_flagged", "drift_recall", "delay_>=10%_median_p90_max",
-            "located_within_1_night_>=7.5%", "seconds"]
     for row in rows:
         table.add_row(row, *(str(result[k].get(row, "")) for k in keys))  # type: ignore[union-attr]
     console.print(table)
@@ -253,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         result = speed(args.speed, args.nights, args.repeat, console)
     else:
         result = quality(args.series, args.nights, args.seed, console)
-        _table(result, console)
+        print_quality(result, console, title=(
+            f"detection quality, {result['series']} series x {result['nights']} nights"))
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

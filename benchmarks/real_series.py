@@ -47,9 +47,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from rich.console import Console
-from rich.table import Table
 
-from benchmarks.detection import Flags, evaluate, naive_flags, nightbench_flags
+from benchmarks.detection import Flags, evaluate, naive_flags, nightbench_flags, print_quality
 from benchmarks.series import SeriesSet
 
 DATA = Path(__file__).resolve().parent / "data" / "real_series.json.gz"
@@ -229,18 +228,10 @@ def unmodified(reals: list[Real]) -> dict[str, object]:
             "flags_per_100_series_nights": round(float(f.series.size / max(nights, 1) * 100), 3)}
 
 
-def _table(result: dict[str, object], console: Console) -> None:
-    keys = [k for k in result if isinstance(result[k], dict) and "precision" in result[k]]
-    table = Table(title=f"real histories, planted steps: {result['series']} series")
-    table.add_column("measure")
-    for k in keys:
-        table.add_column(k)
-    for row in ("precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
-                "recall_7.5%_within_3_nights", "delay_>=10%_median_p90_max",
-                "false_alarms_per_100_series_nights_no_change",
-                "false_alarms_per_100_series_nights_all", "up_flags_after_improvement"):
-        table.add_row(row, *(str(result[k].get(row, "")) for k in keys))  # type: ignore[union-attr]
-    console.print(table)
+REAL_ROWS = ("precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
+             "recall_7.5%_within_3_nights", "delay_>=10%_median_p90_max",
+             "false_alarms_per_100_series_nights_no_change",
+             "false_alarms_per_100_series_nights_all", "up_flags_after_improvement")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         "flat_segments": int(np.isin(lab.s.category, ("flat", "mem_flat")).sum()),
         "seed": args.seed, "replicas": args.replicas, **score(lab),
         "unmodified_real_series": unmodified(reals)}
-    _table(result, console)
+    print_quality(result, console, rows=REAL_ROWS,
+                  title=f"real histories, planted steps: {result['series']} series")
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:
