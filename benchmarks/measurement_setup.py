@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from suite.stability import summarize
+from suite.stability import allowed_spread, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 SETUPS = {
@@ -114,7 +114,7 @@ def main() -> None:
             lat = got.get("latency", [])
             if len(lat) < 2:
                 continue
-            cv, spread, unstable = summarize(lat)
+            cv, spread, unstable = summarize(lat, allowed_spread(len(lat)))
             assert cv is not None and spread is not None
             cpu_cv = summarize(got["cpu_time"])[0] if len(got.get("cpu_time", [])) >= 2 else None
             row = {"benchmark": f"{model}:{args.mode}", "setup": setup,

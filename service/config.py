@@ -80,7 +80,8 @@ class Settings(BaseSettings):
                     "(false: verdicts change only by `nightbench suite stability`)")
     stability_recheck_nights: int = Field(
         default=10, ge=2,
-        description="nights (K) whose processes the nightly stability re-check judges")
+        description="nights (K) whose processes the nightly stability re-check judges (the 7% "
+                    "spread rule for 5 processes is scaled by d2(n) / d2(5) for their number n)")
     stability_recheck_min_processes: int = Field(
         default=5, ge=2,
         description="fewest processes (nights and re-runs) that change a stability verdict")

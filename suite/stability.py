@@ -7,6 +7,12 @@ unstable: a 7% regression threshold cannot tell its noise from a change. The coe
 variation (sample standard deviation / mean) of the per-process medians is reported beside it; its
 median over a suite's CPU benchmarks is the suite's noise floor.
 
+The range of n draws grows with n, so the 7% is the rule *for 5 processes* (TorchBench's and
+``nightbench suite stability``'s default K): judged over n processes, the spread allowed is 7%
+scaled by d2(n) / d2(5), the expected range of n standard normal draws relative to 5's
+(:func:`allowed_spread`). Over 5 processes it is exactly TorchBench's rule; over the nightly
+re-check's 10 it is 9.26%, so both call the same benchmarks stable whatever the window.
+
 The K processes of one benchmark are interleaved with the other benchmarks' (round r runs every
 benchmark once), so that a slow drift of the machine (another job starting, thermal state)
 spreads over all benchmarks instead of landing on one benchmark's repeats.
@@ -17,6 +23,7 @@ environment, and may point ``python`` at the environment under test.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -33,6 +40,7 @@ from suite.cpu_setup import setup_label
 from suite.gpu_setup import gpu_setup_label
 
 UNSTABLE_SPREAD = 0.07  # TorchBench's STABLE_THRESHOLD in userbenchmark/model-stableness/run.py
+REFERENCE_PROCESSES = 5  # the process count UNSTABLE_SPREAD is the rule for (TorchBench's K)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -59,7 +67,10 @@ class StabilityResult:
         medians_ms: each successful process's median latency (ms), in run order.
         cv: sample standard deviation / mean of ``medians_ms`` (None with fewer than 2).
         spread: ``(max - min) / min`` of ``medians_ms`` (None with fewer than 2).
-        unstable: ``spread >= threshold``; None when fewer than 2 processes succeeded.
+        unstable: ``spread >= allowed_spread``; None when fewer than 2 processes succeeded.
+        threshold: the rule's spread for :data:`REFERENCE_PROCESSES` processes (TorchBench: 0.07).
+        allowed_spread: the spread the verdict allowed for ``len(medians_ms)`` processes
+            (:func:`allowed_spread` of ``threshold``; None with fewer than 2).
         errors: the error of each failed process.
         benchmark_version: the version the processes reported (None if none succeeded).
         environment: the environment of the first process that succeeded.
@@ -80,6 +91,7 @@ class StabilityResult:
     spread: float | None
     unstable: bool | None
     threshold: float = UNSTABLE_SPREAD
+    allowed_spread: float | None = None
     errors: list[str] = field(default_factory=list)
     benchmark_version: str | None = None
     environment: dict[str, Any] = field(default_factory=dict)
@@ -91,13 +103,66 @@ class StabilityResult:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=64)
+def d2(n: int) -> float:
+    """The expected range of ``n`` independent standard normal draws, E[max - min].
+
+    The d2 constant of statistical process control (Tippett 1925, "On the extreme individuals
+    and the range of samples taken from a normal population", Biometrika 17; tabled in ASTM
+    E2587): d2(2) = 1.128 (= 2 / sqrt(pi)), d2(5) = 2.326, d2(10) = 3.078. Computed as
+    ``integral over x of 1 - Phi(x)^n - (1 - Phi(x))^n`` (the range's expectation from its
+    distribution function) with ``scipy.integrate.quad``.
+
+    Args:
+        n: the number of draws (>= 2).
+
+    Returns:
+        d2(n), in standard deviations.
+
+    Raises:
+        ValueError: ``n`` < 2 (one draw has no range).
+    """
+    if n < 2:
+        raise ValueError(f"a range needs at least 2 draws, got {n}")
+    from scipy import integrate, stats  # here: the suite's runs never pay for scipy
+
+    value, _ = integrate.quad(lambda x: 1.0 - stats.norm.cdf(x) ** n - stats.norm.sf(x) ** n,
+                              -math.inf, math.inf)
+    return float(value)
+
+
+def allowed_spread(processes: int, threshold: float = UNSTABLE_SPREAD) -> float:
+    """The spread (fraction) from which ``processes`` per-process medians are unstable.
+
+    ``threshold`` is the rule for :data:`REFERENCE_PROCESSES` (5) processes, TorchBench's 7%;
+    for n processes it is scaled by d2(n) / d2(5) (:func:`d2`), the expected range of n normal
+    draws relative to 5's, so that a benchmark with a given process-to-process noise gets the
+    same verdict over any number of processes (for small spreads, (max - min) / min is close to
+    range / mean). Exactly ``threshold`` for 5 processes; 9.26% of 7% for 10, 3.39% for 2.
+
+    Args:
+        processes: the number of per-process medians judged (>= 2).
+        threshold: the rule's spread for 5 processes (fraction).
+
+    Returns:
+        The allowed spread (fraction).
+
+    Raises:
+        ValueError: ``processes`` < 2.
+    """
+    if processes == REFERENCE_PROCESSES:
+        return threshold
+    return threshold * d2(processes) / d2(REFERENCE_PROCESSES)
+
+
 def summarize(medians: Sequence[float], threshold: float = UNSTABLE_SPREAD
               ) -> tuple[float | None, float | None, bool | None]:
     """CV, spread and the unstable flag of per-process medians.
 
     Args:
         medians: per-process median latencies (any unit; all the same); must be positive.
-        threshold: the spread (fraction) from which a benchmark is unstable.
+        threshold: the spread (fraction) from which a benchmark is unstable, as is: pass
+            :func:`allowed_spread` of the medians' count to judge by the process-scaled rule.
 
     Returns:
         ``(cv, spread, unstable)``; all None with fewer than two medians.
@@ -189,7 +254,8 @@ def measure_stability(
         run_args: extra ``python -m suite run`` arguments (e.g. ``["--iterations", "30"]``).
         timeout_s: limit per process (s).
         env: extra environment variables for the processes.
-        threshold: spread (fraction) from which a benchmark is unstable (TorchBench: 0.07).
+        threshold: spread (fraction) from which a benchmark is unstable over 5 processes
+            (TorchBench: 0.07); over the n processes that succeeded, :func:`allowed_spread`.
         on_record: called after each process with the spec, the round (0-based) and the record;
             a progress bar hangs here.
 
@@ -216,12 +282,13 @@ def measure_stability(
         medians = [m for r in records[spec] if not r.get("error")
                    and (m := _median_latency(r)) is not None]
         errors = [str(r["error"]) for r in records[spec] if r.get("error")]
-        cv, spread, unstable = summarize(medians, threshold)
+        allowed = allowed_spread(len(medians), threshold) if len(medians) >= 2 else None
+        cv, spread, unstable = summarize(medians, threshold if allowed is None else allowed)
         ok = [r for r in records[spec] if not r.get("error")]
         results.append(StabilityResult(
             model=spec.model, mode=spec.mode, device=spec.device, compiler=spec.compiler,
             repeats=repeats, medians_ms=medians, cv=cv, spread=spread, unstable=unstable,
-            threshold=threshold, errors=errors,
+            threshold=threshold, allowed_spread=allowed, errors=errors,
             benchmark_version=ok[0].get("benchmark_version") if ok else None,
             environment=dict(ok[0].get("environment") or {}) if ok else {},
             setups=list(dict.fromkeys(full_setup_label(r.get("environment") or {}) for r in ok)),

@@ -5,8 +5,9 @@ nights measure it again every night: each night is one ``python -m suite run`` p
 each confirmation re-run. After a night, the per-process medians of a benchmark's latency over
 its last ``nights`` nights on the same series (same machine fingerprint and build identity, see
 ``service/results/records.py``) are a new sample of its process-to-process noise, judged by the
-same rule (TorchBench's 7% max-min spread; ``suite/stability.py``, applied by
-``workers/night/recheck.py``, since the service does not import the suite).
+same rule (TorchBench's 7% max-min spread for 5 processes, scaled for the window's number of
+processes by d2(n) / d2(5); ``suite/stability.py``, applied by ``workers/night/recheck.py``,
+since the service does not import the suite).
 
 A real step is not noise. The window keeps only the processes from the latest step's first night
 at the new level on, where the detector itself restarts its baseline
@@ -210,7 +211,7 @@ def stored_verdict(session: Session, window: RecheckWindow) -> BenchmarkStabilit
 def record_recheck(
     session: Session, *, window: RecheckWindow, run: Run, medians_ms: Sequence[float],
     cv: float | None, spread: float | None, unstable: bool | None, threshold: float,
-    source: str, applied: bool, setups: Sequence[str] = (),
+    source: str, applied: bool, setups: Sequence[str] = (), allowed: float | None = None,
 ) -> BenchmarkStability | None:
     """Store a nightly re-check beside the benchmark's measured verdict.
 
@@ -227,10 +228,11 @@ def record_recheck(
         cv: their coefficient of variation.
         spread: their ``(max - min) / min``.
         unstable: the re-check's verdict (None: too few processes to judge).
-        threshold: the spread from which a benchmark is unstable.
-        source: how it was judged (:meth:`RecheckWindow.describe`).
+        threshold: the spread from which 5 processes are unstable (the row's ``threshold``).
+        source: how it was judged (:meth:`RecheckWindow.describe` and the spread allowed).
         applied: make it the verdict in force.
         setups: the measurement setups in force tonight (``suite.stability.full_setup_label``).
+        allowed: the spread allowed for that many processes (None: too few); ``allowed_spread``.
 
     Returns:
         The row, or None when there is no row and nothing was applied.
@@ -238,8 +240,8 @@ def record_recheck(
     row = stored_verdict(session, window)
     recheck = {"run_id": run.id, "night": run.night.isoformat(), "source": source,
                "processes": len(medians_ms), "medians_ms": [float(m) for m in medians_ms],
-               "cv": cv, "spread": spread, "unstable": unstable,
-               "cut_at": window.cut_at.isoformat() if window.cut_at else None}
+               "cv": cv, "spread": spread, "unstable": unstable, "threshold": threshold,
+               "allowed_spread": allowed, "cut_at": window.cut_at and window.cut_at.isoformat()}
     if row is None:
         if not applied:
             return None
@@ -258,6 +260,7 @@ def record_recheck(
                                   "from": row.unstable, "to": unstable, "source": source}
         details["source"] = SOURCE_NIGHTLY
         details["source_text"] = source
+        details["allowed_spread"] = allowed
         details["setups"] = list(setups)
         row.repeats, row.medians_ms = len(medians_ms), [float(m) for m in medians_ms]
         row.cv, row.spread, row.unstable, row.threshold = cv, spread, unstable, threshold

@@ -96,6 +96,7 @@ def _measured_details(details: Mapping[str, Any] | None, result: Mapping[str, An
     latest nightly re-check stays beside it."""
     out = {k: v for k, v in (details or {}).items() if k != "measured"}
     out.update(source=SOURCE_MEASURED, setups=[str(s) for s in result.get("setups") or []],
+               allowed_spread=result.get("allowed_spread"),
                source_text=f"measured over {int(result['repeats'])} processes "
                            "(nightbench suite stability)")
     return out

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from service.db import normalise_url
 from service.errors import InvalidInput
 from service.stability.service import list_stability, record_stability, unstable_benchmarks
+from suite.stability import d2
 from tests.suite.helpers import FIXTURE_MODELS
 
 ENV_A = {"cpu_model": "AMD EPYC", "threads": 1, "torch_version": "2.13.0+cpu", "gpu_name": None}
@@ -71,6 +72,9 @@ def test_cli_measures_stores_and_prints(database_url: str, monkeypatch: pytest.M
     assert verdict["model"] == "variable_latency" and verdict["unstable"] is True
     assert doc["stored"] == 1 and doc["noise_floor"] == pytest.approx(verdict["cv"])
     assert verdict["source"] == "measured" and verdict["setups"]
+    # --json shows the spread allowed for the 3 processes beside the 5-process rule.
+    assert verdict["threshold"] == 0.07
+    assert verdict["allowed_spread"] == pytest.approx(0.07 * d2(3) / d2(5))
     with Session(engine) as check:
         assert unstable_benchmarks(check) == {("variable_latency", "eval", "cpu", "eager")}
     assert "benchmark_stability" in inspect(engine).get_table_names()
@@ -95,8 +99,11 @@ def test_cli_table_shows_the_measurement_setup_of_each_benchmark(
     result = CliRunner().invoke(app, [
         "suite", "stability", "--repeats", "2", "--models", "variable_latency", "--modes", "eval",
         "--iterations", "5", "--min-seconds", "0.05", "--no-store",
-    ])
+    ], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if "benchmark" in line)
     assert "setup" in header
     assert "glibc+tunables" in result.output
+    # Two processes: the 7% rule scaled by d2(2) / d2(5), in the title and a column.
+    assert f"spread >= {0.07 * d2(2) / d2(5):.1%}, 7% for 5 processes scaled for 2" in result.output
+    assert "allowed %" in header

@@ -2,9 +2,13 @@
 
 The window of processes is read by :mod:`service.stability.recheck` (the per-process medians of
 the benchmark's last K nights on its latency series, confirmation re-runs included, from the
-latest real step on); the verdict is TorchBench's rule, the same function as
+latest real step on); the verdict is TorchBench's rule, the same functions as
 ``nightbench suite stability`` (:func:`suite.stability.summarize`: unstable when the max-min
-spread of the medians reaches 7%).
+spread of the medians reaches the spread allowed for their number, 7% for 5 processes scaled by
+d2(n) / d2(5): :func:`suite.stability.allowed_spread`, 9.26% for 10). A window of 10 processes
+judged by the 5-process 7% would darken a third of the benchmarks with a 2% process-to-process
+CV (the measured verdict: a ninth), and un-darken such a benchmark on 67% of nights against 94%
+(simulated: ``benchmarks/recheck_spread.py``, docs/benchmarks.md).
 
 The re-check changes a verdict only on the evidence that can change it, so that a step in
 progress never darkens a benchmark and a benchmark is not un-darkened by leaving its noise out:
@@ -16,7 +20,8 @@ progress never darkens a benchmark and a benchmark is not un-darkened by leaving
   the detector has not settled yet is left out of that verdict;
 - with fewer processes the verdict stays as it was.
 
-Each change is stored with its source (``"nightly re-check over 9 processes, nights A..B"``)
+Each change is stored with its source (``"nightly re-check over 9 processes, nights A..B: spread
+8.1% < 8.9% allowed for 9 processes"``)
 beside the measured verdict, written in the run's note, and listed in the night's report
 (``stability_changes``).
 """
@@ -33,7 +38,7 @@ from service.config import Settings
 from service.models import Result, Run
 from service.regressions.rules import DEFAULT_PARAMS
 from service.stability import recheck as store
-from suite.stability import UNSTABLE_SPREAD, full_setup_label, summarize
+from suite.stability import UNSTABLE_SPREAD, allowed_spread, full_setup_label, summarize
 
 log = logging.getLogger(__name__)
 _WORDS = {True: "unstable", False: "stable", None: "unknown"}
@@ -50,7 +55,9 @@ class RecheckVerdict:
         changed: the verdict in force changed.
         medians_ms: the per-process medians judged (ms).
         cv: their coefficient of variation; spread: their ``(max - min) / min``.
-        source: ``"nightly re-check over N processes, nights A..B"``.
+        allowed: the spread allowed for that many processes (None: too few processes).
+        source: ``"nightly re-check over N processes, nights A..B: spread S% < A% allowed for N
+            processes"``.
     """
 
     benchmark: str
@@ -60,13 +67,13 @@ class RecheckVerdict:
     medians_ms: tuple[float, ...]
     cv: float | None
     spread: float | None
+    allowed: float | None
     source: str
 
     def line(self) -> str:
         """One line for the run's note: ``"stability of X: unstable → stable (source, ...)"``."""
         return (f"stability of {self.benchmark}: {_WORDS[self.previous]} → "
-                f"{_WORDS[self.unstable]} ({self.source}; spread {100 * (self.spread or 0):.1f}%, "
-                f"CV {100 * (self.cv or 0):.1f}%)")
+                f"{_WORDS[self.unstable]} ({self.source}; CV {100 * (self.cv or 0):.1f}%)")
 
 
 def judge(window: store.RecheckWindow, previous: bool | None, *, min_processes: int,
@@ -77,7 +84,9 @@ def judge(window: store.RecheckWindow, previous: bool | None, *, min_processes: 
         window: the benchmark's processes (:func:`service.stability.recheck.recheck_window`).
         previous: the verdict in force (True: unstable, False: stable, None: none).
         min_processes: fewest processes that make a verdict.
-        threshold: spread (fraction) from which a benchmark is unstable (TorchBench: 0.07).
+        threshold: spread (fraction) from which a benchmark is unstable over 5 processes
+            (TorchBench: 0.07); the window's n processes are allowed
+            :func:`suite.stability.allowed_spread` of it.
 
     Returns:
         The outcome; ``changed`` only for unstable → stable on the whole window, or
@@ -93,11 +102,19 @@ def judge(window: store.RecheckWindow, previous: bool | None, *, min_processes: 
     source = window.describe(settled_only=settled_only)
     if len(medians) < min_processes:
         return RecheckVerdict(window.benchmark, previous, None, False, tuple(medians), None, None,
-                              f"{source}: fewer than {min_processes}, verdict kept")
-    cv, spread, unstable = summarize(medians, threshold)
+                              None, f"{source}: fewer than {min_processes}, verdict kept")
+    allowed = allowed_spread(len(medians), threshold)
+    cv, spread, unstable = summarize(medians, allowed)
     changed = unstable is not None and bool(unstable) != bool(previous)
     return RecheckVerdict(window.benchmark, previous, unstable, changed, tuple(medians), cv,
-                          spread, source)
+                          spread, allowed, f"{source}: {spread_text(spread, allowed, len(medians))}")
+
+
+def spread_text(spread: float | None, allowed: float, processes: int) -> str:
+    """``"spread 8.1% < 9.3% allowed for 10 processes"`` (``>=`` when unstable)."""
+    sign = ">=" if spread is not None and spread >= allowed else "<"
+    return (f"spread {100 * (spread or 0):.1f}% {sign} {100 * allowed:.1f}% allowed for "
+            f"{processes} processes")
 
 
 def recheck_run(session: Session, *, run: Run, settings: Settings) -> list[RecheckVerdict]:
@@ -138,7 +155,7 @@ def recheck_run(session: Session, *, run: Run, settings: Settings) -> list[Reche
         store.record_recheck(
             session, window=window, run=run, medians_ms=verdict.medians_ms, cv=verdict.cv,
             spread=verdict.spread, unstable=verdict.unstable, threshold=threshold,
-            source=verdict.source, applied=verdict.changed,
+            allowed=verdict.allowed, source=verdict.source, applied=verdict.changed,
             setups=[full_setup_label(result.environment or {})])
         if verdict.changed:
             log.info("run %s: %s", run.id, verdict.line())
