@@ -17,12 +17,19 @@ from rich.table import Table
 
 from service.config import get_settings
 from service.errors import NightbenchError
-from workers.cli.common import console, err_console, with_unit
+from workers.cli.common import console, err_console, fit_to_output, with_unit
 from workers.cli.common import csv as _csv
 from workers.cli.common import fail as _fail
 
 app = typer.Typer(help="nightbench: nightly performance-regression checks for PyTorch.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
+
+
+@app.callback()
+def _root() -> None:
+    """nightbench: nightly performance-regression checks for PyTorch."""
+    fit_to_output()
+
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 regressions_app = typer.Typer(help="Triage regressions.", no_args_is_help=True)

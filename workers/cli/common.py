@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 from rich.console import Console
 
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
+# Rich draws for 80 columns when the output is not a terminal (a CI log, a file, `make nightly
+# | tee`), and the night's table then wraps every benchmark name. Logs are read wide.
+LOG_WIDTH = 160
+
+
+def fit_to_output() -> None:
+    """Give both consoles :data:`LOG_WIDTH` columns where their stream is not a terminal and
+    ``COLUMNS`` is not set (a terminal, or ``COLUMNS``, keeps Rich's own width)."""
+    for con, stream in ((console, sys.stdout), (err_console, sys.stderr)):
+        isatty = getattr(stream, "isatty", None)
+        wide = "COLUMNS" not in os.environ and not (isatty is not None and isatty())
+        con.width = LOG_WIDTH if wide else None  # type: ignore[assignment]
 
 
 def fail(message: str, code: int = 2) -> None:
