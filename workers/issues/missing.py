@@ -132,16 +132,16 @@ def file_missing_alert(session: Session, *, alert_id: int, settings: Settings,
     """
     first = render_missing_alert(session, alert_id=alert_id, settings=settings)
     alert, run = _alert_and_run(session, alert_id)
-    done = {issue.fingerprint: issue for issue in map(tracker.create, first)}
-    for issue in done.values():
-        log.warning("run %s: missing data filed as %s", run.id, issue.url)
+    done: dict[str, TrackedIssue] = {issue.fingerprint: tracker.create(issue) for issue in first}
+    for created in done.values():
+        log.warning("run %s: missing data filed as %s", run.id, created.url)
     came = arrived_benchmarks(session, run, alert=alert)
     known = set(alert.arrived or [])
     fresh = {q: [b for b in names if b not in known] for q, names in sorted(came.items())}
     for queue, names in fresh.items():
         fp = missing_data_fingerprint(queue, str(run.night))
-        issue = done.get(fp) or (tracker.find_open(fp) if names else None)
-        if not names or issue is None:
+        issue = (done.get(fp) or tracker.find_open(fp)) if names else None
+        if issue is None:  # nothing came, or no open issue to tell
             continue
         still = sorted(j.benchmark for j in session.scalars(select(Job).where(
             Job.run_id == run.id, Job.queue == queue, Job.status == JobStatus.MISSING))

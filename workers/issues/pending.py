@@ -195,12 +195,12 @@ def _file(
         InfrastructureError, InvalidInput: the tracker failed (the caller's savepoint undoes it).
     """
     if alert.kind == MISSING_DATA:
-        done = missing.file_missing_alert(
+        issues = missing.file_missing_alert(
             session, alert_id=alert.id, settings=settings, tracker=tracker)
-    else:
-        done = filing.file_alert(
-            session, alert_id=alert.id, settings=settings, tracker=tracker, bisection=bisection)
-    return [_Filed(str(f.fingerprint), f.url) for f in done]
+        return [_Filed(str(i.fingerprint), i.url) for i in issues]
+    filed = filing.file_alert(
+        session, alert_id=alert.id, settings=settings, tracker=tracker, bisection=bisection)
+    return [_Filed(f.fingerprint, f.url) for f in filed]
 
 
 def _render(

@@ -256,3 +256,19 @@ def test_data_that_came_later_is_told_once_after_a_failed_comment(
     assert _retry(tracker, now + timedelta(days=1)) == []
     assert len(github.comments[number]) == 1 and len(_missing_issues(github)) == 1
     assert run_id != redo
+
+
+def test_the_deadline_sweep_finishes_the_night_while_github_refuses(github: FakeGitHub) -> None:
+    from service.models import Run
+
+    run_id = create_night(night=NIGHT, benchmarks=SPECS)
+    github.token = "ghp_rotated_token_not_ours"
+    t0 = datetime.now(UTC) + timedelta(days=1)
+    assert deadline.sweep_deadlines(now=t0) == [run_id]  # the failed filing raises nothing
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.status == "incomplete"  # night.finish ran after it
+        alert = session.scalar(select(Alert).where(Alert.run_id == run_id))
+        assert alert is not None and alert.filing_state == FilingState.FAILED_RETRYING
+        assert "NIGHTBENCH_GITHUB_TOKEN" in (alert.filing_error or "")
+    assert _missing_issues(github) == []
