@@ -51,7 +51,8 @@ class Fault:
     ``after=True`` performs the request first, then answers with the fault (the write landed but
     the client saw a failure, as when a gateway times out behind GitHub). ``method="*"`` matches
     every method; ``then`` are faults that start once this one has answered (an outage that
-    begins right after a write landed).
+    begins right after a write landed). ``delay`` holds the answer back that many seconds (a
+    client with a shorter timeout sees a timeout).
     """
 
     method: str
@@ -62,6 +63,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: dict[str, Any] = field(default_factory=dict)
     then: tuple[Fault, ...] = ()
+    delay: float = 0.0
 
     def matches(self, method: str, path: str) -> bool:
         if self.times <= 0 or self.method not in ("*", method):
@@ -161,6 +163,7 @@ class FakeGitHub:
         headers: dict[str, str] | None = None,
         message: str = "Server Error",
         then: tuple[Fault, ...] = (),
+        delay: float = 0.0,
     ) -> None:
         """Answer the next ``times`` matching requests with ``status``.
 
@@ -173,11 +176,12 @@ class FakeGitHub:
             headers: extra response headers.
             message: the JSON body's ``message``.
             then: faults that start once this one has answered.
+            delay: seconds to hold the answer back (past the client's timeout: a timeout).
         """
         with self._lock:
             self.faults.append(
                 Fault(method, path, status, times, after, dict(headers or {}),
-                      {"message": message}, then)
+                      {"message": message}, then, delay)
             )
 
     def heal(self) -> None:
@@ -422,13 +426,27 @@ class FakeGitHub:
         body: Any,
     ) -> tuple[int, dict[str, str], Any]:
         """Answer one request: record it, check the token, apply faults, route it."""
+        status, out_headers, payload, delay = self._answer(method, path, query, headers, body)
+        if delay:
+            time.sleep(delay)  # outside the lock: other requests are answered meanwhile
+        return status, out_headers, payload
+
+    def _answer(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        body: Any,
+    ) -> tuple[int, dict[str, str], Any, float]:
         with self._lock:
             self.requests.append(RecordedRequest(method, path, query, headers, body, time.time()))
             extra = self._rate_headers()
             if self.token is not None:
                 auth = headers.get("Authorization", "")
                 if auth not in (f"token {self.token}", f"Bearer {self.token}"):
-                    return 401, extra, {"message": "Bad credentials", "documentation_url": _DOCS}
+                    return (401, extra, {"message": "Bad credentials", "documentation_url": _DOCS},
+                            0.0)
             fault = next((f for f in self.faults if f.matches(method, path)), None)
             if fault is not None:
                 fault.times -= 1
@@ -438,12 +456,13 @@ class FakeGitHub:
                         self._route(method, path, query, body)
                     except _HttpError:
                         pass
-                return fault.status, {**extra, **fault.headers}, fault.body
+                return fault.status, {**extra, **fault.headers}, fault.body, fault.delay
             try:
                 status, out_headers, payload = self._route(method, path, query, body)
             except _HttpError as exc:
-                return exc.status, extra, {"message": exc.message, "documentation_url": _DOCS}
-            return status, {**extra, **out_headers}, payload
+                return (exc.status, extra, {"message": exc.message, "documentation_url": _DOCS},
+                        0.0)
+            return status, {**extra, **out_headers}, payload, 0.0
 
     def _rate_headers(self) -> dict[str, str]:
         self._remaining = max(self._remaining - 1, 1)

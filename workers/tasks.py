@@ -19,7 +19,7 @@ from service.errors import InfrastructureError
 from workers.app import app
 from workers.bisect import celery_driver as bisecting
 from workers.enqueue import Step, send
-from workers.issues import missing, pending
+from workers.issues import pending
 from workers.issues import sync as issue_sync
 from workers.night import deadline, finish, plan, triage
 from workers.night import jobs as benchmarking
@@ -83,8 +83,9 @@ def check_deadline(run_id: int) -> None:
 @app.task(name="night.file_missing", acks_late=True, autoretry_for=RETRYABLE,
           retry_backoff=True, max_retries=5)
 def file_missing(run_id: int) -> None:
-    """File the run's missing-data issue (one per machine class; a repeat finds it)."""
-    missing.file_missing_data(run_id)
+    """File the run's missing-data issue (one per machine class; a repeat finds it): one attempt
+    of the durable filing, which keeps it pending for the retry when the tracker fails."""
+    pending.file_missing_data(run_id)
 
 
 @app.task(name="night.sweep_deadlines", acks_late=True, autoretry_for=RETRYABLE,

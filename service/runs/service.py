@@ -12,7 +12,17 @@ from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
 from service.errors import InvalidInput, NotFound
-from service.models import JOB_ENDED, Alert, Job, JobStatus, Result, Run, RunKind, RunStatus
+from service.models import (
+    JOB_ENDED,
+    Alert,
+    FilingState,
+    Job,
+    JobStatus,
+    Result,
+    Run,
+    RunKind,
+    RunStatus,
+)
 from service.models.base import utcnow
 
 MODES = ("train", "eval")
@@ -192,7 +202,8 @@ def mark_missing(session: Session, *, run_id: int, now: datetime | None = None) 
     """Past the run's deadline, mark every job that has not reported as ``missing``.
 
     Returns the jobs marked (empty before the deadline or when all reported), and opens a
-    ``missing_data`` alert naming them.
+    ``missing_data`` alert naming them, its filing ``pending`` and due now (not for a
+    ``replicate`` run), for the durable filing of ``workers.issues.pending``.
     """
     run = get_run(session, run_id)
     now = now or utcnow()
@@ -209,8 +220,15 @@ def mark_missing(session: Session, *, run_id: int, now: datetime | None = None) 
         names = ", ".join(j.benchmark for j in jobs)
         alert = session.scalar(select(Alert).where(Alert.run_id == run_id, Alert.kind == "missing_data"))
         if alert is None:
-            session.add(Alert(run_id=run_id, kind="missing_data", status="open",
-                              summary=f"{len(jobs)} benchmark(s) never reported: {names}"))
+            # Stored with its filing pending, in the transaction that marks the jobs: whatever
+            # becomes of the task that files it, the filing retry finds it (a replicate run,
+            # asked for a comparison, is no night: its missing data is not filed).
+            filed = run.kind != RunKind.REPLICATE
+            session.add(Alert(
+                run_id=run_id, kind="missing_data", status="open",
+                summary=f"{len(jobs)} benchmark(s) never reported: {names}",
+                filing_state=FilingState.PENDING if filed else None,
+                filing_pending_since=now if filed else None, filing_next_at=now if filed else None))
     session.flush()
     return jobs
 

@@ -45,6 +45,7 @@ class PendingFilingRead(BaseModel):
     pending_since: datetime | None
     age_s: float = Field(description="seconds since its filing became pending")
     next_attempt_at: datetime | None
+    kind: str = Field(default="regression", description="regression or missing_data")
 
 
 class StabilityChangeRead(BaseModel):

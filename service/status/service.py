@@ -71,6 +71,8 @@ class WorkerSeen:
 class PendingFiling:
     """An alert whose issue is not filed yet: ``pending``, or ``failed_retrying`` after an error.
 
+    ``kind``: ``regression``, or ``missing_data`` (its issue, or the comment that its data came).
+
     ``age_s``: seconds since its filing became pending; ``next_attempt_at``: when the retry
     tries again (backoff).
     """
@@ -84,6 +86,7 @@ class PendingFiling:
     pending_since: datetime | None
     age_s: float
     next_attempt_at: datetime | None
+    kind: str = "regression"
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ def pending_filings(session: Session, *, now: datetime) -> list[PendingFiling]:
             alert_id=alert.id, run_id=alert.run_id, night=night, state=str(alert.filing_state),
             attempts=alert.filing_attempts, last_error=alert.filing_error, pending_since=since,
             age_s=(now - since).total_seconds() if since else 0.0,
-            next_attempt_at=_aware(alert.filing_next_at)))
+            next_attempt_at=_aware(alert.filing_next_at), kind=alert.kind))
     return out
 
 
@@ -235,7 +238,8 @@ def system_status(session: Session, *, now: datetime | None = None,
         f"({c.nights_behind} nights ago)" for c in classes if c.nights_behind > stale_after_nights]
     filings = pending_filings(session, now=now)
     problems += [
-        f"alert {f.alert_id} (run {f.run_id}, night {f.night}): filing its issue failed "
+        f"alert {f.alert_id} (run {f.run_id}, night {f.night}): filing its "
+        f"{'missing-data ' if f.kind == 'missing_data' else ''}issue failed "
         f"{f.attempts} time(s), pending {f.age_s / 3600:.1f} h: {f.last_error}; the issue waits "
         f"in the outbox, retried at {f.next_attempt_at} (or now: nightbench issues retry)"
         for f in filings if f.state == FilingState.FAILED_RETRYING]

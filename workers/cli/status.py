@@ -45,10 +45,11 @@ def status(
     workers = Table("worker", "last job started", "jobs", title="workers (last hour)")
     for w in state.workers:
         workers.add_row(w.worker, str(w.last_started_at), str(w.jobs))
-    filings = Table("alert", "run", "night", "state", "attempts", "pending", "last error",
-                    title="filings pending")
+    filings = Table("alert", "kind", "run", "night", "state", "attempts", "pending",
+                    "last error", title="filings pending")
     for f in state.pending_filings:
-        filings.add_row(str(f.alert_id), str(f.run_id), str(f.night), f.state, str(f.attempts),
+        filings.add_row(str(f.alert_id), f.kind, str(f.run_id), str(f.night), f.state,
+                        str(f.attempts),
                         f"{f.age_s / 3600:.1f} h", escape(f.last_error or ""),
                         style="bold red" if f.last_error else None)
     queues = Table("queue", "waiting", title="queues")

@@ -1,11 +1,14 @@
 """Missing data as an issue: a night whose benchmarks did not all report by its deadline.
 
-A ``missing_data`` alert is a row; nobody reads rows. :func:`file_missing_data` files it like a
-regression, through the configured tracker (GitHub, or the Markdown outbox), one issue per
-machine class (the jobs' queue) and night, deduplicated by fingerprint: each benchmark that
-never reported, the worker that last took it, its attempts and its last error, and what to do.
-When the data comes later (a re-dispatch of that night, a late post to an ingest run),
-:func:`note_arrivals` tells the issue once per benchmark.
+A ``missing_data`` alert is a row; nobody reads rows. It is stored with its filing pending
+(:func:`service.runs.service.mark_missing`) and filed like a regression alert, through the
+durable filing state (:mod:`workers.issues.pending`: outbox, retry with backoff, status), by
+:func:`file_missing_alert`: one issue per machine class (the jobs' queue) and night,
+deduplicated by fingerprint (:func:`missing_data_fingerprint`): each benchmark that never
+reported, the worker that last took it, its attempts and its last error, and what to do. When
+the data comes later (a re-dispatch of that night, a late post to an ingest run),
+:func:`note_arrivals` makes the alert pending again and the filing tells the issue once per
+benchmark.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.config import Settings, get_settings
+from service.config import Settings
 from service.db import session_scope
-from service.models import Alert, Job, JobStatus, Run, RunKind
+from service.errors import NotFound
+from service.models import Alert, AlertStatus, FilingState, Job, JobStatus, Run, RunKind
+from workers.issues.filing_state import reopen
 from workers.issues.markers import marker, run_marker
 from workers.issues.model import RenderedIssue, TrackedIssue
-from workers.issues.tracker import IssueTracker, make_tracker
+from workers.issues.tracker import IssueTracker
 
 log = logging.getLogger(__name__)
 LABELS = ("nightbench", "missing-data")
@@ -34,8 +39,24 @@ def missing_data_fingerprint(queue: str, night: str) -> str:
     return hashlib.sha256(f"missing_data\0{queue}\0{night}".encode()).hexdigest()[:16]
 
 
-def render_missing_data(run: Run, jobs: list[Job]) -> list[RenderedIssue]:
+def missing_data_labels(settings: Settings) -> tuple[str, ...]:
+    """The labels of a missing-data issue: the deployment's first label, then ``LABELS``.
+
+    The first of ``NIGHTBENCH_GITHUB_LABELS`` is the one the GitHub tracker's marker lookup
+    lists by (:func:`workers.issues.tracker.make_tracker`): an issue without it is not found
+    again, so neither deduplicated nor told that its data came.
+    """
+    return tuple(dict.fromkeys([*settings.github_labels[:1], *LABELS]))
+
+
+def render_missing_data(run: Run, jobs: list[Job], *,
+                        labels: Sequence[str] = LABELS) -> list[RenderedIssue]:
     """One issue per machine class (queue) of ``jobs``, the run's jobs that never reported.
+
+    Args:
+        run: the run past its deadline.
+        jobs: its jobs that never reported.
+        labels: the issues' labels (:func:`missing_data_labels` for a deployment's).
 
     Raises:
         ValueError: ``jobs`` is empty.
@@ -65,36 +86,90 @@ def render_missing_data(run: Run, jobs: list[Job]) -> list[RenderedIssue]:
             f"{marker(fp)}\n{run_marker(run.id)}\n")
         title = (f"Missing data: {len(missing)} benchmark(s) of night {run.night} on {queue} "
                  f"never reported")
-        issues.append(RenderedIssue(title=title, body=body, labels=LABELS, fingerprint=fp))
+        issues.append(RenderedIssue(title=title, body=body, labels=tuple(labels),
+                                    fingerprint=fp))
     return issues
 
 
-def file_missing_data(run_id: int, *, settings: Settings | None = None,
-                      tracker: IssueTracker | None = None) -> list[TrackedIssue]:
-    """File the missing-data issue(s) of run ``run_id`` (none when nothing is missing).
+def render_missing_alert(session: Session, *, alert_id: int,
+                         settings: Settings) -> list[RenderedIssue]:
+    """The issues the missing-data alert ``alert_id`` files, rendered, filing nothing.
 
-    Safe to run twice: the tracker returns the open issue carrying the same fingerprint.
+    What the outbox keeps while the tracker cannot be reached: empty once the alert's issues
+    were filed (what is left to do then is a comment, kept in the database: ``Alert.arrived``),
+    and when none of its run's jobs is missing any more (a late post brought them all).
+
+    Raises:
+        NotFound: no alert ``alert_id``, or its run is gone.
+    """
+    alert, run = _alert_and_run(session, alert_id)
+    if alert.status == AlertStatus.FILED:
+        return []
+    jobs = list(session.scalars(select(Job).where(
+        Job.run_id == run.id, Job.status == JobStatus.MISSING).order_by(Job.id)))
+    return render_missing_data(run, jobs, labels=missing_data_labels(settings)) if jobs else []
+
+
+def file_missing_alert(session: Session, *, alert_id: int, settings: Settings,
+                       tracker: IssueTracker) -> list[TrackedIssue]:
+    """File the missing-data alert ``alert_id``: its issues, then what came since, told once.
+
+    The first filing creates one issue per machine class with missing jobs (the tracker returns
+    the open issue carrying the same fingerprint instead, so an issue whose creation answer was
+    lost is not filed twice). Each filing then tells the open issue of each machine class the
+    benchmarks of :func:`arrived_benchmarks` not yet told (``Alert.arrived``), in one comment
+    whose key makes a repeat a no-op; a machine class with no open issue has nothing to tell.
+    Only flushes; the caller (:func:`workers.issues.pending.file_durably`) commits, or rolls
+    its savepoint back when the tracker failed, so nothing is recorded as filed or told then.
 
     Returns:
-        The issues filed or found, one per machine class with missing jobs.
+        The issues created or found, and those commented on.
+
+    Raises:
+        NotFound: no alert ``alert_id``, or its run is gone.
+        InfrastructureError: the tracker kept failing (``TrackerAccessDenied``: it refused the
+            credentials or the repository).
     """
-    settings = settings or get_settings()
-    tracker = tracker or make_tracker(settings)
-    with session_scope() as session:
-        alert = session.scalar(select(Alert).where(Alert.run_id == run_id,
-                                                   Alert.kind == "missing_data"))
-        run = session.get(Run, run_id)
-        if alert is None or run is None:
-            return []
-        jobs = list(session.scalars(select(Job).where(
-            Job.run_id == run_id, Job.status == JobStatus.MISSING).order_by(Job.id)))
-        if not jobs:
-            return []
-        issues = render_missing_data(run, jobs)
-    filed = [tracker.create(issue) for issue in issues]
-    for issue in filed:
-        log.warning("run %s: missing data filed as %s", run_id, issue.url)
-    return filed
+    first = render_missing_alert(session, alert_id=alert_id, settings=settings)
+    alert, run = _alert_and_run(session, alert_id)
+    done: dict[str, TrackedIssue] = {issue.fingerprint: tracker.create(issue) for issue in first}
+    for created in done.values():
+        log.warning("run %s: missing data filed as %s", run.id, created.url)
+    came = arrived_benchmarks(session, run, alert=alert)
+    known = set(alert.arrived or [])
+    fresh = {q: [b for b in names if b not in known] for q, names in sorted(came.items())}
+    for queue, names in fresh.items():
+        fp = missing_data_fingerprint(queue, str(run.night))
+        issue = (done.get(fp) or tracker.find_open(fp)) if names else None
+        if issue is None:  # nothing came, or no open issue to tell
+            continue
+        still = sorted(j.benchmark for j in session.scalars(select(Job).where(
+            Job.run_id == run.id, Job.queue == queue, Job.status == JobStatus.MISSING))
+            if j.benchmark not in came[queue])
+        key = "arrived-" + hashlib.sha256(
+            "\0".join([str(alert.id), *names]).encode()).hexdigest()[:12]
+        tracker.comment(issue.number, render_arrival(run.night, queue, names, still), key=key)
+        done[fp] = issue
+        log.info("run %s: data came for %s, told on %s", run.id, ", ".join(names), issue.url)
+    alert.arrived = sorted(known | {b for names in fresh.values() for b in names}) or None
+    alert.status = AlertStatus.FILED
+    session.flush()
+    return list(done.values())
+
+
+def _alert_and_run(session: Session, alert_id: int) -> tuple[Alert, Run]:
+    """Missing-data alert ``alert_id``, locked for this filing, and its run.
+
+    Raises:
+        NotFound: no such missing-data alert, or its run is gone.
+    """
+    alert = session.get(Alert, alert_id, with_for_update=True, populate_existing=True)
+    if alert is None or alert.kind != "missing_data":
+        raise NotFound(f"missing-data alert {alert_id} does not exist")
+    run = session.get(Run, alert.run_id)
+    if run is None:
+        raise NotFound(f"run {alert.run_id} of alert {alert_id} does not exist")
+    return alert, run
 
 
 def _aware(ts: datetime) -> datetime:
@@ -145,50 +220,33 @@ def render_arrival(night: date, queue: str, arrived: Sequence[str], still: Seque
             f"regression in them shows from the next night on.{rest}")
 
 
-def note_arrivals(*, today: date | None = None, settings: Settings | None = None,
-                  tracker: IssueTracker | None = None) -> list[str]:
-    """Tell each open missing-data issue, once per benchmark, that its data came.
+def note_arrivals(*, today: date | None = None, now: datetime | None = None) -> list[int]:
+    """Make each filed missing-data alert whose data came since pending again, to be told.
 
-    Watches the missing-data alerts of the last ``ARRIVALS_LOOKBACK_DAYS`` nights; for each,
-    :func:`arrived_benchmarks` not yet told (``Alert.arrived``) become one comment on the issue
-    of their machine class (found by its fingerprint; none open: nothing to tell). Runs from the
-    deadline sweep. Safe to repeat: comments carry a key, and what was told is recorded.
+    Watches the missing-data alerts of the last ``ARRIVALS_LOOKBACK_DAYS`` nights; one whose
+    issues were filed and for which :func:`arrived_benchmarks` holds benchmarks not yet told
+    (``Alert.arrived``) goes back to ``pending`` (:func:`workers.issues.filing_state.reopen`).
+    The durable filing's retry then posts the comment (:func:`file_missing_alert`), with the
+    same backoff and status as any filing: GitHub away loses nothing. An alert still pending or
+    failing tells it when it files. Runs from the deadline sweep; touches no tracker.
 
     Returns:
-        The benchmarks told about now.
-
-    Raises:
-        InfrastructureError: the tracker could not be reached (nothing is recorded as told).
+        The ids of the alerts made pending.
     """
-    settings = settings or get_settings()
     since = (today or date.today()) - timedelta(days=ARRIVALS_LOOKBACK_DAYS)
-    told: list[str] = []
+    reopened: list[int] = []
     with session_scope() as session:
         alerts = list(session.scalars(select(Alert).join(Run, Run.id == Alert.run_id).where(
-            Alert.kind == "missing_data", Run.night >= since)))
+            Alert.kind == "missing_data", Alert.filing_state == FilingState.FILED,
+            Run.night >= since).order_by(Alert.id)))
         for alert in alerts:
             run = session.get(Run, alert.run_id)
             came = arrived_benchmarks(session, run, alert=alert) if run is not None else {}
             known = set(alert.arrived or [])
-            fresh = {q: [b for b in names if b not in known] for q, names in came.items()}
-            fresh = {q: names for q, names in fresh.items() if names}
-            if run is None or not fresh:
-                continue
-            tracker = tracker or make_tracker(settings)
-            for queue, names in sorted(fresh.items()):
-                issue = tracker.find_open(missing_data_fingerprint(queue, str(run.night)))
-                if issue is not None:
-                    missing_now = sorted(
-                        j.benchmark for j in session.scalars(select(Job).where(
-                            Job.run_id == run.id, Job.queue == queue,
-                            Job.status == JobStatus.MISSING))
-                        if j.benchmark not in came.get(queue, []))
-                    key = "arrived-" + hashlib.sha256(
-                        "\0".join([str(alert.id), *names]).encode()).hexdigest()[:12]
-                    tracker.comment(issue.number, render_arrival(run.night, queue, names,
-                                                                 missing_now), key=key)
-                told.extend(names)
-            alert.arrived = sorted(known | {b for names in fresh.values() for b in names})
-    if told:
-        log.info("missing data came for %d benchmark(s): %s", len(told), ", ".join(told))
-    return told
+            if any(b not in known for names in came.values() for b in names) and reopen(
+                    alert, now=now):
+                reopened.append(alert.id)
+    if reopened:
+        log.info("missing data came for alert(s) %s: to be told on their issues",
+                 ", ".join(map(str, reopened)))
+    return reopened

@@ -1,7 +1,10 @@
 """Filing as a durable state of its own: an alert's issue is pending until it is filed.
 
-A confirmed alert's ``filing_state`` (:class:`~service.models.FilingState`) goes
-``pending`` → ``filed``, or ``failed_retrying`` → ``filed``. :func:`file_durably` makes one
+An alert's ``filing_state`` (:class:`~service.models.FilingState`) goes ``pending`` →
+``filed``, or ``failed_retrying`` → ``filed``; the moves are :mod:`workers.issues.filing_state`.
+Two kinds of alert go this way: a confirmed regression alert (pending when its night is filed)
+and a missing-data alert (stored pending with the jobs it names, at the run's deadline; pending
+again when data it lacked comes later, until the comment saying so is posted). :func:`file_durably` makes one
 attempt inside a savepoint: a failure (GitHub rejecting the token or the repository, a 5xx burst
 longer than the client's retries, GitHub unreachable) rolls back what the attempt wrote, records
 the error, the attempts and the next attempt's time on the alert, and writes the rendered issue
@@ -10,9 +13,11 @@ logged at once in one line naming the setting to fix.
 
 The retry (:func:`retry_pending`) runs from the periodic ``issues.retry_filing`` task (beat),
 the deadline sweep, ``nightbench issues retry`` and each night's filing step. It files each due
-alert through :func:`workers.issues.filing.file_alert`, whose fingerprint dedup finds an issue
-created by an attempt whose answer was lost (apply-then-502), so an issue is filed exactly once;
-the outbox copy is then marked filed with the issue's URL.
+alert through :func:`workers.issues.filing.file_alert` (regressions) or
+:func:`workers.issues.missing.file_missing_alert` (missing data), whose fingerprint dedup finds
+an issue created by an attempt whose answer was lost (apply-then-502), so an issue is filed
+exactly once (a comment: once per key); the outbox copy is then marked filed with the issue's
+URL.
 
 Backoff: the n-th failure waits ``min(BACKOFF_FIRST * 2 ** (n - 1), BACKOFF_MAX)``.
 """
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -31,15 +36,17 @@ from service.db import session_scope
 from service.errors import InfrastructureError, InvalidInput, NotFound, TrackerAccessDenied
 from service.models import FILING_UNFILED, Alert, FilingState
 from service.models.base import utcnow
-from workers.issues import causes, filing
+from workers.issues import causes, filing, missing
 from workers.issues.causes import BisectionInput
+from workers.issues.filing_state import BACKOFF_FIRST, BACKOFF_MAX, backoff, mark_pending
+from workers.issues.model import RenderedIssue
 from workers.issues.outbox import OutboxTracker
 from workers.issues.tracker import IssueTracker, make_tracker
 
 log = logging.getLogger(__name__)
 
-BACKOFF_FIRST = timedelta(minutes=5)
-BACKOFF_MAX = timedelta(hours=6)
+__all__ = ["BACKOFF_FIRST", "BACKOFF_MAX", "FilingAttempt", "any_due", "backoff", "due_alert_ids",
+           "file_durably", "file_missing_data", "mark_pending", "retry_due", "retry_pending"]
 
 
 @dataclass(frozen=True)
@@ -57,20 +64,6 @@ class FilingAttempt:
     state: str
     error: str | None
     urls: tuple[str, ...]
-
-
-def backoff(attempts: int) -> timedelta:
-    """How long to wait after the ``attempts``-th failed attempt (1 or more)."""
-    return min(BACKOFF_FIRST * 2 ** max(attempts - 1, 0), BACKOFF_MAX)
-
-
-def mark_pending(alert: Alert, *, now: datetime | None = None) -> None:
-    """Make ``alert``'s filing pending, due now, unless it is already pending or filed."""
-    if alert.filing_state is None:
-        now = now or utcnow()
-        alert.filing_state = FilingState.PENDING
-        alert.filing_pending_since = now
-        alert.filing_next_at = now
 
 
 def file_durably(
@@ -107,14 +100,12 @@ def file_durably(
     if alert.filing_state == FilingState.FILED:
         return FilingAttempt(alert_id, FilingState.FILED, None, ())
     mark_pending(alert, now=now)
-    if bisection is None:
+    if bisection is None and alert.kind != MISSING_DATA:
         bisection = causes.night_bisection_input(session, run_id=alert.run_id)
     try:
         tracker = tracker or make_tracker(settings)
         with session.begin_nested():
-            filed = filing.file_alert(
-                session, alert_id=alert_id, settings=settings, tracker=tracker, bisection=bisection
-            )
+            filed = _file(session, alert, settings=settings, tracker=tracker, bisection=bisection)
     except (InfrastructureError, InvalidInput) as exc:
         return _failed(session, alert_id, exc, settings=settings, bisection=bisection, now=now)
     alert.filing_state = FilingState.FILED
@@ -168,9 +159,7 @@ def _to_outbox(
     session: Session, alert_id: int, *, settings: Settings, bisection: BisectionInput | None
 ) -> list[str]:
     """Write the alert's rendered issues to the outbox (a repeat finds them by fingerprint)."""
-    rendered = filing.render_alert(
-        session, alert_id=alert_id, settings=settings, bisection=bisection
-    )
+    rendered = _render(session, alert_id, settings=settings, bisection=bisection)
     try:
         outbox = OutboxTracker(settings.effective_outbox_dir)
         return [outbox.create(issue).url for issue in rendered]
@@ -178,6 +167,50 @@ def _to_outbox(
         log.error("alert %s: could not write the outbox %s: %s", alert_id,
                   settings.effective_outbox_dir, exc)
         return []
+
+
+MISSING_DATA = "missing_data"
+
+
+@dataclass(frozen=True)
+class _Filed:
+    """An issue an attempt filed, found or commented on: its fingerprint and URL."""
+
+    fingerprint: str
+    url: str
+
+
+def _file(
+    session: Session,
+    alert: Alert,
+    *,
+    settings: Settings,
+    tracker: IssueTracker,
+    bisection: BisectionInput | None,
+) -> list[_Filed]:
+    """File ``alert`` by its kind: a regression's issues (:func:`workers.issues.filing.file_alert`)
+    or a missing-data notice and its arrival comments (:func:`workers.issues.missing.file_missing_alert`).
+
+    Raises:
+        InfrastructureError, InvalidInput: the tracker failed (the caller's savepoint undoes it).
+    """
+    if alert.kind == MISSING_DATA:
+        issues = missing.file_missing_alert(
+            session, alert_id=alert.id, settings=settings, tracker=tracker)
+        return [_Filed(str(i.fingerprint), i.url) for i in issues]
+    filed = filing.file_alert(
+        session, alert_id=alert.id, settings=settings, tracker=tracker, bisection=bisection)
+    return [_Filed(f.fingerprint, f.url) for f in filed]
+
+
+def _render(
+    session: Session, alert_id: int, *, settings: Settings, bisection: BisectionInput | None
+) -> list[RenderedIssue]:
+    """The issues :func:`_file` would create for alert ``alert_id`` (what the outbox keeps)."""
+    alert = session.get(Alert, alert_id)
+    if alert is not None and alert.kind == MISSING_DATA:
+        return missing.render_missing_alert(session, alert_id=alert_id, settings=settings)
+    return filing.render_alert(session, alert_id=alert_id, settings=settings, bisection=bisection)
 
 
 def _mark_outbox_filed(settings: Settings, urls: dict[str, str]) -> None:
@@ -261,6 +294,32 @@ def retry_pending(
                 file_durably(session, alert_id=alert_id, settings=settings, now=now)
             )
     return attempts
+
+
+def file_missing_data(
+    run_id: int,
+    *,
+    settings: Settings | None = None,
+    tracker: IssueTracker | None = None,
+    now: datetime | None = None,
+) -> FilingAttempt | None:
+    """One attempt at filing the missing-data alert of run ``run_id`` (``night.file_missing``).
+
+    The alert was stored pending with the jobs it names (:func:`service.runs.service.mark_missing`),
+    so a failure here, or this task never running, leaves it to the retry.
+
+    Returns:
+        The attempt; None when the run has no missing-data alert to file (none, or one of a
+        replicate run, which is not filed).
+    """
+    settings = settings or get_settings()
+    with session_scope() as session:
+        alert_id = session.scalar(select(Alert.id).where(
+            Alert.run_id == run_id, Alert.kind == MISSING_DATA, Alert.filing_state.is_not(None)))
+        if alert_id is None:
+            return None
+        return file_durably(session, alert_id=alert_id, settings=settings, tracker=tracker,
+                            now=now)
 
 
 def any_due(*, now: datetime | None = None) -> bool:

@@ -23,9 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def check_deadline(run_id: int, *, now: datetime | None = None) -> list[Step]:
-    """At the run's deadline: jobs that never reported become ``missing`` with an alert, filed
-    as an issue (``night.file_missing``; not for a replicate run, asked for a comparison); the
-    run then finishes with what it has."""
+    """At the run's deadline: jobs that never reported become ``missing`` with an alert, stored
+    with its filing pending and filed as an issue (``night.file_missing``, one attempt; the
+    filing retry makes the others; not for a replicate run, asked for a comparison); the run
+    then finishes with what it has."""
     with session_scope() as session:
         missing = runs.mark_missing(session, run_id=run_id, now=now)
         proceed = bool(missing) and runs.begin_finishing(session, run_id=run_id)
@@ -39,7 +40,7 @@ def check_deadline(run_id: int, *, now: datetime | None = None) -> list[Step]:
 
 def sweep_deadlines(now: datetime | None = None) -> list[int]:
     """Requeue the jobs whose worker fell silent (:func:`requeue_lost`), check every unfinished
-    run whose deadline has passed, tell missing-data issues whose data came
+    run whose deadline has passed, make missing-data alerts whose data came pending again
     (:func:`workers.issues.missing.note_arrivals`), detect regressions in runs
     posted through the API once all their results are in, and send ``issues.retry_filing``
     when an alert's filing is due; returns the run ids handled."""
@@ -58,11 +59,10 @@ def sweep_deadlines(now: datetime | None = None) -> list[int]:
     steps += [Step("night.finish", (run_id,)) for run_id in posted]
     # More processes asked for over the API (POST /api/runs/{id}/processes): measured now.
     steps += dispatch_pending()
-    # Missing data that came since (a re-dispatch, a late post): told on its issue.
-    try:
-        missing.note_arrivals()
-    except Exception as exc:  # noqa: BLE001 - the tracker away must not stop the sweep
-        log.warning("missing data that came could not be told yet: %s", exc)
+    # Missing data that came since (a re-dispatch, a late post): its filed alert is pending
+    # again (due at the clock's now, which the retry task judges by), and the filing retry
+    # below tells its issue.
+    missing.note_arrivals(today=now.date())
     # Where no beat runs the retry, the sweep (cron, or a deployment's own timer) sends it.
     if pending.any_due(now=now):
         steps.append(Step("issues.retry_filing", ()))
