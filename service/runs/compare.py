@@ -44,6 +44,7 @@ class Comparison:
     a_median: float
     b_median: float
     ratio: float | None
+    difference: float
     a_processes: int
     b_processes: int
     a_samples: int
@@ -86,8 +87,17 @@ def smallest_p_value(n: int, m: int) -> float:
     return min(1.0, 2 / math.comb(n + m, n))
 
 
+GROWTH_METRICS = frozenset({"mem_growth"})
+"""Metrics that are a signed change in bytes (growth over a process's timed loop, often near
+0 or below it): a ratio of two such values means nothing, so they are compared by difference."""
+GROWTH_MIN_BYTES = 8 * 1024 * 1024
+"""The growth difference that matters: the leak rule's least sustained growth on CPU
+(``suite.harness.LEAK_MIN_BYTES``)."""
+
+
 def compare_processes(
     a: list[float], b: list[float], *, alpha: float, threshold: float,
+    min_difference: float | None = None,
 ) -> tuple[float | None, float | None, bool, str]:
     """Ratio of medians (b / a), two-sided Mann-Whitney U p-value, significance and verdict,
     with one value per process on each side (the process's median; ms or bytes).
@@ -108,6 +118,9 @@ def compare_processes(
         b: per-process values of the second run, shape (m,), m >= 1.
         alpha: significance level (0 < alpha < 1).
         threshold: relative change that matters (0.07 = 7%).
+        min_difference: for a signed metric (``GROWTH_METRICS``), the absolute difference
+            ``median(b) - median(a)`` that matters, in the values' unit; the ratio is then None
+            and ``threshold`` is not used.
 
     Raises:
         ValueError: an empty side.
@@ -115,7 +128,11 @@ def compare_processes(
     if not a or not b:
         raise ValueError(f"each side needs at least one process, got {len(a)} and {len(b)}")
     ma, mb = float(np.median(a)), float(np.median(b))
-    ratio = mb / ma if ma > 0 else None
+    ratio = mb / ma if ma > 0 and min_difference is None else None
+    worse = (mb - ma >= min_difference) if min_difference is not None else \
+        (ratio is not None and ratio > 1 + threshold)
+    better = (ma - mb >= min_difference) if min_difference is not None else \
+        (ratio is not None and ratio < 1 - threshold)
     if smallest_p_value(len(a), len(b)) >= alpha:
         return ratio, None, False, NOT_ENOUGH
     if np.ptp(np.r_[a, b]) == 0:
@@ -127,9 +144,9 @@ def compare_processes(
     significant = p < alpha
     if not significant:
         verdict = "not significant"
-    elif ratio is not None and ratio > 1 + threshold:
+    elif worse:
         verdict = "regression"
-    elif ratio is not None and ratio < 1 - threshold:
+    elif better:
         verdict = "improvement"
     else:
         verdict = "unchanged"
@@ -174,10 +191,12 @@ def compare_runs(
         pa = [float(np.median(r.samples)) for r in xs]
         pb = [float(np.median(r.samples)) for r in ys]
         ratio, p, significant, verdict = compare_processes(
-            pa, pb, alpha=alpha, threshold=threshold_for(key[4], f"{key[0]}:{key[1]}"))
+            pa, pb, alpha=alpha, threshold=threshold_for(key[4], f"{key[0]}:{key[1]}"),
+            min_difference=GROWTH_MIN_BYTES if key[4] in GROWTH_METRICS else None)
         out.append(Comparison(
             benchmark=_label(key).rsplit(" ", 1)[0], metric=key[4], unit=ys[0].unit,
             a_median=float(np.median(pa)), b_median=float(np.median(pb)), ratio=ratio,
+            difference=float(np.median(pb) - np.median(pa)),
             a_processes=len(pa), b_processes=len(pb),
             a_samples=sum(len(r.samples) for r in xs), b_samples=sum(len(r.samples) for r in ys),
             p_value=p, significant=significant, verdict=verdict))

@@ -139,7 +139,10 @@ class ComparisonRead(BaseModel):
     unit: str
     a_median: float = Field(description="median of run a's per-process medians (ms or bytes)")
     b_median: float = Field(description="median of run b's per-process medians (ms or bytes)")
-    ratio: float | None = Field(description="b median / a median; null when a median is 0")
+    ratio: float | None = Field(
+        description="b median / a median; null when a median is 0, and for mem_growth (a signed "
+                    "growth in bytes, compared by its difference)")
+    difference: float = Field(description="b median - a median, in the metric's unit")
     a_processes: int = Field(description="processes that measured it in run a (with its re-runs)")
     b_processes: int = Field(description="processes that measured it in run b (with its re-runs)")
     a_samples: int = Field(description="iterations over run a's processes")

@@ -237,3 +237,32 @@ def test_replicate_processes_count_in_the_comparison(client: TestClient, db: Ses
     c = client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["comparisons"][0]
     assert (c["a_processes"], c["b_processes"]) == (5, 5)
     assert c["p_value"] == pytest.approx(2 / 252) and c["verdict"] == "regression"
+
+
+def test_growth_is_compared_by_its_difference_not_a_ratio() -> None:
+    mib = 2.0**20
+    # Growth near zero on one side: a ratio would read x20 for 1.9 MiB more; not a regression.
+    small = compare_processes([0.1 * mib + i for i in range(6)], [2.0 * mib + i for i in range(6)],
+                              alpha=0.01, threshold=0.07, min_difference=8 * mib)
+    assert small[0] is None and small[2] and small[3] == "unchanged"
+    # Negative growth on one side (pages handed back): still a difference, never a ratio.
+    grown = compare_processes([-3.0 * mib + i for i in range(6)], [12.0 * mib + i for i in range(6)],
+                              alpha=0.01, threshold=0.07, min_difference=8 * mib)
+    assert grown[0] is None and grown[3] == "regression"
+    shrunk = compare_processes([12.0 * mib + i for i in range(6)], [-3.0 * mib + i for i in range(6)],
+                               alpha=0.01, threshold=0.07, min_difference=8 * mib)
+    assert shrunk[3] == "improvement"
+
+
+def test_the_api_gives_growth_a_difference_and_no_ratio(client: TestClient, db: Session) -> None:
+    a = add_night(db, night(0), [make_record("dcgan", "eval", {
+        "latency": _lat(3.0, 1), "mem_growth": [0.1 * 2**20]})])
+    b = add_night(db, night(1), [make_record("dcgan", "eval", {
+        "latency": _lat(3.0, 2), "mem_growth": [2.1 * 2**20]})])
+    rows = {c["metric"]: c for c in client.get(f"/api/runs/{a.id}/compare/{b.id}").json()[
+        "comparisons"]}
+    assert rows["mem_growth"]["ratio"] is None
+    assert rows["mem_growth"]["difference"] == pytest.approx(2 * 2**20)
+    assert rows["latency"]["ratio"] is not None
+    assert rows["latency"]["difference"] == pytest.approx(
+        rows["latency"]["b_median"] - rows["latency"]["a_median"])

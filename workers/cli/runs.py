@@ -130,6 +130,16 @@ def _wait(run_ids: list[int], poll_s: float = 2.0) -> None:
             time.sleep(poll_s)
 
 
+def _change(c: dict[str, Any]) -> str:
+    """The "B / A" cell: the ratio, or for a signed growth (no ratio) the difference with unit."""
+    if c["ratio"] is not None:
+        return f"{c['ratio']:.3f}"
+    if c.get("difference") is None:
+        return "—"
+    sign = "+" if c["difference"] >= 0 else "−"
+    return sign + with_unit(abs(c["difference"]), c["unit"])
+
+
 def _print(payload: dict[str, Any]) -> None:
     table = Table(title=f"run {payload['b']} vs run {payload['a']} · by process · "
                         f"alpha {payload['alpha']}")
@@ -141,7 +151,7 @@ def _print(payload: dict[str, Any]) -> None:
         table.add_row(
             c["benchmark"], c["metric"], with_unit(c["a_median"], c["unit"]),
             with_unit(c["b_median"], c["unit"]),
-            f"{c['ratio']:.3f}" if c["ratio"] is not None else "—",
+            _change(c),
             f"{c['a_processes']}|{c['b_processes']}",
             f"{c['p_value']:.3g}" if c["p_value"] is not None else "—",
             f"[{style}]{c['verdict']}[/]" if style else c["verdict"])
