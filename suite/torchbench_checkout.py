@@ -33,6 +33,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from suite.model_info import TORCHBENCH_PREFIX, ModelInfo, hash_folder
 from suite.records import MEASUREMENT_VERSION
+from suite.torchbench_imports import distributions, import_closure
 
 ENV_VAR = "NIGHTBENCH_TORCHBENCH_PATH"
 TESTS = ("train", "eval")
@@ -41,7 +42,8 @@ DEVICES = ("cpu", "cuda")
 # framework factories (torchbenchmark/util/, e.g. util/framework/huggingface builds hf_*
 # models), the package's own __init__ and task enums.
 SHARED_CODE = ("util", "__init__.py", "tasks.py")
-# Libraries TorchBench's framework factories build models from, versioned for every model.
+# Libraries TorchBench's framework factories build models from: a model's version covers those
+# its code can reach (suite.torchbench_imports), every one where that closure is open.
 FRAMEWORK_LIBRARIES = ("transformers", "torchvision", "timm", "torchaudio", "torchtext",
                        "diffusers", "fairseq", "detectron2")
 _DOMAINS = {"computer_vision": "computer_vision", "nlp": "nlp", "speech": "speech",
@@ -257,18 +259,38 @@ def _installed(distribution: str) -> str | None:
         return None
 
 
+def framework_libraries(name: str) -> tuple[list[str], list[str]]:
+    """``(libraries, open)``: the ``FRAMEWORK_LIBRARIES`` the model's code can reach, by its
+    static import closure (``suite.torchbench_imports``, read with ``ast``, nothing imported),
+    and why that closure may miss some (a dynamic import, a checkout module with no file). With
+    any reason in ``open`` the libraries are all of ``FRAMEWORK_LIBRARIES``.
+
+    Raises:
+        LookupError: no such model.
+    """
+    closure = import_closure(checkout_root(), model_dir(name))
+    if closure.open:
+        return list(FRAMEWORK_LIBRARIES), closure.open
+    reached = distributions(closure.third_party)
+    return [lib for lib in FRAMEWORK_LIBRARIES if lib in reached], []
+
+
 def benchmark_version(name: str, suite_contract: bytes) -> str:
     """A 16-hex-digit SHA-256 of everything that decides a TorchBench model's work.
 
     Covered: the model's folder; TorchBench's shared code (``SHARED_CODE``: the model base,
     input and framework factories under ``util/``, the package's ``__init__`` and task enums);
-    the installed versions of the model's requirements and of ``FRAMEWORK_LIBRARIES``;
-    ``suite_contract`` (the suite's model contract, from the caller) and the measurement
-    method's version. A change in any of them starts a new series instead of reading as a
-    regression.
+    the installed versions of the model's requirements.txt entries and of the
+    ``FRAMEWORK_LIBRARIES`` its code can reach (:func:`framework_libraries`: a static import
+    closure from the model's folder through the checkout's modules; every one of them where the
+    closure is open, e.g. a dynamic ``importlib.import_module``); ``suite_contract`` (the suite's
+    model contract, from the caller) and the measurement method's version. A change in any of
+    them starts a new series instead of reading as a regression; a framework library the model
+    cannot reach (transformers for lennard_jones) leaves its series alone.
 
     Raises:
         LookupError: no such model.
+        OSError: a file of the model or of the checkout cannot be read.
     """
     digest = hash_folder(model_dir(name))
     package = checkout_root() / "torchbenchmark"
@@ -280,7 +302,7 @@ def benchmark_version(name: str, suite_contract: bytes) -> str:
         elif path.is_file():
             digest.update(path.read_bytes())
     requirements = model_dir(name) / "requirements.txt"
-    names = set(FRAMEWORK_LIBRARIES)
+    names = set(framework_libraries(name)[0])
     if requirements.is_file():
         for raw in requirements.read_text().splitlines():
             try:

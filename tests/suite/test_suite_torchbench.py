@@ -257,13 +257,79 @@ def test_the_version_covers_shared_framework_code_and_library_versions(
     after = {m: checkout.benchmark_version(m, b"contract") for m in before}
     assert after["staged_mlp"] != before["staged_mlp"]  # a new series, not a regression
     assert after["tiny_mlp"] != before["tiny_mlp"]  # util/ is shared by every model
-    # A framework library at another version (transformers, as hf_* models are built from it).
+
+
+def _add_model(copy: Path, name: str, source: str) -> None:
+    folder = copy / "torchbenchmark" / "models" / name
+    folder.mkdir()
+    (folder / "__init__.py").write_text(source)
+
+
+def _versions_with(monkeypatch: pytest.MonkeyPatch, checkout, models, **versions: str):
     real = checkout._installed
-    monkeypatch.setattr(checkout, "_installed",
-                        lambda d: "99.0" if d == "transformers" else real(d))
-    assert checkout.benchmark_version("staged_mlp", b"contract") != after["staged_mlp"]
-    monkeypatch.setattr(checkout, "_installed", real)
-    assert checkout.benchmark_version("staged_mlp", b"contract") == after["staged_mlp"]
+    monkeypatch.setattr(checkout, "_installed", lambda d: versions.get(d) or real(d))
+    try:
+        return {m: checkout.benchmark_version(m, b"contract") for m in models}
+    finally:
+        monkeypatch.setattr(checkout, "_installed", real)
+
+
+def test_the_version_covers_only_the_framework_libraries_a_model_can_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite import torchbench_checkout as checkout
+
+    copy = tmp_path / "benchmark"
+    shutil.copytree(CHECKOUT, copy)
+    monkeypatch.setenv(checkout.ENV_VAR, str(copy))
+    _add_model(copy, "hf_tiny", "from torchbenchmark.util.framework.huggingface.model_factory "
+                                "import build\n")
+    _add_model(copy, "dynamic_tiny", "import importlib\n\n\ndef load(name):\n"
+                                     "    return importlib.import_module(name)\n")
+    models = ("tiny_mlp", "staged_mlp", "hf_tiny", "dynamic_tiny", "needs_tensorboardx")
+    assert checkout.framework_libraries("tiny_mlp") == ([], [])
+    assert checkout.framework_libraries("hf_tiny") == (["transformers"], [])
+    libraries, why = checkout.framework_libraries("dynamic_tiny")
+    assert libraries == list(checkout.FRAMEWORK_LIBRARIES)
+    assert why == ["torchbenchmark/models/dynamic_tiny/__init__.py: dynamic import of name"]
+    base = _versions_with(monkeypatch, checkout, models)
+    # Another transformers: only the models that can reach it start a new series.
+    moved = _versions_with(monkeypatch, checkout, models, transformers="99.0")
+    assert {m for m in models if moved[m] != base[m]} == {"hf_tiny", "dynamic_tiny"}
+    # Another torchvision: no fixture model imports it, so only the dynamic import's model moves.
+    moved = _versions_with(monkeypatch, checkout, models, torchvision="99.0")
+    assert {m for m in models if moved[m] != base[m]} == {"dynamic_tiny"}
+    # A requirements.txt entry stays versioned, whatever the closure reaches.
+    moved = _versions_with(monkeypatch, checkout, models, numpy="0.0.1")
+    assert {m for m in models if moved[m] != base[m]} == {"needs_tensorboardx"}
+
+
+def test_the_import_closure_reads_what_static_analysis_can_see(tmp_path: Path) -> None:
+    from suite.torchbench_imports import import_closure
+
+    copy = tmp_path / "benchmark"
+    shutil.copytree(CHECKOUT, copy)
+    models = copy / "torchbenchmark" / "models"
+
+    def closure(name: str, source: str):
+        folder = models / name
+        folder.mkdir()
+        (folder / "__init__.py").write_text(source)
+        return import_closure(copy, folder)
+
+    staged = import_closure(copy, models / "staged_mlp")
+    assert "torchbenchmark/util/framework/factory.py" in staged.files  # relative imports
+    assert "torchbenchmark/util/model.py" in staged.files
+    assert staged.third_party == {"torch"} and staged.open == []
+    # A constant import_module is an import; a guarded import of a missing file cannot load.
+    found = closure("constant", "import importlib\nimportlib.import_module('timm')\ntry:\n"
+                    "    from torchbenchmark.util.fb.installer import x\nexcept ImportError:\n"
+                    "    x = None\n")
+    assert found.third_party == {"timm"} and found.open == []
+    missing = closure("missing", "from torchbenchmark.util.fb.installer import install_data\n")
+    assert missing.open == ["torchbenchmark/models/missing/__init__.py: "
+                            "torchbenchmark.util.fb.installer is no file of the checkout"]
+    assert closure("dunder", "__import__('x' + suffix)\n").open
 
 
 REAL_CHECKOUT = os.environ.get("NIGHTBENCH_TORCHBENCH_PATH")
@@ -284,6 +350,21 @@ def test_a_real_torchbench_checkout_lists_and_runs() -> None:
     proc, record = run_record("torchbench.lennard_jones", "eval", **env)
     assert proc.returncode == 0, proc.stderr
     assert record["benchmark_version"] == lj["benchmark_version"]
+
+
+@pytest.mark.skipif(not REAL_CHECKOUT, reason="set NIGHTBENCH_TORCHBENCH_PATH to a real "
+                                              "pytorch/benchmark checkout")
+def test_a_real_checkout_s_models_reach_the_framework_libraries_they_import(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite import torchbench_checkout as checkout
+
+    assert REAL_CHECKOUT is not None
+    monkeypatch.setenv(checkout.ENV_VAR, REAL_CHECKOUT)
+    for name in ("lennard_jones", "soft_actor_critic"):
+        assert checkout.framework_libraries(name) == ([], []), name
+    assert checkout.framework_libraries("resnet50") == (["torchvision"], [])
+    assert "transformers" in checkout.framework_libraries("hf_Bert")[0]
 
 
 def test_export_writes_torchbench_names_and_reads_them_back() -> None:
