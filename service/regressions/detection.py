@@ -34,7 +34,16 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   back a week, so that on a noisy host a step the first nights could not yet tell from the
   noise is still judged against the baseline from before it as evidence accumulates (with
   3, a step whose first re-run came out low had its own nights in the baseline by the third
-  night and was never raised).
+  night and was never raised). Online, a latency run of nights must also outlast the
+  series' own *excursions*: the longest stretch of consecutive nights, among the
+  ``excursion_look`` (84) before the run (reaching back past a reset), that stood beyond
+  their baseline in the run's direction by at least the threshold, 3 noise and half the run's
+  change. A series that strayed +20% for two nights (consecutive builds on one slow CI host)
+  needs a third night for the next step of that size; at most one night more
+  (``excursion_cap``); smaller excursions do not hold up a big step. A run holding a
+  confirmation re-run of one of its nights is exempt: an excursion is the host's, a re-run
+  measures the build again (on a host whose excursions span a night and its re-run, a re-run
+  can still confirm one).
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which
   the baseline visits regularly, are not a step. A short baseline (under 12 nights) allows
@@ -104,11 +113,9 @@ from service.regressions.scan import (
     to_log,
 )
 
-__all__ = [
-    "METRICS", "MEMORY_METRICS", "VERDICTS", "Assessment", "DetectionInputError",
-    "DetectorParams", "Flag", "Night", "assess_night", "confirm", "detect_document",
-    "detect_series", "mann_whitney_greater",
-]
+__all__ = ["METRICS", "MEMORY_METRICS", "VERDICTS", "Assessment", "DetectionInputError",
+           "DetectorParams", "Flag", "Night", "assess_night", "confirm", "detect_document",
+           "detect_series", "mann_whitney_greater"]
 
 VERDICTS = ("regression", "improvement", "unchanged", "no_baseline")
 
@@ -206,9 +213,9 @@ def _replay(nights: Sequence[Night], names: Sequence[str], memory: bool, thresho
             p: DetectorParams):
     """Online flags over one series of nights (re-runs count as nights)."""
     lv = np.array([[_night_level(n, name, memory) for n, name in zip(nights, names, strict=True)]])
-    exp = np.array([[n.expected for n in nights]])
+    exp, again = (np.array([[getattr(n, a) for n in nights]]) for a in ("expected", "rerun"))
     return detect_series(lv, memory=memory, threshold=threshold, expected=exp, online=True,
-                         params=p), lv[0]
+                         params=p, rerun=again), lv[0]
 
 
 def _fmt_change(x: float) -> str:

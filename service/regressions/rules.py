@@ -49,6 +49,10 @@ class DetectorParams:
         noise_floor: least night-to-night noise assumed for latency (log units, 0.001 ~ 0.1%).
         drift: compare with the anchor window as well (slow drift).
         drift_nights: recent nights whose median is compared with the anchor.
+        excursion_look: nights before an online run searched for the series' excursions
+            (:func:`longest_excursion`); 0 turns the excursion rule off.
+        excursion_cap: the longest excursion that makes a run wait (a run of 2 nights waits
+            for at most ``excursion_cap + 1`` nights).
     """
 
     window: int = 28
@@ -62,13 +66,16 @@ class DetectorParams:
     noise_floor: float = 0.001
     drift: bool = True
     drift_nights: int = 7
+    excursion_look: int = 84
+    excursion_cap: int = 2
 
     def __post_init__(self) -> None:
         if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 16
-                and 2 <= self.drift_nights <= self.window):
+                and 2 <= self.drift_nights <= self.window and self.excursion_look >= 0
+                and self.excursion_cap >= 0):
             raise DetectionInputError(
-                f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 16 "
-                "and 2 <= drift_nights <= window")
+                f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 16, "
+                "2 <= drift_nights <= window, excursion_look >= 0 and excursion_cap >= 0")
 
 
 DEFAULT_PARAMS = DetectorParams()
@@ -184,6 +191,36 @@ def new_level(
     kb = np.sum(~np.isnan(base), axis=1)
     allowed = np.where(modes, 1, np.minimum(p.visited, np.maximum(1, kb // 4)))
     return near.sum(axis=1) < allowed
+
+
+def longest_excursion(dev: np.ndarray, dist: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Longest stretch of consecutive nights that stood ``dist`` beyond their baseline, in the
+    run's direction: the series' excursions that came back.
+
+    Real nightly histories on shared hosts (CI runners) stray in excursions of two or three
+    nights (consecutive builds measured on one slow or fast host) that come back; two nights
+    beyond the threshold are no evidence of a step in a series that has done the same before.
+    The online pass asks a run to be longer than the longest such excursion of the nights
+    before it (at most one night more than the two it always needs). Evaluated on public asv
+    histories in docs/benchmarks.md ("Real performance histories").
+
+    Args:
+        dev: (n, width) log level of each night before a run minus its baseline median, in
+            night order, NaN where unknown (a NaN ends a stretch).
+        dist: (n,) log distance beyond the baseline that makes a night an excursion.
+        up: (n,) look upwards (else downwards).
+
+    Returns:
+        Shape (n,), the longest excursion in nights (0 when none).
+    """
+    with np.errstate(invalid="ignore"):
+        beyond = np.where(up[:, None], dev >= dist[:, None], dev <= -dist[:, None])
+    cur = np.zeros(dev.shape[0], dtype=int)
+    longest = np.zeros(dev.shape[0], dtype=int)
+    for j in range(dev.shape[1]):
+        cur = (cur + 1) * beyond[:, j]
+        longest = np.maximum(longest, cur)
+    return longest
 
 
 def multimodal(base: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ from service.regressions.rules import (
     Found,
     cutoff,
     from_log,
+    longest_excursion,
     multimodal,
     quartile_nights,
     run_median,
@@ -48,11 +49,14 @@ __all__ = ["DEFAULT_PARAMS", "MEDIAN_VAR", "DetectorParams", "Flag", "detect_ser
 # Online: night by night
 
 
-def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams):
+def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, hist, rerun):
     """The full rule for runs ``y[row, n-m+1 : n+1]``.
 
     Against the recent window (kind 0) or the anchor (kind 1); returns (passes, upwards,
-    p-value).
+    p-value). ``hist`` is ``(devs, origin, offset)``: segment row r starts ``offset[r]``
+    nights into row ``origin[r]`` of ``devs``, the first pass's nights against their baseline
+    (read by the excursion rule across resets). ``rerun``: same shape as ``y``, 1 at a
+    confirmation re-run of the night before it (0 or NaN elsewhere), or None without re-runs.
     """
     s = n - m + 1
     k = np.where(kind == 0, np.minimum(s, p.window), p.window)
@@ -84,6 +88,14 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams):
     # start one night early (its first night is where the commit range for bisection starts).
     first = post[:, 0] - ref
     ok &= (kind == 1) | np.where(up, first >= 0.5 * est, first <= 0.5 * est)
+    # A step must outlast the series' recent excursions of its size (half way to the run's
+    # nearest night, and at least the threshold and 3 noise): a +7% excursion of two nights
+    # makes a step wait for its third night; two nights at +15% do not hold up a +95% step.
+    step = np.nonzero(ok & (kind == 0) & ~memory[rows])[0]
+    if step.size and p.excursion_look:
+        dist = np.fmax(np.maximum(thr[rows[step]], 3.0 * noise[step]),
+                       0.5 * np.where(up[step], lo[step] - ref[step], ref[step] - hi[step]))
+        ok[step] &= _outlasts(rows[step], s[step], m[step], up[step], dist, p, hist, rerun)
     pval = np.full(rows.size, np.nan)
     idx = np.nonzero(ok)[0]
     if idx.size:
@@ -92,6 +104,29 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams):
         ok[idx] = sig
         pval[idx] = pv
     return ok, up, pval
+
+
+def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray:
+    """Whether each run ``[s, s + m)`` of segment row ``rows`` outlasts the series' excursions
+    of at least ``dist`` (log) in its direction (``up``); see ``_judge`` for ``hist`` and
+    ``rerun``. Shape (runs,).
+
+    A run holding a confirmation re-run after its first night is not held back: an excursion
+    is the host's, the re-run measured one of the run's builds again.
+    """
+    out = np.ones(rows.size, dtype=bool)
+    held = np.arange(rows.size)
+    if rerun is not None:
+        again = gather(rerun, rows, s + 1, m - 1, p.max_run) == 1
+        held = np.nonzero(~again.any(axis=1))[0]
+    if held.size:
+        devs, origin, offset = hist
+        end = offset[rows[held]] + s[held]
+        b = np.maximum(end - p.excursion_look, 0)
+        dev = gather(devs, origin[rows[held]], b, end - b, p.excursion_look)
+        longest = longest_excursion(dev, dist[held], up[held])
+        out[held] = m[held] > np.minimum(longest, p.excursion_cap)
+    return out
 
 
 def _screen(
@@ -139,6 +174,7 @@ def _screen(
 def _judge_first(
     y: np.ndarray, level: np.ndarray, anchor: np.ndarray, r: np.ndarray, n: np.ndarray,
     combos: list[tuple[int, int]], thr: np.ndarray, memory: np.ndarray, p: DetectorParams,
+    hist: tuple[np.ndarray, np.ndarray, np.ndarray], rerun: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``.
 
@@ -157,7 +193,8 @@ def _judge_first(
             continue
         mm = np.full(todo.size, run_m)
         kk = np.full(todo.size, run_kind)
-        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p)
+        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p, hist,
+                            rerun)
         best[todo[ok]] = i
         best_up[todo[ok]] = up[ok]
         best_pv[todo[ok]] = pv[ok]
@@ -167,11 +204,13 @@ def _judge_first(
 def _online_pass(
     y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray,
     memory: np.ndarray, p: DetectorParams, level: np.ndarray,
+    hist: tuple[np.ndarray, np.ndarray, np.ndarray], rerun: np.ndarray | None = None,
 ) -> Found:
     """First flag of every row, each row a segment starting at column 0 (its last reset).
 
     Only nights ``n > n_min[row]`` may raise; ``level`` is the baseline median before each
-    night (``prev_median(y, window)``). Returns positions relative to the segment.
+    night (``prev_median(y, window)``); ``hist`` and ``rerun``: see ``_judge``. Returns
+    positions relative to the segment.
     Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
     threshold from the baseline; for runs of 4+ nights, half of them that far, counted without
     a sort); the full rule then runs on the screened nights of each row in order, until the
@@ -191,9 +230,7 @@ def _online_pass(
     rank = np.arange(cr.size) - np.repeat(starts, np.diff(np.r_[starts, cr.size]))
     # At one night: the longest run first (the earliest first night), the recent window before
     # the anchor.
-    combos = [(m, 0) for m in range(p.max_run, 1, -1)]
-    if p.drift:
-        combos.append((p.drift_nights, 1))
+    combos = [(m, 0) for m in range(p.max_run, 1, -1)] + [(p.drift_nights, 1)] * p.drift
     done = np.zeros(rows_n, dtype=bool)
     found: dict[str, list[np.ndarray]] = {k: [] for k in ("r", "n", "m", "kind", "up", "pv")}
     lo_rank, batch, top = 0, 2, int(rank.max())
@@ -204,7 +241,8 @@ def _online_pass(
         if sel.size == 0:
             break
         r, n = cr[sel], cn[sel]
-        best, best_up, best_pv = _judge_first(y, level, anchor, r, n, combos, thr, memory, p)
+        best, best_up, best_pv = _judge_first(y, level, anchor, r, n, combos, thr, memory, p,
+                                              hist, rerun)
         hit = np.nonzero(best >= 0)[0]
         # the first hit of each row (hits are in row, then night order)
         _, first = np.unique(r[hit], return_index=True)
@@ -283,45 +321,19 @@ def _check_batch(levels, memory, threshold, expected):
     return lv, mem, thr, exp
 
 
-def detect_series(
-    levels: np.ndarray, *, memory: bool | np.ndarray, threshold: float | np.ndarray = 0.07,
-    expected: np.ndarray | None = None, online: bool, params: DetectorParams = DEFAULT_PARAMS,
-) -> list[Flag]:
-    """Detect regressions and improvements in a batch of series.
+def _compact_marks(marks, lv: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Re-run marks (series, nights) moved as ``_compact`` moved the levels (a missing night
+    is no re-run). Raises DetectionInputError when their shape is not the levels'."""
+    rr = np.asarray(marks, dtype=bool)
+    if rr.shape != lv.shape:
+        raise DetectionInputError(f"rerun: expected shape {lv.shape}, got {rr.shape}")
+    return np.take_along_axis(rr & ~np.isnan(lv), order, axis=1)
 
-    Args:
-        levels: (series, nights) matrix of night levels (median of each night's samples; ms or
-            bytes); NaN for a missing night. Rows may be padded with NaN.
-        memory: per series (or for all), True for peak memory (exact bytes, no p-value),
-            False for latency.
-        threshold: relative threshold per series (or for all); 0.07 = 7%.
-        expected: (series, nights) booleans, True where a maintainer marked the step starting
-            at that night ``expected`` (the baseline resets there).
-        online: decide each night from the nights up to it (a flag is raised once, on the
-            night it is decided) instead of seeing the whole series.
-        params: detector constants.
 
-    Returns:
-        Flags sorted by series then night; ``night`` and ``raised_night`` are column indices
-        of ``levels``. Offline, ``raised_night`` is the series' last night.
-
-    Raises:
-        DetectionInputError: wrong shape, a threshold outside (0, 10), a non-positive latency
-            or a negative memory level, or an infinite level.
-    """
-    lv, mem, thr_lin, exp = _check_batch(levels, memory, threshold, expected)
-    if lv.size == 0:
-        return []
-    y_lin, order, lengths, exp_c = _compact(lv, exp)
-    y = to_log(y_lin, mem)
-    thr = np.log1p(thr_lin)
-    seg_rows, seg_starts, seg_ends = _segments(lengths, exp_c)
-    if online:
-        raw = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
-    else:
-        raw = offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
-    found = Found(*(np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
-                     for name in Found.__dataclass_fields__))
+def _flags(found: Found, y_lin: np.ndarray, order: np.ndarray, lengths: np.ndarray,
+           online: bool) -> list[Flag]:
+    """``Found`` positions (compacted) as Flags in the input's columns, sorted by series and
+    night; offline, ``raised_night`` is each series' last night."""
     # Report the baseline and the new level in the input's unit (exact bytes for memory).
     width = int(max(found.base_size.max(initial=1), found.post_size.max(initial=1)))
     rows = found.rows.astype(int)
@@ -344,13 +356,64 @@ def detect_series(
     return flags
 
 
-def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels, origin,
-                    offset) -> Found:
+def detect_series(
+    levels: np.ndarray, *, memory: bool | np.ndarray, threshold: float | np.ndarray = 0.07,
+    expected: np.ndarray | None = None, online: bool, params: DetectorParams = DEFAULT_PARAMS,
+    rerun: np.ndarray | None = None,
+) -> list[Flag]:
+    """Detect regressions and improvements in a batch of series.
+
+    Args:
+        levels: (series, nights) matrix of night levels (median of each night's samples; ms or
+            bytes); NaN for a missing night. Rows may be padded with NaN.
+        memory: per series (or for all), True for peak memory (exact bytes, no p-value),
+            False for latency.
+        threshold: relative threshold per series (or for all); 0.07 = 7%.
+        expected: (series, nights) booleans, True where a maintainer marked the step starting
+            at that night ``expected`` (the baseline resets there).
+        online: decide each night from the nights up to it (a flag is raised once, on the
+            night it is decided) instead of seeing the whole series.
+        params: detector constants.
+        rerun: (series, nights) booleans, True where the night is a confirmation re-run of the
+            night before it (the same build measured again). Online, a run holding a re-run
+            after its first night is not held back by the series' excursions
+            (``DetectorParams.excursion_look``); offline it changes nothing. None: no re-runs.
+
+    Returns:
+        Flags sorted by series then night; ``night`` and ``raised_night`` are column indices
+        of ``levels``. Offline, ``raised_night`` is the series' last night.
+
+    Raises:
+        DetectionInputError: wrong shape (of ``levels`` or ``rerun``), a threshold outside
+            (0, 10), a non-positive latency or a negative memory level, or an infinite level.
+    """
+    lv, mem, thr_lin, exp = _check_batch(levels, memory, threshold, expected)
+    if lv.size == 0:
+        return []
+    y_lin, order, lengths, exp_c = _compact(lv, exp)
+    rr = None if rerun is None else _compact_marks(rerun, lv, order)
+    y = to_log(y_lin, mem)
+    thr = np.log1p(thr_lin)
+    seg_rows, seg_starts, seg_ends = _segments(lengths, exp_c)
+    if online:
+        raw = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params, rr)
+    else:
+        raw = offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
+    found = Found(*(np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
+                     for name in Found.__dataclass_fields__))
+    return _flags(found, y_lin, order, lengths, online)
+
+
+def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels, devs,
+                    origin, offset, rerun) -> Found:
     """One pass over all segments, in blocks of rows.
 
     ``levels`` holds the first pass's baselines, (first segments, width) float32; a later
     segment starting ``offset`` nights into first segment ``origin`` reuses them wherever its
     window lies wholly inside it, and computes only its first ``window`` nights afresh.
+    ``devs`` (same shape) holds the first pass's nights against those baselines: a later
+    segment's excursion rule reads the nights before its start there. ``rerun``: the re-run
+    marks of ``y`` (same shape, bool), or None.
     """
     parts = []
     w = p.window
@@ -368,22 +431,32 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
             if cols > w:
                 level[:, w:] = gather(levels, origin[sl], offset[sl] + w,
                                       np.full(rows_n, cols - w), cols - w)
-        f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level)
+        if origin is None:
+            with np.errstate(invalid="ignore"):
+                devs[c0 : c0 + ym.shape[0], : ym.shape[1]] = ym - level
+            hist = (devs, np.arange(c0, c0 + ym.shape[0]), np.zeros(ym.shape[0], dtype=int))
+        else:
+            hist = (devs, origin[sl], offset[sl])
+        again = None if rerun is None else segment_matrix(rerun, seg_rows[sl], seg_starts[sl],
+                                                          seg_ends[sl])[0]
+        f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level,
+                         hist, again)
         f.rows = f.rows + c0
         parts.append(f)
     return Found(*(np.concatenate([getattr(f, name) for f in parts])
                     for name in Found.__dataclass_fields__))
 
 
-def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p):
+def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun=None):
     out = []
     n_min = np.full(seg_rows.size, -1)
     width = max(int((seg_ends - seg_starts).max(initial=0)), 1)
     levels = np.full((seg_rows.size, width), np.nan, dtype=np.float32)
+    devs = np.full((seg_rows.size, width), np.nan, dtype=np.float32)
     origin = offset = None
     while seg_rows.size:
         found = _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels,
-                                origin, offset)
+                                devs, origin, offset, rerun)
         rows = seg_rows[found.rows]
         starts = seg_starts[found.rows]
         out.append(Found(rows, starts + found.first, starts + found.raised, found.up,

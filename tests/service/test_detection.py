@@ -108,6 +108,131 @@ def test_two_night_blip_is_flagged_online_but_not_offline():
     assert [f["direction"] for f in offline_flags(series)] == []
 
 
+def _pair(offset: float) -> list[float]:
+    return [offset, offset + 0.5]
+
+
+# Excursions: a quiet series that strayed +20% for two nights at night 10 and again at 30
+# (consecutive builds on one slow host, as on shared CI runners), back each time.
+EXCURSIONS = quiet(10) + _pair(20) + quiet(18) + _pair(21) + quiet(20)
+
+
+def test_a_two_night_excursion_is_flagged_once_then_counts_as_the_series_habit():
+    # The first excursion cannot be told from a step (it is flagged, as a two-night blip on a
+    # quiet series is); the next ones, no longer than it, are not.
+    flags = online_flags(levels(EXCURSIONS + _pair(20) + quiet(10)))
+    assert [(f["night"], f["direction"]) for f in flags] == [(10, "regression")]
+
+
+def test_a_step_waits_one_night_more_on_a_series_with_two_night_excursions():
+    series = levels(EXCURSIONS + quiet(10, shift=20))
+    flags = online_flags(series)
+    assert [(f["night"], f["raised_night"]) for f in flags][1:] == [(52, 54)]
+    # With the excursion rule off, every excursion is flagged.
+    off = detect_series(np.array([series]), memory=False, online=True,
+                        params=DetectorParams(excursion_look=0))
+    assert [f.night for f in off] == [10, 30, 52]
+    # Without that history the same step is raised on its second night.
+    flags = online_flags(levels(quiet(52) + quiet(10, shift=20)))
+    assert [(f["night"], f["raised_night"]) for f in flags] == [(52, 53)]
+
+
+def test_small_excursions_do_not_hold_up_a_big_step():
+    # +20% excursions are not half way to a +60% step: raised on its second night.
+    flags = online_flags(levels(EXCURSIONS + quiet(10, shift=60)))
+    assert [(f["night"], f["raised_night"]) for f in flags][1:] == [(52, 53)]
+    assert flags[1]["change"] == pytest.approx(0.6, abs=0.02)
+
+
+def test_excursions_before_a_big_improvement_still_count_after_it():
+    # A -40% improvement is raised and restarts the baseline; a +20% excursion of two nights
+    # after it (at -28% of the old level) is the series' habit, not a regression.
+    series = EXCURSIONS + quiet(20, shift=-40) + _pair(-28) + quiet(10, shift=-40)
+    flags = online_flags(levels(series))
+    assert [(f["night"], f["direction"]) for f in flags] == [(10, "regression"),
+                                                             (52, "improvement")]
+
+
+# A busy host (nights stray by up to 9%) that made one two-night excursion of +35% (night 22,
+# raised then as a step: the first excursion cannot be told from one), back after it.
+BUSY = [0.0, 6.1, -4.8, 8.7, -2.9, 3.8, -7.2, 1.6, 7.9, -4.1, 2.7, -9.0, 5.2, -1.3, 4.4, -6.0]
+BUSY_EXCURSION = BUSY + BUSY[:6] + [35.0, 37.0] + BUSY + BUSY
+
+
+def _online(values: list[float], rerun_at: tuple[int, ...] = (), **params) -> list[tuple]:
+    """(first night, raised night) of the online regressions; ``rerun_at``: re-run nights."""
+    again = np.zeros((1, len(values)), dtype=bool)
+    again[0, list(rerun_at)] = True
+    flags = detect_series(np.array([levels(values)]), memory=False, online=True,
+                          params=DetectorParams(**params), rerun=again)
+    return [(f.night, f.raised_night) for f in flags if f.direction == "regression"]
+
+
+@pytest.mark.parametrize("step, rerun_pct", [(40.0, 32.0), (40.0, 38.0), (40.0, 45.0),
+                                             (44.0, 35.0)])
+def test_a_rerun_confirms_a_step_on_its_first_night_despite_a_two_night_excursion(
+        step: float, rerun_pct: float) -> None:
+    # The end-to-end failure of the withdrawn rule: the step's night is a candidate and its
+    # re-run of the same build reproduces it; a re-run measures the build again, the host's
+    # excursions do not hold it back.
+    assert _online(BUSY_EXCURSION) == [(22, 23)]
+    seen, raised = nightly_flow(BUSY_EXCURSION, [(step, rerun_pct)])
+    assert seen == ["regression?", "rerun:regression"]
+    assert raised is not None and raised.confirmed and raised.alertable
+    assert raised.first_night == len(BUSY_EXCURSION)
+    assert 0.3 <= raised.step_change <= 0.45
+    # The same two levels as two nights of the host (no re-run) are held back by its
+    # excursion: a candidate again, not raised.
+    history = nights(levels(BUSY_EXCURSION + [step]))
+    night2 = assess_night(history, Night(len(history), (100 * (1 + rerun_pct / 100),)),
+                          metric="latency")
+    assert night2.verdict == "regression" and not night2.confirmed
+    # In the batch API the re-run mark is the only difference.
+    n = len(BUSY_EXCURSION)
+    series = BUSY_EXCURSION + [step, rerun_pct]
+    assert _online(series, rerun_at=(n + 1,)) == [(22, 23), (n, n + 1)]
+    assert _online(series) == [(22, 23)]
+
+
+def test_runs_of_nights_at_the_excursions_size_wait_for_their_third_night() -> None:
+    n = len(BUSY_EXCURSION)
+    # Two nights at the excursion's size, back after: the host's habit, not raised...
+    again = BUSY_EXCURSION + [36.0, 35.0] + BUSY[:8]
+    assert _online(again) == [(22, 23)]
+    assert _online(again, excursion_look=0) == [(22, 23), (n, n + 1)]  # (rule off: raised)
+    # ...and a step of that size is raised on its third night.
+    step = BUSY_EXCURSION + [40.0, 41.0, 39.0, 42.0]
+    assert _online(step) == [(22, 23), (n, n + 2)]
+    assert _online(step, excursion_look=0) == [(22, 23), (n, n + 1)]
+
+
+def test_a_series_without_excursions_is_judged_as_before() -> None:
+    plain = BUSY * 2 + BUSY[:12]
+    n = len(plain)
+    step = plain + [40.0, 41.0, 39.0, 42.0]
+    assert _online(step) == _online(step, excursion_look=0) == [(n, n + 1)]
+    assert _online(plain + [40.0, 38.0], rerun_at=(n + 1,)) == [(n, n + 1)]
+    seen, raised = nightly_flow(plain, [(40.0, 38.0)])
+    assert seen == ["regression?", "rerun:regression"] and raised is not None
+
+
+def test_rerun_marks_change_nothing_offline_and_are_checked() -> None:
+    series = np.array([levels(BUSY_EXCURSION + [40.0, 38.0, 41.0])])
+    again = np.zeros(series.shape, dtype=bool)
+    again[0, -2] = True
+    assert (detect_series(series, memory=False, online=False, rerun=again)
+            == detect_series(series, memory=False, online=False))
+    with pytest.raises(DetectionInputError, match="rerun"):
+        detect_series(series, memory=False, online=True, rerun=again[:, 1:])
+    # Marks follow their nights past missing nights (columns of the input).
+    n = len(BUSY_EXCURSION)
+    gappy = np.insert(np.array([levels(BUSY_EXCURSION + [40.0, 38.0])]), [5, 30], np.nan, axis=1)
+    marks = np.zeros(gappy.shape, dtype=bool)
+    marks[0, -1] = True
+    flags = detect_series(gappy, memory=False, online=True, rerun=marks)
+    assert [(f.night, f.raised_night) for f in flags] == [(23, 24), (n + 2, n + 3)]
+
+
 def test_improvement_is_reported_not_alerted():
     history = nights(levels(quiet(30) + [-12.0]))
     a = assess_night(history, Night(31, (levels([-12.3])[0],)), metric="latency")
@@ -678,6 +803,8 @@ def test_detector_params_are_checked():
         DetectorParams(window=40)
     with pytest.raises(DetectionInputError, match="params"):
         DetectorParams(max_run=1)
+    with pytest.raises(DetectionInputError, match="excursion_cap"):
+        DetectorParams(excursion_cap=-1)
 
 
 def test_batch_api_maps_positions_back_to_columns_with_missing_nights():
