@@ -4,7 +4,9 @@ For each round, each benchmark runs once under every setup, the setups in a fres
 per benchmark and round, each in a fresh ``python -m suite run`` process: ``off`` (``--no-setup``,
 the process as launched), ``jemalloc`` (``NIGHTBENCH_SUITE_ALLOCATOR=jemalloc``) and ``glibc``
 (``NIGHTBENCH_SUITE_ALLOCATOR=glibc``: glibc's malloc with its thresholds fixed by
-``GLIBC_TUNABLES``), and ``jemalloc_noaslr`` (jemalloc in a process started by ``setarch -R``,
+``GLIBC_TUNABLES``), ``jemalloc_nodecay`` and ``jemalloc_thp`` (jemalloc with a ``MALLOC_CONF``
+that never purges freed pages, or that backs memory with transparent huge pages), and
+``jemalloc_noaslr`` (jemalloc in a process started by ``setarch -R``,
 without address-space randomisation); see ``suite/cpu_setup.py``. Interleaving puts every setup under the same
 drift of the machine. Reported per benchmark and setup: the median of the per-process medians,
 their CV and max-min spread (TorchBench's 7% rule), for latency and CPU time per iteration;
@@ -43,6 +45,13 @@ SETUPS = {
     # jemalloc in a process without address-space randomisation (util-linux ``setarch -R``,
     # personality ADDR_NO_RANDOMIZE): the same layout in every process.
     "jemalloc_noaslr": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc"}, []),
+    # jemalloc that never hands freed pages back (no decay purges, so no page faults in the
+    # timed loop once warm), and jemalloc backing its memory with transparent huge pages
+    # (the system's THP mode is ``madvise``; ``thp:always`` makes jemalloc ask for them).
+    "jemalloc_nodecay": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
+                          "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}, []),
+    "jemalloc_thp": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
+                      "MALLOC_CONF": "thp:always,metadata_thp:always"}, []),
 }
 PREFIX = {"jemalloc_noaslr": ["setarch", os.uname().machine, "-R"]}
 SUBSET = ("bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equation_of_state,"

@@ -14,6 +14,11 @@ of Searle, Casella & McCulloch, *Variance Components*, Wiley 1992, ch. 3):
   (heap and address-space layout, allocator modes, page placement),
   ``max(0, (MS_between - MS_within) / blocks)``.
 
+The processes of one round run minutes apart from the next round's, so part of ``between`` can be
+the host's speed over minutes, shared by every benchmark of a round rather than made by each
+process: :func:`round_effects` estimates that common part (the median over benchmarks of each
+round's deviation) and what is left of each benchmark's process-to-process noise without it.
+
 A night's level is one process's median over its samples; its variance is
 ``between + within / blocks`` (in the harness's 2 s of samples, about two blocks). When
 ``between`` dominates, more processes a night lower the noise and a longer measurement does
@@ -84,6 +89,32 @@ def variance_components(blocks: list[list[float]]) -> dict[str, float]:
             "observed": statistics.stdev(means)}
 
 
+def round_effects(levels: dict[str, dict[int, float]]) -> tuple[dict[int, float], dict[str, float]]:
+    """The host's speed per round, shared by all benchmarks, and each benchmark's noise without it.
+
+    Args:
+        levels: per benchmark, ``{round: mean log block median of that round's process}``
+            (a failed process leaves its round out).
+
+    Returns:
+        ``(effects, residual)``: per round, the median over benchmarks of their deviation from
+        their own mean (log units, 0.01 ~ +1%); per benchmark with 3 or more rounds, the sample
+        standard deviation of its deviations once the round's effect is taken off (log units).
+
+    Raises:
+        ValueError: fewer than 2 benchmarks (a round effect needs several to be common).
+    """
+    if len(levels) < 2:
+        raise ValueError(f"round effects need at least 2 benchmarks, got {len(levels)}")
+    dev = {b: {r: v - statistics.fmean(x.values()) for r, v in x.items()}
+           for b, x in levels.items() if x}
+    rounds = sorted({r for x in dev.values() for r in x})
+    effects = {r: statistics.median(x[r] for x in dev.values() if r in x) for r in rounds}
+    residual = {b: statistics.stdev(v - effects[r] for r, v in x.items())
+                for b, x in dev.items() if len(x) >= 3}
+    return effects, residual
+
+
 def _worker(model: str, mode: str, blocks: int, block_s: float) -> None:
     """Inside the benchmark process: warm up, time ``blocks`` blocks, print one JSON line."""
     from suite.cpu_setup import reexec_if_needed, setup_in_force
@@ -104,7 +135,8 @@ def _worker(model: str, mode: str, blocks: int, block_s: float) -> None:
     gc.disable()
     wall, cpu = [], []
     for _ in range(blocks):
-        lat, cpt = [], []
+        lat: list[float] = []
+        cpt: list[float] = []
         t_end = time.perf_counter() + block_s
         while time.perf_counter() < t_end or len(lat) < 3:
             t0, c0 = time.perf_counter(), time.process_time()
@@ -139,11 +171,13 @@ def _verdict(c: dict[str, float], blocks: int) -> str:
 def _table(rows: list[dict], title: str) -> Table:
     table = Table(title=title)
     for col in ("benchmark", "median ms", "process CV", "within (block)", "between",
-                "CPU-time within", "source"):
+                "without round effect", "CPU-time within", "source"):
         table.add_column(col, justify="left" if col in ("benchmark", "source") else "right")
     for r in rows:
         table.add_row(r["benchmark"], f"{r['median_ms']:.2f}", f"{r['observed']:.2%}",
-                      f"{r['within']:.2%}", f"{r['between']:.2%}", f"{r['cpu_within']:.2%}",
+                      f"{r['within']:.2%}", f"{r['between']:.2%}",
+                      "-" if r["without_round_effect"] is None else f"{r['without_round_effect']:.2%}",
+                      f"{r['cpu_within']:.2%}",
                       r["source"])
     return table
 
@@ -177,7 +211,7 @@ def main() -> None:
                 progress.update(bar, description=f"round {r + 1} {model}:{mode}")
                 one = _process(model, mode, args.blocks, args.block_seconds)
                 if one is not None:
-                    got[(model, mode)].append(one)
+                    got[(model, mode)].append({**one, "round": r})
                 progress.advance(bar)
     load_after = os.getloadavg()
     rows = []
@@ -192,11 +226,22 @@ def main() -> None:
                      **c, "cpu_within": cpu["within"], "cpu_between": cpu["between"],
                      "source": _verdict(c, args.blocks), "allocator": procs[0]["allocator"],
                      "blocks_ms": [p["blocks_ms"] for p in procs]})
+    effects, residual = round_effects(
+        {f"{m}:{mode}": {p["round"]: statistics.fmean(math.log(v) for v in p["blocks_ms"])
+                         for p in procs} for (m, mode), procs in got.items() if len(procs) >= 2})
+    for row in rows:
+        row["without_round_effect"] = residual.get(row["benchmark"])
     console.print(_table(rows, f"{args.processes} processes x {args.blocks} blocks of "
                                f"{args.block_seconds:g} s, load {load_before[0]:.2f} → "
                                f"{load_after[0]:.2f}"))
+    kept = [r["without_round_effect"] for r in rows if r["without_round_effect"] is not None]
+    console.print("round effects (shared by all benchmarks of a round): "
+                  + ", ".join(f"{100 * (math.exp(e) - 1):+.1f}%" for e in effects.values())
+                  + f"; median process CV {statistics.median(r['observed'] for r in rows):.2%}"
+                  + (f", without them {statistics.median(kept):.2%}" if kept else ""))
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "load_average_before": load_before,
+        args.json.write_text(json.dumps({"rows": rows, "round_effects": effects,
+                                         "load_average_before": load_before,
                                          "load_average_after": load_after}, indent=1))
 
 

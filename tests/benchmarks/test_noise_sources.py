@@ -42,3 +42,21 @@ def test_simulated_components_are_recovered() -> None:
 def test_bad_input_names_what_is_wrong(blocks: list[list[float]]) -> None:
     with pytest.raises(ValueError, match="processes|positive"):
         variance_components(blocks)
+
+
+def test_a_slow_round_shared_by_every_benchmark_is_a_round_effect() -> None:
+    from benchmarks.noise_sources import round_effects
+
+    host = {0: 0.09, 1: -0.03, 2: -0.01, 3: -0.07, 4: 0.02}  # the host's speed per round
+    own = {"a": [0.004, -0.002, 0.0, 0.001, -0.003], "b": [0.0, 0.003, -0.004, 0.002, -0.001],
+           "c": [-0.002, 0.0, 0.003, -0.001, 0.0]}
+    levels = {b: {r: 3.0 + i + host[r] + own[b][r] for r in host}
+              for i, b in enumerate(own)}
+    effects, residual = round_effects(levels)
+    mean_host = float(np.mean(list(host.values())))
+    for r, e in effects.items():
+        assert e == pytest.approx(host[r] - mean_host, abs=0.005)
+    for b in own:
+        assert residual[b] < 0.006  # the benchmarks' own noise, far under the host's 6%
+    with pytest.raises(ValueError, match="at least 2 benchmarks"):
+        round_effects({"a": levels["a"]})
