@@ -243,14 +243,20 @@ def test_a_path_that_is_not_a_checkout_is_a_bad_argument(tmp_path: Path) -> None
         proc.stderr
 
 
+def _checkout_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_var: str) -> Path:
+    """A writable copy of the fixture checkout, configured as the checkout to use."""
+    copy = tmp_path / "benchmark"
+    shutil.copytree(CHECKOUT, copy)
+    monkeypatch.setenv(env_var, str(copy))
+    return copy
+
+
 def test_the_version_covers_shared_framework_code_and_library_versions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from suite import torchbench_checkout as checkout
 
-    copy = tmp_path / "benchmark"
-    shutil.copytree(CHECKOUT, copy)
-    monkeypatch.setenv(checkout.ENV_VAR, str(copy))
+    copy = _checkout_copy(tmp_path, monkeypatch, checkout.ENV_VAR)
     before = {m: checkout.benchmark_version(m, b"contract") for m in ("staged_mlp", "tiny_mlp")}
     factory = copy / "torchbenchmark" / "util" / "framework" / "factory.py"
     factory.write_text(factory.read_text().replace("HIDDEN = 64", "HIDDEN = 16"))
@@ -279,9 +285,7 @@ def test_the_version_covers_only_the_framework_libraries_a_model_can_reach(
 ) -> None:
     from suite import torchbench_checkout as checkout
 
-    copy = tmp_path / "benchmark"
-    shutil.copytree(CHECKOUT, copy)
-    monkeypatch.setenv(checkout.ENV_VAR, str(copy))
+    copy = _checkout_copy(tmp_path, monkeypatch, checkout.ENV_VAR)
     _add_model(copy, "hf_tiny", "from torchbenchmark.util.framework.huggingface.model_factory "
                                 "import build\n")
     _add_model(copy, "dynamic_tiny", "import importlib\n\n\ndef load(name):\n"
