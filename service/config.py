@@ -94,6 +94,11 @@ class Settings(BaseSettings):
         default=180, gt=0,
         description="a running job silent this long lost its worker; the sweep requeues it")
     night_deadline_s: float = Field(default=6 * 3600, gt=0, description="missing-data deadline")
+    night_processes: int = Field(
+        default=1,
+        description="processes of each benchmark per night (k): the night is measured in k "
+                    "rounds, one after the other, and its level is the median of the "
+                    "per-process medians; a confirmation re-run gets k too. 1: one process")
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
     visibility_timeout_s: int = Field(default=4 * 3600, gt=0)
@@ -120,6 +125,21 @@ class Settings(BaseSettings):
         if value is not None and (value.count("/") != 1 or value.startswith("/") or value.endswith("/")):
             raise ValueError(f'github_repository must look like "owner/name", got {value!r}')
         return value
+
+    @field_validator("night_processes", mode="before")
+    @classmethod
+    def _whole_processes(cls, value: object) -> int:
+        # Named by its variable: the message is what a deployment sees when it is set wrong.
+        n: int | None = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            n = int(value.strip())
+        if n is None or n < 1:
+            raise ValueError(
+                f"NIGHTBENCH_NIGHT_PROCESSES must be a whole number of processes per benchmark "
+                f"per night, 1 or more (1: one process a night), got {value!r}")
+        return n
 
     @model_validator(mode="after")
     def _limits(self) -> Settings:

@@ -16,8 +16,10 @@ from service.models.base import TimestampMixin
 
 class RunKind(StrEnum):
     """What a run is: a night, its confirmation re-run, a bisection's probe, posted results,
-    or more processes of a night asked for to compare it (``replicate``: a child run on the
-    night's build, like a confirmation, that neither detection nor confirmation reads)."""
+    or more processes of a night (``replicate``: a child run on the night's build, like a
+    confirmation; asked for to compare it, which neither detection nor confirmation reads, or
+    one of the night's own rounds of ``NIGHTBENCH_NIGHT_PROCESSES``, ``options["origin"] =
+    "night"``, whose processes are part of the night's level)."""
 
     NIGHTLY = "nightly"
     CONFIRM = "confirm"

@@ -1,7 +1,7 @@
 """Regression detection: series in, verdicts out (pure: no database, no torch, no I/O).
 
 A *series* is the history of one metric of one benchmark (see the glossary in docs/architecture.md). Each
-night contributes one *level*: the median of that night's raw samples. All three metrics
+night contributes one *level*: the median of that night's samples. All three metrics
 (``latency`` in ms, ``gpu_peak_mem`` and ``cpu_peak_mem`` in bytes) are "higher is worse".
 Levels are compared on a log scale, so a change is relative and symmetric
 (``log(1.07)`` up is a regression of +7%, the same distance down an improvement of -6.5%).
@@ -126,7 +126,7 @@ class Night:
 
     Attributes:
         night: ordinal of the night (e.g. days since epoch); increasing along a history.
-        samples: raw samples of that night (ms for latency, bytes for peak memory); >= 1.
+        samples: that night's raw samples, or its per-process medians (ms, bytes); >= 1.
         expected: a maintainer marked the step starting at this night ``expected``: the
             baseline resets here.
         rerun: the samples come from a confirmation re-run of the previous night's build; it

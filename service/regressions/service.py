@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from sqlalchemy import func, select
@@ -11,14 +11,42 @@ from sqlalchemy.orm import Session
 from service.errors import InvalidInput, NotFound
 from service.models import TRIAGE_STATES, Alert, AlertStatus, Confirmation, Regression, Result, Run
 from service.regressions.detection import Assessment, Night, assess_night, confirm
-from service.series import ALERT_METRICS, series_history
+from service.series import (
+    ALERT_METRICS,
+    night_processes,
+    night_samples,
+    round_results,
+    series_history,
+)
 
 ThresholdFor = Callable[[str, str], float]
 
 
-def _night(result: Result, position: int, expected: bool = False, rerun: bool = False) -> Night:
-    return Night(night=position, samples=tuple(float(s) for s in result.samples), expected=expected,
+def _night(result: Result, position: int, expected: bool = False, rerun: bool = False,
+           rounds: Sequence[Result] = ()) -> Night:
+    """``result``'s night as detection input; with ``rounds`` (its night's further processes)
+    its samples are the per-process medians (:func:`service.series.night_samples`)."""
+    return Night(night=position, samples=night_samples(result, rounds), expected=expected,
                  rerun=rerun, date=result.night)
+
+
+def result_night(session: Session, *, result: Result, position: int, rerun: bool = False) -> Night:
+    """``result``'s night as detection input at ordinal ``position``, with its run's rounds of
+    processes (``NIGHTBENCH_NIGHT_PROCESSES``) when it has any."""
+    return _night(result, position, rerun=rerun, rounds=_rounds_of(session, result))
+
+
+def _rounds_of(session: Session, result: Result) -> list[Result]:
+    """The results of ``result``'s series measured by its run's rounds."""
+    if result.series_key is None:
+        return []
+    rounds = round_results(session, run_ids=[result.run_id], series_key=result.series_key)
+    return rounds.get((result.run_id, result.series_key), [])
+
+
+def process_count(session: Session, *, result: Result) -> int:
+    """How many processes ``result``'s night level stands on: 1, or 1 plus its run's rounds."""
+    return len(night_processes(result, _rounds_of(session, result))) or 1
 
 
 def _expected_results(session: Session, series_keys: set[str]) -> set[int]:
@@ -40,6 +68,7 @@ class Assessed(NamedTuple):
     result: Result
     assessment: Assessment
     first_result: Result | None = None
+    processes: int = 1
 
 
 def _history(session: Session, *, result: Result, limit: int) -> tuple[list[Night], list[Result]]:
@@ -53,7 +82,10 @@ def _history(session: Session, *, result: Result, limit: int) -> tuple[list[Nigh
     kinds = dict(session.execute(
         select(Run.id, Run.kind).where(Run.id.in_({r.run_id for r in history}))
     ).all()) if history else {}
-    nights = [_night(r, i, r.id in expected, kinds.get(r.run_id) == "confirm")
+    rounds = round_results(session, run_ids={r.run_id for r in history},
+                           series_key=result.series_key)
+    nights = [_night(r, i, r.id in expected, kinds.get(r.run_id) == "confirm",
+                     rounds.get((r.run_id, result.series_key), ()))
               for i, r in enumerate(history)]
     return nights, history
 
@@ -90,9 +122,13 @@ def assess_run(
         baseline_nights: how many earlier nights the baseline may use.
         unstable: benchmark names (``model:mode:device``) marked unstable: shown, not alerted.
 
+    Tonight's night is the run's result with its rounds of processes, when it has some
+    (``NIGHTBENCH_NIGHT_PROCESSES``): the level is then the median of the per-process medians.
+
     Returns:
-        ``(result, assessment, first_result)`` in a stable order; ``first_result`` is the
-        result of the raised step's first night at the new level (tonight's for a candidate).
+        ``(result, assessment, first_result, processes)`` in a stable order; ``first_result``
+        is the result of the raised step's first night at the new level (tonight's for a
+        candidate); ``processes`` is how many processes tonight's level stands on.
     """
     results = session.scalars(
         select(Result).where(
@@ -100,9 +136,11 @@ def assess_run(
         ).order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
     )
     out: list[Assessed] = []
+    rounds = round_results(session, run_ids=[run.id])
     for result in results:
         nights, history = _history(session, result=result, limit=baseline_nights)
-        tonight = _night(result, len(nights))
+        mine = rounds.get((run.id, result.series_key or ""), [])
+        tonight = _night(result, len(nights), rounds=mine)
         assessment = assess_night(
             nights, tonight, metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
@@ -110,7 +148,7 @@ def assess_run(
         )
         first = (_first_result(assessment, [*nights, tonight], [*history, result])
                  if assessment.confirmed else result)
-        out.append(Assessed(result, assessment, first))
+        out.append(Assessed(result, assessment, first, len(night_processes(result, mine)) or 1))
     return out
 
 
@@ -126,7 +164,7 @@ def record_regressions(
     """
     known = set(session.scalars(select(Regression.series_key).where(Regression.run_id == run.id)))
     alert = session.scalar(select(Alert).where(Alert.run_id == run.id, Alert.kind == "regression"))
-    for result, a, first in assessed:
+    for result, a, first, processes in assessed:
         if a.verdict not in ("regression", "improvement") or result.series_key in known:
             continue
         first = first or result
@@ -137,7 +175,8 @@ def record_regressions(
             unit=result.unit, direction=a.verdict, baseline=a.baseline, value=a.value,
             change=a.change, p_value=a.p_value,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
-            alertable=a.alertable, reason=a.reason, first_result_id=first.id,
+            alertable=a.alertable, reason=a.reason + _processes_words(processes),
+            first_result_id=first.id,
             first_night=first.night,
             state="improvement" if a.verdict == "improvement" else "untriaged",
             # A step the detector saw persist over earlier nights needs no re-run.
@@ -154,6 +193,11 @@ def record_regressions(
     if alert is not None:
         _refresh_alert(session, alert, run)
     return alert
+
+
+def _processes_words(processes: int, what: str = "Tonight") -> str:
+    """`` Tonight: median of 3 processes.`` for a level of several processes, else nothing."""
+    return f" {what}: median of {processes} processes." if processes > 1 else ""
 
 
 def pending_regressions(session: Session, *, run_id: int) -> list[Regression]:
@@ -200,11 +244,14 @@ def apply_confirmation(
             regression.reason += " Confirmation re-run failed; waiting for the next night."
             continue
         nights, history = _history(session, result=original, limit=baseline_nights)
-        tonight, again = _night(original, len(nights)), _night(rerun, len(nights) + 1, rerun=True)
+        tonight = result_night(session, result=original, position=len(nights))
+        again = result_night(session, result=rerun, position=len(nights) + 1, rerun=True)
         verdict = confirm(
             nights, tonight, again, metric=regression.metric,
             threshold=threshold_for(regression.metric, f"{regression.model}:{regression.mode}"),
         )
+        regression.reason += _processes_words(
+            process_count(session, result=rerun), "Confirmation re-run")
         if verdict.verdict == "regression":
             regression.confirmation = "reproduced"
             # With its re-run the step may reach back to earlier nights (a week-long run).

@@ -46,6 +46,7 @@ from service.results.history_queries import (
     stored_regressions,
 )
 from service.results.points import HistoryFilter, model_exists, read_points
+from service.series import round_results
 
 _METRIC_ORDER = {"latency": 0, "gpu_peak_mem": 1, "cpu_peak_mem": 2}
 DEFAULT_PARAMS = DetectorParams()
@@ -211,6 +212,7 @@ def _model_history(
                          compiler=meta[e.result_id][2], error=e.error)
               for e in points.errors if f.since is None or e.night >= f.since]
     _fill_missing_medians(session, series)
+    _round_medians(session, series)
     series.sort(key=lambda s: (s.mode, s.device, s.compiler, _METRIC_ORDER.get(s.metric, 9),
                                s.metric, s.machine_id or 0, s.night[0]))
 
@@ -231,6 +233,20 @@ def _fill_missing_medians(session: Session, series: list[SeriesHistory]) -> None
     samples = result_samples(session, [int(s.result_id[i]) for s, i in todo])
     for s, i in todo:
         s.median[i] = float(np.median(samples[int(s.result_id[i])]))
+
+
+def _round_medians(session: Session, series: list[SeriesHistory]) -> None:
+    # Nights measured in several processes (NIGHTBENCH_NIGHT_PROCESSES): the level is the
+    # median of the per-process medians, as detection reads it (service.series.night_samples).
+    rounds = round_results(session, run_ids={int(r) for s in series for r in s.run_id})
+    if not rounds:
+        return
+    for s in series:
+        for i, run_id in enumerate(s.run_id):
+            extra = rounds.get((int(run_id), s.key))
+            if extra and not np.isnan(s.median[i]):
+                s.median[i] = float(np.median([s.median[i], *(np.median(r.samples)
+                                                              for r in extra)]))
 
 
 def _flags(s: SeriesHistory, stored: dict[int, StoredVerdict]) -> list[tuple[int, int]]:

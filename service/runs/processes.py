@@ -6,7 +6,10 @@ measures each benchmark in one process, so two nights alone can never say. Askin
 night and build spec, one job per benchmark still short of ``n``), measured by the workers like
 the confirmation re-run of :mod:`workers.night.finish`. Their results are the run's further
 processes in the comparison; detection and confirmation never read them (series history takes
-nightly, posted and confirmation results only).
+nightly, posted and confirmation results only). A night's own rounds of processes
+(``NIGHTBENCH_NIGHT_PROCESSES``, :mod:`service.runs.rounds`) are replicate runs too, marked
+``options["origin"] = "night"``: they count as measured processes here, and only they count
+in the night's level.
 
 The rows are all this module writes. Who sends their jobs is marked on the run
 (``options["dispatch"]``): ``pending`` until the workers' periodic sweep, or the command that

@@ -6,7 +6,7 @@ Shape of :func:`run_report` (also ``nightbench report --json``)::
              "jobs": {"total", "done", "error", "missing"}},
      "results": [{"benchmark", "model", "mode", "device", "compiler", "metric", "unit",
                   "baseline", "value", "change", "p_value", "verdict", "samples", "iqr",
-                  "error"}, ...],
+                  "error", "processes"}, ...],
      "regressions": [{"id", "benchmark", "metric", "direction", "baseline", "value", "change",
                       "p_value", "confirmation", "state", "alertable", "reason"}, ...],
      "alerts": [{"id", "kind", "status", "summary"}, ...],
@@ -18,7 +18,9 @@ Shape of :func:`run_report` (also ``nightbench report --json``)::
 ``environment_changes`` compares the build identity of tonight's results (``torch_variant``,
 ``requirements_hash``; ``service/results/records.py``) with the previous run's: such a change
 starts new series (no baseline), so the report says why instead of leaving it to look like a
-regression or a gap. ``stability_changes`` lists the benchmarks whose stability verdict the
+regression or a gap. ``processes`` is how many processes tonight's level stands on (1, or more
+with ``NIGHTBENCH_NIGHT_PROCESSES``; ``value`` is then the median of their medians).
+``stability_changes`` lists the benchmarks whose stability verdict the
 night's re-check changed (:mod:`service.stability.recheck`): ``unstable`` → ``stable`` alerts
 again from the next night, ``stable`` → ``unstable`` is shown and no longer alerted.
 """
@@ -37,6 +39,7 @@ from service.models import Alert, Confirmation, Job, Regression, Result, Run
 from service.regressions.service import assess_run, history_nights
 from service.results.records import build_identity
 from service.runs.service import get_run, run_results
+from service.series import night_processes, round_results
 from service.stability.recheck import stability_changes
 
 
@@ -115,12 +118,10 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
     run = get_run(session, run_id)
     jobs = list(session.scalars(select(Job).where(Job.run_id == run_id)))
     counts = Counter(j.status for j in jobs)
-    assessed = {
-        r.id: a for r, a, _ in assess_run(
-            session, run=run, threshold_for=lambda m, b: settings.threshold_for(m, b),
-            baseline_nights=settings.baseline_nights,
-        )
-    }
+    assessed = {item.result.id: item.assessment for item in assess_run(
+        session, run=run, threshold_for=lambda m, b: settings.threshold_for(m, b),
+        baseline_nights=settings.baseline_nights)}
+    rounds = round_results(session, run_ids=[run_id])
     regs = list(session.scalars(select(Regression).where(Regression.run_id == run_id).order_by(Regression.id)))
     by_result = {r.result_id: r for r in regs}
     results = []
@@ -141,10 +142,13 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
                        "pending": "flagged", "not_possible": "flagged"}[reg.confirmation]
             if not reg.alertable and reg.confirmation != Confirmation.NOT_REPRODUCED:
                 verdict = "regression (unstable)"
+        n = len(night_processes(res, rounds.get((run_id, res.series_key or ""), []))) or 1
         results.append({
             "benchmark": res.benchmark, "model": res.model, "mode": res.mode, "device": res.device,
             "compiler": res.compiler, "metric": res.metric, "unit": res.unit,
-            "baseline": baseline, "value": res.median,
+            # With several processes, tonight's level: the median of their medians.
+            "baseline": baseline, "value": a.value if a is not None and n > 1 else res.median,
+            "processes": n,
             "change": change, "p_value": a.p_value if a else None,
             "verdict": verdict, "samples": len(res.samples), "iqr": res.iqr, "error": res.error,
         })

@@ -254,6 +254,15 @@ def _print_environment_changes(report: dict[str, Any]) -> None:
                       f"({escape(str(c['source']))})", highlight=False, soft_wrap=True)
 
 
+def _print_processes(report: dict[str, Any]) -> None:
+    """Say how many processes tonight's levels stand on, when more than one
+    (``NIGHTBENCH_NIGHT_PROCESSES``)."""
+    counts = sorted({res.get("processes", 1) for res in report["results"] if not res["error"]})
+    if counts and counts[-1] > 1:
+        span = str(counts[-1]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+        console.print(f"tonight: median of per-process medians, {span} processes per benchmark")
+
+
 def _print_report(run_id: int, *, as_json: bool = False) -> None:
     from service.db import session_scope
     from service.runs.report import run_report
@@ -286,6 +295,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
     console.print(table)
     console.print(f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing "
                   f"of {jobs['total']}")
+    _print_processes(data)
     for res in data["results"]:
         if res["error"]:
             console.print(f"[bold magenta]error[/] {escape(res['benchmark'])}: {escape(res['error'])}",

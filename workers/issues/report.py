@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.errors import InvalidInput
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run
-from service.regressions.detection import MEMORY_METRICS, Night, confirm
-from service.regressions.service import history_nights
+from service.regressions.detection import MEMORY_METRICS, confirm
+from service.regressions.service import history_nights, result_night
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
 from workers.issues.causes import (
@@ -240,11 +240,8 @@ def _confidence(
     if rerun is not None and history:
         try:
             verdict = confirm(
-                history,
-                Night(night=len(history), samples=tuple(float(v) for v in result.samples),
-                      date=result.night),
-                Night(night=len(history) + 1, samples=tuple(float(v) for v in rerun.samples),
-                      date=result.night),
+                history, result_night(session, result=result, position=len(history)),
+                result_night(session, result=rerun, position=len(history) + 1, rerun=True),
                 metric=regression.metric,
                 threshold=regression.threshold,
             )

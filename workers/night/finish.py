@@ -3,7 +3,9 @@
 ``night.finish`` runs :func:`finish` for a nightly (or posted) run: it assesses every series,
 records the regressions, and creates the confirmation run for tonight's candidates, whose
 jobs are the next steps; a confirmation run's own ``night.finish`` applies its verdicts to the
-parent run. Reproduced regressions go on to ``night.triage`` (:mod:`workers.night.triage`).
+parent run. With ``NIGHTBENCH_NIGHT_PROCESSES`` k > 1, a nightly or confirmation run is
+measured in k rounds before that (:mod:`service.runs.rounds`): each round's ``night.finish``
+sends the next. Reproduced regressions go on to ``night.triage`` (:mod:`workers.night.triage`).
 Once the night is settled (detection with nothing to re-run, or the confirmation applied), the
 stability of each benchmark is re-checked from its own recent processes
 (:mod:`workers.night.recheck`), for the next nights' detection.
@@ -17,9 +19,12 @@ from collections.abc import Callable
 from service.benchmarks import benchmark_name
 from service.config import Settings, get_settings
 from service.db import session_scope
+from service.models import RunKind
 from service.regressions import service as regressions
+from service.runs import rounds
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
+from service.series import is_night_round
 from workers.app import queue_for
 from workers.enqueue import Step
 from workers.night.plan import job_steps
@@ -36,22 +41,62 @@ def threshold_for(settings: Settings) -> Callable[[str, str], float]:
 def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
     """The step after a run's last job: detect (nightly) or apply the confirmation (confirm).
 
+    With ``night_processes`` k > 1 a nightly or confirmation run is first measured in k
+    rounds (:mod:`service.runs.rounds`): its own jobs, then one replicate run after another;
+    the round's ``night.finish`` sends the next round, and the last one's goes on to detection
+    (or the confirmation). Posted results (``ingest``) have no build here to measure again.
+
     Returns:
-        What comes next: the confirmation run's ``bench.run`` steps, ``night.triage``, or
-        nothing when the run is complete.
+        What comes next: the next round's or the confirmation run's ``bench.run`` steps,
+        ``night.triage``, or nothing when the run is complete (or a round is still measuring).
     """
     settings = settings or get_settings()
     with session_scope() as session:
         run = runs.get_run(session, run_id)
         kind, parent_id = run.kind, run.parent_run_id
-    if kind == "confirm" and parent_id is not None:
-        return _after_confirmation(parent_id, run_id, settings)
-    if kind in ("nightly", "ingest"):
+        round_of = parent_id if kind == RunKind.REPLICATE and is_night_round(run.options) else None
+        if round_of is not None:
+            runs.finish_run(session, run=run)
+    if round_of is not None:
+        # One round of a night's (or a re-run's) processes ended: the next round, or verdicts.
+        return _settle(round_of, settings)
+    if (kind == "confirm" and parent_id is not None) or kind == "nightly":
+        return _settle(run_id, settings)
+    if kind == "ingest":
         return _detect(run_id, settings)
     # Any other run (a replicate run: more processes of a night, for a comparison) only closes.
     with session_scope() as session:
         runs.finish_run(session, run=runs.get_run(session, run_id))
     return []
+
+
+def _settle(run_id: int, settings: Settings) -> list[Step]:
+    """A nightly or confirmation run whose latest round ended: send its next round while it has
+    fewer than ``night_processes`` processes per benchmark, else detect or confirm.
+
+    Rounds are sent under the run's row lock, so a ``night.finish`` delivered twice sends no
+    round twice; while a round is still measuring there is nothing to do.
+    """
+    created = None
+    with session_scope() as session:
+        run = rounds.lock_run(session, run_id=run_id)
+        kind, parent_id = run.kind, run.parent_run_id
+        left = rounds.rounds_left(session, run_id=run_id, processes=settings.night_processes)
+        if left is None:
+            return []
+        if left > 0:
+            created = rounds.create_round(session, parent=run, rounds=settings.night_processes,
+                                          deadline_s=settings.night_deadline_s).id
+        else:
+            note = rounds.rounds_note(session, run=run)
+            if note and note not in (run.note or ""):
+                run.note = f"{run.note}\n{note}" if run.note else note
+    if created is not None:
+        log.info("run %s: round of processes in run %s", run_id, created)
+        return job_steps(created)
+    if kind == "confirm" and parent_id is not None:
+        return _after_confirmation(parent_id, run_id, settings)
+    return _detect(run_id, settings)
 
 
 def _detect(run_id: int, settings: Settings) -> list[Step]:

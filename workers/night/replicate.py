@@ -3,8 +3,9 @@
 :func:`service.runs.processes.request_processes` stores the replicate runs (same night, same
 build spec, ``parent_run_id`` = the night); their jobs are ``bench.run`` steps like every other
 job, and a replicate run's own ``night.finish`` only closes it (:func:`workers.night.finish.finish`
-detects on nightly and posted runs, and applies confirmation runs, nothing else). Whoever asked
-sends the jobs: the command line here and now, or, for a request made over the API, the
+detects on nightly and posted runs, and applies confirmation runs, nothing else; a night's own
+rounds of processes, :mod:`service.runs.rounds`, are the replicate runs it goes on from, and
+their jobs are sent by ``night.finish``, never by the sweep). Whoever asked sends the jobs: the command line here and now, or, for a request made over the API, the
 periodic sweep (:func:`dispatch_pending`).
 """
 

@@ -1,0 +1,66 @@
+"""A night of several processes per benchmark, measured for real (``python -m suite`` on dqn):
+in-process (the embedded default's chain) and through a real worker and Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from service.db import session_scope
+from service.models import Result, Run
+from service.runs.service import BenchmarkSpec
+from tests.conftest import WorkerPool, wait_until
+from workers.cli import app
+from workers.night import plan as nightly
+
+SPECS = [BenchmarkSpec(model="dqn", mode="eval")]  # a process measures it in about a second
+
+
+def _family(run_id: int) -> tuple[str | None, list[tuple[str, str, int | None, int]]]:
+    """The run's status, and ``(kind, status, round, results without an error)`` per child."""
+    with session_scope() as session:
+        run = session.get(Run, run_id)
+        children = session.scalars(select(Run).where(Run.parent_run_id == run_id).order_by(Run.id))
+        return run.status if run else None, [
+            (c.kind, c.status, c.options.get("round"), session.scalar(
+                select(func.count()).select_from(Result).where(
+                    Result.run_id == c.id, Result.error.is_(None),
+                    Result.metric == "latency")) or 0)
+            for c in children]
+
+
+def test_an_embedded_night_measures_its_rounds_before_it_finishes(
+    configure: Callable[..., None],
+) -> None:
+    configure(night_processes=3)
+    run_id = nightly.create_night(night=date(2026, 6, 1), benchmarks=SPECS)
+
+    nightly.enqueue_jobs(run_id)  # embedded: the whole chain runs here, round after round
+
+    status, children = _family(run_id)
+    assert status == "complete"
+    assert children == [("replicate", "complete", 2, 1), ("replicate", "complete", 3, 1)]
+    with session_scope() as session:
+        note = session.get(Run, run_id).note  # type: ignore[union-attr]
+    assert note is not None and note.startswith("3 processes per benchmark")
+    out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
+    assert out.exit_code == 0, out.output
+    assert "median of per-process medians, 3 processes per benchmark" in " ".join(out.output.split())
+
+
+def test_a_night_through_a_worker_sends_its_rounds_itself(
+    celery_workers: WorkerPool, configure: Callable[..., None], tmp_path: Path,
+) -> None:
+    configure(night_processes=2)  # the worker inherits the variable
+    celery_workers.start("cpu", "control", log_dir=tmp_path)
+    run_id = nightly.create_night(night=date(2026, 6, 2), benchmarks=SPECS)
+
+    nightly.enqueue_jobs(run_id)
+
+    wait_until(lambda: _family(run_id)[0] == "complete", timeout=240,
+               what=f"run {run_id} complete after its rounds")
+    assert _family(run_id)[1] == [("replicate", "complete", 2, 1)]
