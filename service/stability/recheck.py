@@ -4,7 +4,8 @@
 nights measure it again every night: each night is one ``python -m suite run`` process, and so is
 each confirmation re-run. After a night, the per-process medians of a benchmark's latency over
 its last ``nights`` nights on the same series (same machine fingerprint and build identity, see
-``service/results/records.py``) are a new sample of its process-to-process noise, judged by the
+``service/results/records.py``), the processes of the nights' own rounds included
+(``NIGHTBENCH_NIGHT_PROCESSES``), are a new sample of its process-to-process noise, judged by the
 same rule (TorchBench's 7% max-min spread for 5 processes, scaled for the window's number of
 processes by d2(n) / d2(5); ``suite/stability.py``, applied by ``workers/night/recheck.py``,
 since the service does not import the suite).
@@ -35,10 +36,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
-from service.models import Confirmation, Result, Run
+from service.models import Confirmation, Result, Run, RunKind
 from service.models.base import utcnow
 from service.models.stability import BenchmarkStability
 from service.results.history_queries import StoredVerdict, stored_regressions
+from service.series import is_night_round
 
 RECHECK_KINDS = ("nightly", "ingest", "confirm")
 SOURCE_MEASURED = "measured"
@@ -47,7 +49,8 @@ SOURCE_NIGHTLY = "nightly"
 
 @dataclass(frozen=True)
 class Process:
-    """One benchmark process of a series: a night's result or a confirmation re-run's.
+    """One benchmark process of a series: a night's result, a confirmation re-run's, or one of
+    their rounds' (``NIGHTBENCH_NIGHT_PROCESSES``).
 
     Attributes:
         result_id: the stored result.
@@ -126,22 +129,28 @@ def step_first_result(result_id: int, stored: StoredVerdict) -> int | None:
 
 
 def _window_results(session: Session, *, series_key: str, night: date, run_ids: set[int],
-                    nights: int) -> list[Result]:
-    """The series' results of its last ``nights`` nights up to ``night``, oldest first."""
+                    nights: int) -> tuple[list[Result], dict[int, int]]:
+    """The series' results of its last ``nights`` nights up to ``night``, oldest first, with
+    the results of the nights' own rounds of processes (``NIGHTBENCH_NIGHT_PROCESSES``), and
+    for each round's result the run id of the night (or re-run) it is a process of."""
     stmt = (select(Result.night).join(Run, Run.id == Result.run_id)
             .where(Result.series_key == series_key, Result.error.is_(None),
                    Result.night <= night, Run.kind.in_(RECHECK_KINDS))
             .distinct().order_by(Result.night.desc()).limit(nights))
     recent = list(session.scalars(stmt))
     if not recent:
-        return []
-    rows = session.scalars(
-        select(Result).join(Run, Run.id == Result.run_id)
+        return [], {}
+    rows = session.execute(
+        select(Result, Run.kind, Run.parent_run_id, Run.options).join(Run, Run.id == Result.run_id)
         .where(Result.series_key == series_key, Result.error.is_(None),
-               Result.night >= min(recent), Result.night <= night, Run.kind.in_(RECHECK_KINDS))
-        .order_by(Result.night, Result.run_id))
-    # Tonight's results beyond the run (and its re-runs) being finished are not in yet.
-    return [r for r in rows if r.night < night or r.run_id in run_ids]
+               Result.night >= min(recent), Result.night <= night,
+               Run.kind.in_((*RECHECK_KINDS, RunKind.REPLICATE)))
+        .order_by(Result.night, Result.run_id)).all()
+    round_of = {r.id: parent for r, kind, parent, options in rows
+                if kind == RunKind.REPLICATE and parent is not None and is_night_round(options)}
+    kept = [r for r, kind, _, _ in rows if kind != RunKind.REPLICATE or r.id in round_of]
+    # Tonight's results beyond the run (its re-runs and their rounds) being finished are not in.
+    return [r for r in kept if r.night < night or round_of.get(r.id, r.run_id) in run_ids], round_of
 
 
 def recheck_window(session: Session, *, result: Result, run_ids: Sequence[int], nights: int,
@@ -166,13 +175,17 @@ def recheck_window(session: Session, *, result: Result, run_ids: Sequence[int], 
         raise ValueError(f"nights and settle_nights must be >= 1, got {nights}, {settle_nights}")
     if result.series_key is None or result.machine_id is None:
         return None
-    rows = _window_results(session, series_key=result.series_key, night=result.night,
-                           run_ids=set(run_ids), nights=nights)
+    rows, round_of = _window_results(session, series_key=result.series_key, night=result.night,
+                                     run_ids=set(run_ids), nights=nights)
     stored = stored_regressions(session, [result.series_key]).get(result.series_key, {})
     cut, candidates = _latest_step(rows, stored)
+    # A round's process is unsettled with the candidate night (or re-run) it is a process of.
+    pending = {rows[i].run_id for i in candidates}
     recent = sorted({r.night for r in rows}, reverse=True)[:settle_nights]
     processes = tuple(
-        Process(r.id, r.night, float(r.median), unsettled=i in candidates and r.night >= recent[-1])
+        Process(r.id, r.night, float(r.median),
+                unsettled=(i in candidates or round_of.get(r.id) in pending)
+                and r.night >= recent[-1])
         for i, r in enumerate(rows) if i >= cut and r.median is not None and r.median > 0)
     return RecheckWindow(result.model, result.mode, result.device, result.compiler,
                          result.machine_id, result.series_key, processes,

@@ -33,11 +33,13 @@ SETTINGS = Settings(stability_recheck_nights=10, stability_recheck_min_processes
 
 
 def _night(session: Session, day: int, levels: dict[str, float], *, kind: str = "nightly",
-           parent: Run | None = None) -> Run:
-    """A run on night ``FIRST + day`` measuring each ``model:eval`` at its literal level (ms)."""
+           parent: Run | None = None, origin: str | None = None) -> Run:
+    """A run on night ``FIRST + day`` measuring each ``model:eval`` at its literal level (ms);
+    ``origin`` marks a replicate run (``"night"``: one of its parent's own rounds)."""
     specs = [BenchmarkSpec(model=m, mode="eval") for m in levels]
     run = runs.create_run(session, night=FIRST + timedelta(days=day), benchmarks=specs, kind=kind,
-                          parent_run_id=parent.id if parent else None)
+                          parent_run_id=parent.id if parent else None,
+                          options={"origin": origin} if origin else None)
     for job in runs.list_jobs(session, run_id=run.id):
         level = levels[job.model]
         store_record(session, run=run, job=job, record={
@@ -231,6 +233,37 @@ def test_confirmation_reruns_count_as_processes(session: Session) -> None:
 
     assert verdict.changed and verdict.unstable is False and len(verdict.medians_ms) == 6
     assert verdict.medians_ms == (10.0, 10.02, 10.01, 10.03, 10.01, 10.02)
+
+
+def test_a_night_s_own_rounds_count_as_processes_and_a_comparison_s_do_not(
+        session: Session) -> None:
+    _measured(session, "dqn", unstable=True)
+    nights = _nights(session, {"dqn": [10.0, 10.02]})
+    for night, rounds in zip(nights, ([10.01, 10.03], [10.02, 10.0]), strict=True):
+        for level in rounds:
+            _night(session, (night.night - FIRST).days, {"dqn": level}, kind="replicate",
+                   parent=night, origin="night")
+    # Processes asked for later by `runs compare --processes` are not the night's own.
+    _night(session, 0, {"dqn": 14.0}, kind="replicate", parent=nights[0], origin="compare")
+
+    [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    assert verdict.changed and verdict.unstable is False
+    assert verdict.medians_ms == (10.0, 10.01, 10.03, 10.02, 10.02, 10.0)
+
+
+def test_the_rounds_of_an_unsettled_candidate_night_do_not_darken(session: Session) -> None:
+    quiet = [10.0, 10.02, 9.99, 10.01, 10.0, 10.03]
+    nights = _nights(session, {"dqn": [*quiet, 13.0]})
+    for level in (13.1, 12.9):
+        _night(session, 6, {"dqn": level}, kind="replicate", parent=nights[-1], origin="night")
+    _step(session, raised_on=nights[-1], first_night=nights[-1], model="dqn",
+          confirmation=Confirmation.NOT_POSSIBLE)
+
+    [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
+
+    assert verdict.unstable is False and verdict.medians_ms == tuple(quiet)
+    assert unstable_benchmarks(session) == set()
 
 
 def test_only_the_last_k_nights_count(session: Session) -> None:
