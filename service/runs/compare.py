@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
-from service.models import Result, Run
+from service.models import Result, Run, RunKind
 from service.runs.service import run_results
 
 NOT_ENOUGH = "not enough processes"
@@ -182,11 +182,16 @@ def compare_processes(
 
 
 def run_processes(session: Session, *, run_id: int) -> dict[Key, list[Result]]:
-    """The results of run ``run_id`` and of its confirmation runs, by benchmark metric: one
-    result per process (errors included)."""
-    children = session.scalars(select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.id))
+    """The results of run ``run_id`` and of every run measuring its build for it (its
+    confirmation runs, replicate runs and rounds, and the rounds of its confirmation runs), by
+    benchmark metric: one result per process (errors included)."""
+    children = list(session.scalars(
+        select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.id)))
+    grandchildren = session.scalars(select(Run.id).where(
+        Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE).order_by(Run.id)
+    ) if children else []
     out: dict[Key, list[Result]] = {}
-    for rid in (run_id, *children):
+    for rid in (run_id, *children, *grandchildren):
         for r in run_results(session, run_id=rid):
             out.setdefault(_key(r), []).append(r)
     return out

@@ -254,6 +254,29 @@ def test_replicate_processes_count_in_the_comparison(client: TestClient, db: Ses
     assert c["p_value"] == pytest.approx(2 / 252) and c["verdict"] == "regression"
 
 
+def test_a_confirmation_run_s_rounds_are_processes_of_the_night_s_build(
+        client: TestClient, db: Session) -> None:
+    # Night b's re-run measured in two rounds (NIGHTBENCH_NIGHT_PROCESSES=2): the re-run and
+    # its round are both processes of b's build; a round of an unrelated run is not.
+    a = _processes(db, 0, {"dcgan": 3.0}, 1)
+    b = _processes(db, 1, {"dcgan": 3.6}, 1)
+    other = _processes(db, 2, {"dcgan": 3.6}, 1)
+
+    def child(parent: Run, kind: str, seed: int) -> Run:
+        run = add_night(db, parent.night, [make_record("dcgan", "eval", {
+            "latency": _lat(3.6, seed)})], kind=kind)
+        run.parent_run_id = parent.id
+        run.options = {"origin": "night"}
+        return run
+
+    confirm = child(b, "confirm", 30)
+    child(confirm, "replicate", 31)
+    child(other, "replicate", 32)
+    db.flush()
+    c = client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["comparisons"][0]
+    assert (c["a_processes"], c["b_processes"]) == (1, 3)
+
+
 def test_growth_is_compared_by_its_difference_not_a_ratio() -> None:
     mib = 2.0**20
     # Growth near zero on one side: a ratio would read x20 for 1.9 MiB more; not a regression.
