@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +44,21 @@ class Step:
     queue: str = CONTROL
 
 
+Observer = Callable[[Step, bool], None]
+"""Told of each step an embedded chain runs: ``(step, done)``."""
+
 _local = threading.local()
 
 
-def send(steps: Iterable[Step]) -> None:
+def send(steps: Iterable[Step], *, observer: Observer | None = None) -> None:
     """Enqueue ``steps`` in order: to the broker by name, or, embedded, run them on this thread.
+
+    Args:
+        steps: the steps to send.
+        observer: embedded, called as ``observer(step, False)`` before and ``observer(step,
+            True)`` after each step the loop started here runs, the chain's later steps
+            included (a progress bar); not called with a broker, or when a loop below on this
+            thread runs the steps.
 
     Raises:
         KeyError: embedded, a step names no registered task.
@@ -68,6 +78,10 @@ def send(steps: Iterable[Step]) -> None:
     try:
         while pending:
             step = pending.popleft()
+            if observer is not None:
+                observer(step, False)
             app.tasks[step.task].apply(args=step.args, throw=True)
+            if observer is not None:
+                observer(step, True)
     finally:
         _local.pending = None

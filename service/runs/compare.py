@@ -187,9 +187,9 @@ def run_processes(session: Session, *, run_id: int) -> dict[Key, list[Result]]:
     benchmark metric: one result per process (errors included)."""
     children = list(session.scalars(
         select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.id)))
-    grandchildren = session.scalars(select(Run.id).where(
+    grandchildren: list[int] = list(session.scalars(select(Run.id).where(
         Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE).order_by(Run.id)
-    ) if children else []
+    )) if children else []
     out: dict[Key, list[Result]] = {}
     for rid in (run_id, *children, *grandchildren):
         for r in run_results(session, run_id=rid):

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from service.config import get_settings
@@ -20,6 +18,7 @@ from service.errors import NightbenchError
 from workers.cli.common import console, err_console, fit_to_output, with_unit
 from workers.cli.common import csv as _csv
 from workers.cli.common import fail as _fail
+from workers.cli.progress import measure
 
 app = typer.Typer(help="nightbench: nightly performance-regression checks for PyTorch.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -92,21 +91,6 @@ def _create_runs(
     return created
 
 
-def _measure(run_id: int, total: int) -> None:
-    """Run (embedded) or wait for (distributed) the run's jobs, with a progress bar."""
-    from workers.night import plan as night_mod
-
-    with _progress() as progress:
-        bar = progress.add_task("measuring", total=total)
-        if get_settings().embedded:
-            for job_id, queue, name in night_mod.queued_jobs(run_id):
-                progress.update(bar, description=name)
-                night_mod.send_job(job_id, queue)
-                progress.advance(bar)
-        else:
-            _wait_for_run(run_id, progress, bar)
-
-
 ModelsOpt = Annotated[str | None, typer.Option(
     help="comma-separated models or patterns, e.g. torchbench.hf_* (default: the own suite)")]
 ModesOpt = Annotated[str, typer.Option(help="comma-separated: train,eval")]
@@ -159,7 +143,7 @@ def nightly(
     for run_id, total in created:
         if not get_settings().embedded:
             night_mod.enqueue_jobs(run_id)
-        _measure(run_id, total)
+        measure(run_id, total)
         _print_report(run_id)
 
 
@@ -185,36 +169,14 @@ def dispatch(
                            modes=modes, compilers=compilers, device_classes=device_class)
     for run_id, total in created:
         if settings.embedded:
-            _measure(run_id, total)
+            measure(run_id, total)
         else:
             night_mod.enqueue_jobs(run_id)
             if wait:
-                _measure(run_id, total)
+                measure(run_id, total)
         if settings.embedded or wait:
             _print_report(run_id)
     print(json.dumps({"runs": [run_id for run_id, _ in created]}))
-
-
-def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
-
-
-def _wait_for_run(run_id: int, progress: Progress, bar: Any) -> None:
-    from sqlalchemy import func, select
-
-    from service.db import session_scope
-    from service.models import JOB_ENDED, Job, Run
-
-    while True:
-        with session_scope() as session:
-            ended = session.scalar(select(func.count()).select_from(Job).where(
-                Job.run_id == run_id, Job.status.in_(JOB_ENDED)))
-            status = session.scalar(select(Run.status).where(Run.id == run_id))
-        progress.update(bar, completed=ended, description=f"run {run_id}: {status}")
-        if status in ("complete", "incomplete", "failed"):
-            return
-        time.sleep(2)
 
 
 @app.command()

@@ -24,7 +24,7 @@ from service.models.base import utcnow
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
 from workers.app import queue_for
-from workers.enqueue import Step, send
+from workers.enqueue import Observer, Step, send
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +160,20 @@ def job_step(job_id: int, queue: str) -> Step:
     return Step("bench.run", (job_id,), queue)
 
 
-def send_job(job_id: int, queue: str) -> None:
+def send_job(job_id: int, queue: str, *, observer: Observer | None = None) -> None:
     """Enqueue ``bench.run`` for one job (in the embedded default: run it, and the chain it
-    starts, here and now)."""
-    send([job_step(job_id, queue)])
+    starts, here and now, telling ``observer`` of each step: :func:`workers.enqueue.send`)."""
+    send([job_step(job_id, queue)], observer=observer)
+
+
+def job_benchmark(job_id: int) -> str:
+    """The benchmark name of job ``job_id`` (``model:mode:device[:compiler]``).
+
+    Raises:
+        service.errors.NotFound: no such job.
+    """
+    with session_scope() as session:
+        return runs.get_job(session, job_id).benchmark
 
 
 def enqueue_jobs(run_id: int) -> None:

@@ -3,10 +3,14 @@ in-process (the embedded default's chain) and through a real worker and Redis.""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
+import pytest
+from rich.console import Console
+from rich.progress import Progress
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -15,6 +19,7 @@ from service.models import Result, Run
 from service.runs.service import BenchmarkSpec
 from tests.conftest import WorkerPool, wait_until
 from workers.cli import app
+from workers.cli import progress as cli_progress
 from workers.night import plan as nightly
 
 SPECS = [BenchmarkSpec(model="dqn", mode="eval")]  # a process measures it in about a second
@@ -50,6 +55,27 @@ def test_an_embedded_night_measures_its_rounds_before_it_finishes(
     out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
     assert out.exit_code == 0, out.output
     assert "median of per-process medians, 3 processes per benchmark" in " ".join(out.output.split())
+
+
+def test_the_night_s_progress_bar_counts_every_round(
+    configure: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configure(night_processes=3)
+    run_id = nightly.create_night(night=date(2026, 6, 3), benchmarks=SPECS)
+    bars: list[Progress] = []
+
+    def recorded() -> Progress:
+        bars.append(Progress(console=Console(file=io.StringIO())))
+        return bars[-1]
+
+    monkeypatch.setattr(cli_progress, "progress_bar", recorded)
+    cli_progress.measure(run_id, 1)
+
+    [task] = bars[0].tasks
+    # Three processes of dqn (the night's job and two rounds): the bar ends at 3 of 3, not at
+    # 1 of 1 before the rounds begin.
+    assert (task.completed, task.total) == (3, 3)
+    assert task.description == "dqn:eval:cpu"
 
 
 def test_a_night_through_a_worker_sends_its_rounds_itself(
