@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import RUN_OPEN, Result, Run, RunKind
+from service.models import RUN_OPEN, Job, Result, Run, RunKind
 from service.runs.service import BenchmarkSpec, create_run, list_jobs
 from service.series import NIGHT_ROUND, is_night_round
 
@@ -32,6 +32,13 @@ def night_rounds(session: Session, *, run_id: int) -> list[Run]:
     children = session.scalars(select(Run).where(
         Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE).order_by(Run.id))
     return [c for c in children if is_night_round(c.options)]
+
+
+def run_queue(session: Session, *, run_id: int) -> str:
+    """The queue run ``run_id``'s jobs measure on (one device class a run: ``cpu``,
+    ``gpu.h100``, ...); ``cpu`` for a run without jobs."""
+    queue = session.scalar(select(Job.queue).where(Job.run_id == run_id).order_by(Job.id).limit(1))
+    return queue or "cpu"
 
 
 def lock_run(session: Session, *, run_id: int) -> Run:

@@ -29,8 +29,9 @@ def measure(run_id: int, total: int) -> None:
     they lead to, with a progress bar of ``total`` jobs times the night's processes."""
     from workers.night import plan as night_mod
 
+    per_night = get_settings().processes_for(night_mod.run_queue(run_id))
     with progress_bar() as progress:
-        bar = progress.add_task("measuring", total=total * get_settings().night_processes)
+        bar = progress.add_task("measuring", total=total * per_night)
         if not get_settings().embedded:
             _wait_for_run(run_id, progress, bar)
             return

@@ -72,7 +72,8 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
 
 def _settle(run_id: int, settings: Settings) -> list[Step]:
     """A nightly or confirmation run whose latest round ended: send its next round while it has
-    fewer than ``night_processes`` processes per benchmark, else detect or confirm.
+    fewer processes per benchmark than its queue's (``Settings.processes_for``), else detect
+    or confirm.
 
     Rounds are sent under the run's row lock, so a ``night.finish`` delivered twice sends no
     round twice; while a round is still measuring there is nothing to do.
@@ -81,11 +82,12 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
     with session_scope() as session:
         run = rounds.lock_run(session, run_id=run_id)
         kind, parent_id = run.kind, run.parent_run_id
-        left = rounds.rounds_left(session, run_id=run_id, processes=settings.night_processes)
+        wanted = settings.processes_for(rounds.run_queue(session, run_id=run_id))
+        left = rounds.rounds_left(session, run_id=run_id, processes=wanted)
         if left is None:
             return []
         if left > 0:
-            created = rounds.create_round(session, parent=run, rounds=settings.night_processes,
+            created = rounds.create_round(session, parent=run, rounds=wanted,
                                           deadline_s=settings.night_deadline_s).id
         else:
             note = rounds.rounds_note(session, run=run)

@@ -21,6 +21,7 @@ from service.config import Settings, get_settings
 from service.db import session_scope
 from service.models import JobStatus
 from service.models.base import utcnow
+from service.runs import rounds
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
 from workers.app import queue_for
@@ -164,6 +165,12 @@ def send_job(job_id: int, queue: str, *, observer: Observer | None = None) -> No
     """Enqueue ``bench.run`` for one job (in the embedded default: run it, and the chain it
     starts, here and now, telling ``observer`` of each step: :func:`workers.enqueue.send`)."""
     send([job_step(job_id, queue)], observer=observer)
+
+
+def run_queue(run_id: int) -> str:
+    """The queue run ``run_id`` measures on (:func:`service.runs.rounds.run_queue`)."""
+    with session_scope() as session:
+        return rounds.run_queue(session, run_id=run_id)
 
 
 def job_benchmark(job_id: int) -> str:

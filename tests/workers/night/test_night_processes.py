@@ -179,6 +179,26 @@ def test_one_process_a_night_detects_at_once_without_rounds(database_url: str) -
     assert confirmation == "pending" and "processes" not in reason
 
 
+def test_a_queue_s_own_number_of_processes_overrides_the_default(database_url: str) -> None:
+    # CPU nights in two processes, every other queue in one: a gpu.h100 night detects at once.
+    by_queue = Settings(night_processes=1, night_processes_by_queue={"cpu": 2})
+    assert (by_queue.processes_for("cpu"), by_queue.processes_for("gpu.h100")) == (2, 1)
+    rng = random.Random(9)
+    _baseline(["dqn"], rng)
+    cpu = _run(8, ["dqn"])
+    _measure(cpu, {"dqn": 10.0}, rng)
+    with session_scope() as session:
+        gpu = runs.create_run(session, night=FIRST + timedelta(days=8), deadline_s=3600,
+                              benchmarks=[BenchmarkSpec(model="ppo", mode="eval",
+                                                        queue="gpu.h100")]).id
+    _measure(gpu, {"ppo": 10.0}, rng)
+
+    _round_of(finish(cpu, settings=by_queue), cpu)
+    assert finish(gpu, settings=by_queue) == [] and _children(gpu) == []
+    with pytest.raises(ValidationError, match="night_processes_by_queue"):
+        Settings(night_processes_by_queue={"cpu": 0})
+
+
 def test_later_nights_read_each_earlier_night_as_its_processes(database_url: str) -> None:
     """History nights carry their per-process medians; processes a comparison asked for on an
     old night stay out of its level, so every night keeps the same number of processes."""
