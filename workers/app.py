@@ -87,6 +87,10 @@ def configure(app: Celery, settings: Settings) -> Celery:
         options: dict[str, object] = {"visibility_timeout": settings.visibility_timeout_s}
         if settings.queue_prefix:
             options["global_keyprefix"] = settings.queue_prefix
+        if settings.broker_restore_every_s is not None:
+            # kombu scans on every `throttle`-th tick of `interval` s; one scan per tick here.
+            options["unacked_restore_interval"] = settings.broker_restore_every_s
+            options["unacked_restore_throttle"] = 1
         app.conf.update(
             broker_url=settings.broker_url,
             broker_transport_options=options,

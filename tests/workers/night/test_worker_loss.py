@@ -227,3 +227,19 @@ def test_an_ingest_run_s_late_data_is_kept_and_told(database_url: str) -> None:
     assert text.count("**Data arrived**") == 1 and "`dcgan:train:cpu`" in text.split(
         "**Data arrived**")[1]
     assert len(list(outbox.glob("issue-*.md"))) == 1
+
+
+def test_the_broker_s_restore_period_reaches_the_transport_only_when_set() -> None:
+    from celery import Celery
+
+    from service.config import Settings
+    from workers.app import configure as configure_app
+
+    redis_url = "redis://127.0.0.1:6379/0"
+    plain = configure_app(Celery("t1"), Settings(broker_url=redis_url))
+    assert "unacked_restore_interval" not in plain.conf.broker_transport_options
+    fast = configure_app(Celery("t2"), Settings(broker_url=redis_url, broker_restore_every_s=1))
+    options = fast.conf.broker_transport_options
+    assert (options["unacked_restore_interval"], options["unacked_restore_throttle"]) == (1, 1)
+    with pytest.raises(ValueError, match="greater than 0"):
+        Settings(broker_url=redis_url, broker_restore_every_s=0)
