@@ -9,6 +9,8 @@ task redelivered when its worker dies, and idempotent writes make a second deliv
 
 from __future__ import annotations
 
+import math
+
 from celery import Celery
 from celery.schedules import crontab
 from kombu import Queue
@@ -91,6 +93,9 @@ def configure(app: Celery, settings: Settings) -> Celery:
             # kombu scans on every `throttle`-th tick of `interval` s; one scan per tick here.
             options["unacked_restore_interval"] = settings.broker_restore_every_s
             options["unacked_restore_throttle"] = 1
+            # A worker killed mid-scan leaves the scan's lock held until it expires (kombu: 300 s);
+            # with scans this frequent that is likelier, so the lock lasts ten periods.
+            options["unacked_mutex_expire"] = max(1, math.ceil(10 * settings.broker_restore_every_s))
         app.conf.update(
             broker_url=settings.broker_url,
             broker_transport_options=options,

@@ -249,5 +249,6 @@ def test_the_broker_s_restore_period_reaches_the_transport_only_when_set() -> No
     fast = configure_app(Celery("t2"), Settings(broker_url=redis_url, broker_restore_every_s=1))
     options = fast.conf.broker_transport_options
     assert (options["unacked_restore_interval"], options["unacked_restore_throttle"]) == (1, 1)
+    assert options["unacked_mutex_expire"] == 10
     with pytest.raises(ValueError, match="greater than 0"):
         Settings(broker_url=redis_url, broker_restore_every_s=0)
