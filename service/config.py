@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
     visibility_timeout_s: int = Field(default=4 * 3600, gt=0)
+    broker_restore_every_s: float | None = Field(
+        default=None, gt=0,
+        description="seconds between a worker's scans of Redis for unacknowledged tasks past the "
+                    "visibility timeout, which it delivers again (None: kombu's own period, "
+                    "a scan every 10th 10 s tick, about 100 s)")
     queue_prefix: str = Field(default="", description="prefix for Redis keys (tests, shared brokers)")
     env_cache_dir: Path | None = Field(
         default=None, description="venvs of builds under test; default <data_dir>/envs"

@@ -9,6 +9,8 @@ task redelivered when its worker dies, and idempotent writes make a second deliv
 
 from __future__ import annotations
 
+import math
+
 from celery import Celery
 from celery.schedules import crontab
 from kombu import Queue
@@ -16,7 +18,7 @@ from kombu import Queue
 from service.config import Settings, get_settings
 from service.queues import GPU_CLASSES, QUEUE_NAMES
 
-__all__ = ["GPU_CLASSES", "app", "configure", "queue_for"]
+__all__ = ["GPU_CLASSES", "app", "configure", "queue_for", "transport_options"]
 
 
 def queue_for(device: str, device_class: str | None = None) -> str:
@@ -84,17 +86,33 @@ def configure(app: Celery, settings: Settings) -> Celery:
         app.conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True,
                         broker_transport_options={}, result_backend=None)
     else:
-        options: dict[str, object] = {"visibility_timeout": settings.visibility_timeout_s}
-        if settings.queue_prefix:
-            options["global_keyprefix"] = settings.queue_prefix
         app.conf.update(
             broker_url=settings.broker_url,
-            broker_transport_options=options,
+            broker_transport_options=transport_options(settings),
             result_backend=settings.result_backend,
             task_always_eager=False,
         )
     app.close()  # drop the producer pool made under the previous broker
     return app
+
+
+def transport_options(settings: Settings) -> dict[str, object]:
+    """The Redis transport options kombu gets for ``settings``: visibility timeout, key prefix and,
+    where ``broker_restore_every_s`` is set, how often a worker restores unacknowledged tasks.
+
+    Source: kombu's Redis transport options (``kombu/transport/redis.py``).
+    """
+    options: dict[str, object] = {"visibility_timeout": settings.visibility_timeout_s}
+    if settings.queue_prefix:
+        options["global_keyprefix"] = settings.queue_prefix
+    if settings.broker_restore_every_s is not None:
+        # kombu scans on every `throttle`-th tick of `interval` s; one scan per tick here.
+        options["unacked_restore_interval"] = settings.broker_restore_every_s
+        options["unacked_restore_throttle"] = 1
+        # A worker killed mid-scan leaves the scan's lock held until it expires (kombu: 300 s);
+        # with scans this frequent that is likelier, so the lock lasts ten periods.
+        options["unacked_mutex_expire"] = max(1, math.ceil(10 * settings.broker_restore_every_s))
+    return options
 
 
 app = configure(Celery("nightbench", include=["workers.tasks"]), get_settings())

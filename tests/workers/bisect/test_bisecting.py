@@ -110,8 +110,12 @@ def test_bad_bisection_input_is_refused(session: Session) -> None:
 
 @pytest.mark.slow
 def test_a_probe_killed_mid_way_is_retried_and_the_answer_stands(
-    celery_workers: WorkerPool, tmp_path: Path
+    celery_workers: WorkerPool, tmp_path: Path, configure  # type: ignore[no-untyped-def]
 ) -> None:
+    # A probe here (a venv, `pip install -e .`, two short processes) takes 1-5 s on a busy 2-core
+    # host: limits well above that, so the killed probe comes back 30 s after it was taken.
+    configure(suite_timeout_s=25, task_soft_time_limit_s=27, task_time_limit_s=29,
+              visibility_timeout_s=30)
     repo = make_package_repository(tmp_path / "minitok", commits=8, encode_culprit=5)
     from workers.commits import local_commit_range
 

@@ -26,10 +26,18 @@ def _jobs(run_id: int) -> list[Job]:
         return list(session.scalars(select(Job).where(Job.run_id == run_id).order_by(Job.id)))
 
 
+# The tasks of the kill tests below take 1-8 s on a busy 2-core host (4 s of timed
+# iterations at most); these limits still exceed that several times over, as the visibility
+# timeout exceeds the longest task in production, and the killed task comes back 30 s after it
+# was taken rather than the 55 s of the fixture's limits.
+SHORT_TASK_LIMITS = {"suite_timeout_s": 25, "task_soft_time_limit_s": 27,
+                     "task_time_limit_s": 29, "visibility_timeout_s": 30}
+
+
 def test_sigkilled_worker_task_is_redelivered(
-    celery_workers: WorkerPool, tmp_path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    celery_workers: WorkerPool, tmp_path, configure  # type: ignore[no-untyped-def]
 ) -> None:
-    monkeypatch.setenv("NIGHTBENCH_SUITE_MIN_SECONDS", "4")  # long enough to be killed mid-way
+    configure(suite_min_seconds=4, **SHORT_TASK_LIMITS)  # long enough to be killed mid-way
     w0 = celery_workers.start("cpu", log_dir=tmp_path, name="w0")
     celery_workers.start("cpu", log_dir=tmp_path, name="w1")
     specs = [BenchmarkSpec(model=m, mode=mode) for m in ("resnet18", "dqn") for mode in ("eval", "train")]
@@ -227,3 +235,20 @@ def test_an_ingest_run_s_late_data_is_kept_and_told(database_url: str) -> None:
     assert text.count("**Data arrived**") == 1 and "`dcgan:train:cpu`" in text.split(
         "**Data arrived**")[1]
     assert len(list(outbox.glob("issue-*.md"))) == 1
+
+
+def test_the_broker_s_restore_period_reaches_the_transport_only_when_set() -> None:
+    from celery import Celery
+
+    from service.config import Settings
+    from workers.app import configure as configure_app
+
+    redis_url = "redis://127.0.0.1:6379/0"
+    plain = configure_app(Celery("t1"), Settings(broker_url=redis_url))
+    assert "unacked_restore_interval" not in plain.conf.broker_transport_options
+    fast = configure_app(Celery("t2"), Settings(broker_url=redis_url, broker_restore_every_s=1))
+    options = fast.conf.broker_transport_options
+    assert (options["unacked_restore_interval"], options["unacked_restore_throttle"]) == (1, 1)
+    assert options["unacked_mutex_expire"] == 10
+    with pytest.raises(ValueError, match="greater than 0"):
+        Settings(broker_url=redis_url, broker_restore_every_s=0)
