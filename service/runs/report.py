@@ -130,24 +130,25 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
         verdict = "error" if res.error else (a.verdict if a else "recorded")
         baseline = a.baseline if a else None
         change = a.change if a else None
-        if a is not None and a.verdict == "no_baseline" and res.median is not None:
+        n = len(night_processes(res, rounds.get((run_id, res.series_key or ""), []))) or 1
+        # With several processes, tonight's level is the median of their medians.
+        level = a.value if a is not None and n > 1 else res.median
+        if a is not None and a.verdict == "no_baseline" and level is not None:
             # Too few nights to judge, but still show the comparison with what there is.
             history = history_nights(session, result=res, limit=settings.baseline_nights)
             if history:
-                baseline = statistics.median(statistics.median(n.samples) for n in history)
-                change = res.median / baseline - 1 if baseline else None
+                baseline = statistics.median(statistics.median(h.samples) for h in history)
+                change = level / baseline - 1 if baseline else None
         reg = by_result.get(res.id)
         if reg is not None and reg.direction == "regression":
             verdict = {"reproduced": "regression", "not_reproduced": "not reproduced",
                        "pending": "flagged", "not_possible": "flagged"}[reg.confirmation]
             if not reg.alertable and reg.confirmation != Confirmation.NOT_REPRODUCED:
                 verdict = "regression (unstable)"
-        n = len(night_processes(res, rounds.get((run_id, res.series_key or ""), []))) or 1
         results.append({
             "benchmark": res.benchmark, "model": res.model, "mode": res.mode, "device": res.device,
             "compiler": res.compiler, "metric": res.metric, "unit": res.unit,
-            # With several processes, tonight's level: the median of their medians.
-            "baseline": baseline, "value": a.value if a is not None and n > 1 else res.median,
+            "baseline": baseline, "value": level,
             "processes": n,
             "change": change, "p_value": a.p_value if a else None,
             "verdict": verdict, "samples": len(res.samples), "iqr": res.iqr, "error": res.error,

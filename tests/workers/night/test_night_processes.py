@@ -263,6 +263,31 @@ def test_a_round_past_its_deadline_leaves_the_night_with_fewer_processes(
     assert row["processes"] == 1 and row["verdict"] == "unchanged"
 
 
+def test_a_young_series_shows_its_change_from_the_median_of_the_processes(
+        database_url: str) -> None:
+    # Two nights: too few to judge, but the report still compares; tonight's first process at
+    # 13 ms is outvoted by its rounds at 10 ms, and the change shown is the level's, not 13's.
+    rng = random.Random(11)
+    first = _run(0, ["dqn"])
+    _measure(first, {"dqn": 10.0}, rng)
+    with session_scope() as session:
+        runs.finish_run(session, run=runs.get_run(session, first), status="complete")
+    night = _run(1, ["dqn"])
+    _measure(night, {"dqn": 13.0}, rng)
+    steps = finish(night, settings=K3)
+    for _ in range(2):
+        round_id = _round_of(steps, night)
+        _measure(round_id, {"dqn": 10.0}, rng)
+        steps = finish(round_id, settings=K3)
+    with session_scope() as session:
+        report = run_report(session, run_id=night, settings=K3)
+    [row] = [r for r in report["results"] if r["metric"] == "latency"]
+    assert row["verdict"] == "no_baseline" and row["processes"] == 3
+    assert row["value"] == pytest.approx(10.0, rel=0.01)
+    assert row["change"] == pytest.approx(row["value"] / row["baseline"] - 1)
+    assert abs(row["change"]) < 0.02
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "x", "2.5", ""])
 def test_a_bad_night_processes_setting_names_the_variable(
     value: str, monkeypatch: pytest.MonkeyPatch,
