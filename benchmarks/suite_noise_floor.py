@@ -11,7 +11,7 @@ after is printed too: on a shared machine it is the first suspect for a high flo
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/suite_noise_floor.py [--repeats 5]
-        [--models a,b] [--modes train,eval] [--run-args "--cpus 1"] [--json out.json]
+        [--models a,b] [--modes train,eval] [--run-args="--cpus 1"] [--json out.json]
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", default=None, help="comma-separated (default: all)")
     parser.add_argument("--modes", default="train,eval")
-    parser.add_argument("--run-args", default="", help="extra `python -m suite run` arguments")
+    parser.add_argument("--run-args", default="",
+                        help='extra `python -m suite run` arguments; they start with dashes, so '
+                             'write them with "=": --run-args="--cpus 1"')
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     listing = list_models_json()
