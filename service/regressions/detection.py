@@ -38,12 +38,12 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   series' own *excursions*: the longest stretch of consecutive nights, among the
   ``excursion_look`` (84) before the run (reaching back past a reset), that stood beyond
   their baseline in the run's direction by at least the threshold, 3 noise and half the run's
-  change. A series that strayed +20% for two nights (consecutive builds on one slow CI host)
-  needs a third night for the next step of that size; at most one night more
-  (``excursion_cap``); smaller excursions do not hold up a big step. A run holding a
-  confirmation re-run of one of its nights is exempt: an excursion is the host's, a re-run
-  measures the build again (on a host whose excursions span a night and its re-run, a re-run
-  can still confirm one).
+  change (a series that strayed +20% for two nights, consecutive builds on one slow CI host,
+  needs a third night for the next step of that size; at most one night more,
+  ``excursion_cap``), and be unlikely as a chain of its lone nights that stood that far: with
+  q their share of those nights (count / (known + 1)), ``q**m <= excursion_alpha`` (0.003)
+  for m nights. A run holding a confirmation re-run is exempt: a re-run measures the build
+  again (it can still confirm an excursion spanning its night and itself, on one slow host).
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which
   the baseline visits regularly, are not a step. A short baseline (under 12 nights) allows

@@ -53,6 +53,12 @@ class DetectorParams:
             (:func:`longest_excursion`); 0 turns the excursion rule off.
         excursion_cap: the longest excursion that makes a run wait (a run of 2 nights waits
             for at most ``excursion_cap + 1`` nights).
+        excursion_alpha: chance below which a run of m nights must lie as a chain of the
+            series' single outlier nights: with q its rate of nights beyond the same
+            distance in the run's direction among the ``excursion_look`` nights before
+            (:func:`excursion_rate`), a run of up to ``excursion_cap`` nights needs
+            ``q**m <= excursion_alpha`` (0.003: five such nights in 84 make a run of two
+            wait for its third); 1 turns this part off.
     """
 
     window: int = 28
@@ -68,14 +74,16 @@ class DetectorParams:
     drift_nights: int = 7
     excursion_look: int = 84
     excursion_cap: int = 2
+    excursion_alpha: float = 0.003
 
     def __post_init__(self) -> None:
         if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 16
                 and 2 <= self.drift_nights <= self.window and self.excursion_look >= 0
-                and self.excursion_cap >= 0):
+                and self.excursion_cap >= 0 and 0 < self.excursion_alpha <= 1):
             raise DetectionInputError(
                 f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 16, "
-                "2 <= drift_nights <= window, excursion_look >= 0 and excursion_cap >= 0")
+                "2 <= drift_nights <= window, excursion_look >= 0, excursion_cap >= 0 and "
+                "0 < excursion_alpha <= 1")
 
 
 DEFAULT_PARAMS = DetectorParams()
@@ -213,14 +221,44 @@ def longest_excursion(dev: np.ndarray, dist: np.ndarray, up: np.ndarray) -> np.n
     Returns:
         Shape (n,), the longest excursion in nights (0 when none).
     """
-    with np.errstate(invalid="ignore"):
-        beyond = np.where(up[:, None], dev >= dist[:, None], dev <= -dist[:, None])
+    beyond = _beyond(dev, dist, up)
     cur = np.zeros(dev.shape[0], dtype=int)
     longest = np.zeros(dev.shape[0], dtype=int)
     for j in range(dev.shape[1]):
         cur = (cur + 1) * beyond[:, j]
         longest = np.maximum(longest, cur)
     return longest
+
+
+def excursion_rate(dev: np.ndarray, dist: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """The series' rate of single nights ``dist`` beyond their baseline in the run's
+    direction: ``count / (known + 1)`` among the known nights before a run.
+
+    Some real histories on shared hosts throw single outlier nights of the threshold's size
+    every few weeks; two of them in a row then come by chance, not as a step. If such nights
+    fall independently at rate q, a run of m of them has chance ``q**m``, which the online
+    pass holds to ``DetectorParams.excursion_alpha``. The ``+ 1`` (Laplace's rule of
+    succession, one unseen night) keeps a short look-back from reading a rate of 0 or 1
+    with confidence. Evaluated in docs/benchmarks.md ("Real performance histories").
+
+    Args:
+        dev: (n, width) as in :func:`longest_excursion`, NaN where unknown.
+        dist: (n,) log distance beyond the baseline.
+        up: (n,) look upwards (else downwards).
+
+    Returns:
+        Shape (n,), rates in [0, 1).
+    """
+    count = _beyond(dev, dist, up).sum(axis=1)
+    known = np.sum(~np.isnan(dev), axis=1)
+    return count / (known + 1.0)
+
+
+def _beyond(dev: np.ndarray, dist: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """(n, width) booleans: the night stood ``dist`` beyond its baseline in the run's
+    direction (False where unknown)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(up[:, None], dev >= dist[:, None], dev <= -dist[:, None])
 
 
 def multimodal(base: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from service.regressions.rules import (
     Flag,
     Found,
     cutoff,
+    excursion_rate,
     from_log,
     longest_excursion,
     multimodal,
@@ -111,8 +112,10 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     of at least ``dist`` (log) in its direction (``up``); see ``_judge`` for ``hist`` and
     ``rerun``. Shape (runs,).
 
-    A run holding a confirmation re-run after its first night is not held back: an excursion
-    is the host's, the re-run measured one of the run's builds again.
+    A run of up to ``excursion_cap`` nights must also be unlikely as a chain of the series'
+    single outlier nights of that size: ``q**m <= excursion_alpha`` with q from
+    :func:`excursion_rate`. A run holding a confirmation re-run after its first night is not
+    held back: an excursion is the host's, the re-run measured one of the run's builds again.
     """
     out = np.ones(rows.size, dtype=bool)
     held = np.arange(rows.size)
@@ -125,7 +128,11 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
         b = np.maximum(end - p.excursion_look, 0)
         dev = gather(devs, origin[rows[held]], b, end - b, p.excursion_look)
         longest = longest_excursion(dev, dist[held], up[held])
-        out[held] = m[held] > np.minimum(longest, p.excursion_cap)
+        rate = excursion_rate(dev, dist[held], up[held])
+        mh = m[held]
+        # Runs past ``excursion_cap`` nights always outlast: a step waits one night at most.
+        out[held] = (mh > np.minimum(longest, p.excursion_cap)) & (
+            (mh > p.excursion_cap) | (rate**mh <= p.excursion_alpha))
     return out
 
 

@@ -216,6 +216,38 @@ def test_a_series_without_excursions_is_judged_as_before() -> None:
     assert seen == ["regression?", "rerun:regression"] and raised is not None
 
 
+# A quiet series whose host throws a lone +10% night every 12 nights (never two in a row): five
+# in its 60 nights, two of them in the last 28.
+OUTLIERS = [10.0 + o if i % 12 == 5 else o for i, o in enumerate(quiet(60))]
+
+
+def test_two_nights_on_a_series_with_frequent_outlier_nights_wait_for_a_third() -> None:
+    n = len(OUTLIERS)
+    # Two nights of the outliers' size come by chance there ((5/61)**2 > 0.003): not raised...
+    pair = OUTLIERS + [10.5, 11.0] + quiet(10)
+    assert _online(pair) == []
+    assert _online(pair, excursion_alpha=1.0) == [(n, n + 1)]  # (rate off: raised)
+    # ...and a step of that size is raised on its third night.
+    step = OUTLIERS + quiet(6, shift=10.8)
+    assert _online(step) == [(n, n + 2)]
+    assert _online(step, excursion_alpha=1.0) == [(n, n + 1)]
+
+
+def test_a_series_without_outlier_nights_still_raises_on_two_nights() -> None:
+    plain = quiet(60)
+    n = len(plain)
+    assert _online(plain + [10.5, 11.0] + quiet(10)) == [(n, n + 1)]
+    assert _online(plain + quiet(6, shift=10.8)) == [(n, n + 1)]
+
+
+def test_a_rerun_is_not_held_back_by_outlier_nights() -> None:
+    n = len(OUTLIERS)
+    assert _online(OUTLIERS + [10.5, 11.0], rerun_at=(n + 1,)) == [(n, n + 1)]
+    seen, raised = nightly_flow(OUTLIERS, [(10.5, 11.0)])
+    assert seen == ["regression?", "rerun:regression"]
+    assert raised is not None and raised.confirmed and raised.first_night == n
+
+
 def test_rerun_marks_change_nothing_offline_and_are_checked() -> None:
     series = np.array([levels(BUSY_EXCURSION + [40.0, 38.0, 41.0])])
     again = np.zeros(series.shape, dtype=bool)
@@ -805,6 +837,9 @@ def test_detector_params_are_checked():
         DetectorParams(max_run=1)
     with pytest.raises(DetectionInputError, match="excursion_cap"):
         DetectorParams(excursion_cap=-1)
+    for alpha in (0.0, 1.5):
+        with pytest.raises(DetectionInputError, match="excursion_alpha"):
+            DetectorParams(excursion_alpha=alpha)
 
 
 def test_batch_api_maps_positions_back_to_columns_with_missing_nights():
