@@ -15,6 +15,7 @@ from rich.table import Table
 
 from service.config import get_settings
 from service.errors import NightbenchError
+from suite.model_info import TORCHBENCH_PREFIX
 from workers.cli.common import console, err_console, fit_to_output, with_unit
 from workers.cli.common import csv as _csv
 from workers.cli.common import fail as _fail
@@ -98,14 +99,19 @@ CompilersOpt = Annotated[str, typer.Option(help="comma-separated: eager,inductor
 NightOpt = Annotated[str | None, typer.Option("--date", help="night YYYY-MM-DD (default today)")]
 TorchOpt = Annotated[str, typer.Option("--torch", help="build under test: current, or a pip spec")]
 SuiteOpt = Annotated[str, typer.Option(
-    help="own | torchbench | all: which models when --models is not given")]
+    help="own | torchbench | all: which models when --models is not given; with "
+         "--suite torchbench, bare --models names are TorchBench's (alexnet: torchbench.alexnet)")]
 TorchbenchOpt = Annotated[str | None, typer.Option(
     "--torchbench", help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")]
 SUITE_MODELS = {"own": None, "torchbench": "torchbench.*", "all": "*"}
 
 
 def _suite_models(suite: str, torchbench: str | None, models: str | None) -> str | None:
-    """The --models a --suite stands for; --torchbench configures the checkout for this run."""
+    """The --models a --suite stands for; --torchbench configures the checkout for this run.
+
+    With ``--suite torchbench``, names and patterns given without the ``torchbench.`` prefix
+    are TorchBench's (``alexnet`` is ``torchbench.alexnet``), not the own suite's namesakes.
+    """
     if suite not in SUITE_MODELS:
         _fail(f"--suite must be one of {', '.join(SUITE_MODELS)}, got {suite!r}")
     if torchbench is not None:
@@ -117,6 +123,9 @@ def _suite_models(suite: str, torchbench: str | None, models: str | None) -> str
     if suite != "own" and get_settings().torchbench_path is None:
         _fail(f"--suite {suite} needs a TorchBench checkout: --torchbench PATH or "
               f"NIGHTBENCH_TORCHBENCH_PATH")
+    if models and suite == "torchbench":
+        models = ",".join(m if m.startswith(TORCHBENCH_PREFIX) else TORCHBENCH_PREFIX + m
+                          for m in (x.strip() for x in models.split(",")) if m)
     return models or SUITE_MODELS[suite]
 
 

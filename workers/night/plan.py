@@ -49,7 +49,9 @@ def _selected(by_name: dict[str, dict], models: Sequence[str] | None) -> list[st
         if not matched:
             unknown.append(pattern)
     if unknown:
-        raise InvalidInput(f"unknown model(s): {', '.join(unknown)}; see `python -m suite list`")
+        hint = [f"torchbench.{u}" for u in unknown if fnmatch.filter(by_name, f"torchbench.{u}")]
+        raise InvalidInput(f"unknown model(s): {', '.join(unknown)}; see `python -m suite list`"
+                           + (f" (TorchBench's are named {', '.join(hint)})" if hint else ""))
     return names
 
 

@@ -64,6 +64,12 @@ def test_a_name_or_pattern_matching_nothing_is_named() -> None:
         plan(CATALOG, models=["dcgan", "torchbench.nope", "hf_*"])
 
 
+def test_a_bare_torchbench_name_is_pointed_to_its_prefixed_name() -> None:
+    with pytest.raises(InvalidInput, match=r"unknown model\(s\): hf_Bert, nope; .*"
+                                           r"\(TorchBench's are named torchbench.hf_Bert\)"):
+        plan(CATALOG, models=["hf_Bert", "nope"])
+
+
 def test_a_torchbench_night_twice_compares_with_the_first(
     configure: Callable[..., None]
 ) -> None:
@@ -156,6 +162,22 @@ def test_nightly_suite_torchbench_from_a_checkout_flag(configure: Callable[..., 
         measured = {r.model for r in session.scalars(select(Result))}
     # Unavailable (a missing requirement) and CPU-not-implemented models are left out.
     assert measured == {"torchbench.staged_mlp", "torchbench.tiny_mlp"}
+
+
+def test_with_suite_torchbench_bare_model_names_are_torchbench_s(
+        configure: Callable[..., None]) -> None:
+    import os
+
+    try:
+        out = CliRunner().invoke(app, ["nightly", "--suite", "torchbench", "--torchbench",
+                                       str(CHECKOUT), "--models", "tiny_mlp", "--modes", "eval",
+                                       "--date", "2026-11-03"])
+        assert out.exit_code == 0, out.output
+    finally:
+        os.environ.pop("NIGHTBENCH_TORCHBENCH_PATH", None)
+        configure()
+    with session_scope() as session:
+        assert {r.model for r in session.scalars(select(Result))} == {"torchbench.tiny_mlp"}
 
 
 @pytest.mark.parametrize(("args", "says"), [
