@@ -1,4 +1,4 @@
-"""Process-to-process noise of CPU benchmarks under each measurement setup, interleaved.
+"""Process-to-process noise of benchmarks under each measurement setup, interleaved.
 
 For each round, each benchmark runs once under every setup, the setups in a fresh random order
 per benchmark and round, each in a fresh ``python -m suite run`` process: ``off`` (``--no-setup``,
@@ -7,16 +7,26 @@ the process as launched), ``jemalloc`` (``NIGHTBENCH_SUITE_ALLOCATOR=jemalloc``)
 ``GLIBC_TUNABLES``), ``jemalloc_nodecay`` and ``jemalloc_thp`` (jemalloc with a ``MALLOC_CONF``
 that never purges freed pages, or that backs memory with transparent huge pages), and
 ``jemalloc_noaslr`` (jemalloc in a process started by ``setarch -R``,
-without address-space randomisation); see ``suite/cpu_setup.py``. Interleaving puts every setup under the same
+without address-space randomisation); see ``suite/cpu_setup.py``. With ``--device cuda`` the
+setups are the GPU ones (``suite/gpu_setup.py``): ``gpu`` (the setup: steady warm-up,
+``cudnn.benchmark`` off), ``gpu_fixed_warmup`` (``NIGHTBENCH_SUITE_STEADY_WARMUP=off``: the
+fixed minimum warm-up only), ``gpu_deterministic`` (``NIGHTBENCH_SUITE_DETERMINISTIC=on``) and
+``gpu_expandable`` (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``); a CUDA record's
+warm-up (iterations, steady or capped, SM clock) is kept per process. Interleaving puts every setup under the same
 drift of the machine. Reported per benchmark and setup: the median of the per-process medians,
 their CV and max-min spread (TorchBench's 7% rule), for latency and CPU time per iteration;
 per setup the noise floor (median CV over benchmarks), its 90th percentile and the unstable
 count. The load average before and after is printed beside the figures.
 
+``--deadline-s`` starts no process after that many seconds (a lease on a GPU machine is short);
+the JSON is rewritten after every round, so what was measured is kept.
+
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.measurement_setup --repeats 5 \\
         --models bert,dlrm --json setup.json
+    .venv/bin/python -m benchmarks.measurement_setup --device cuda --modes train,eval \\
+        --setups gpu,gpu_fixed_warmup --deadline-s 300 --json gpu.json
 """
 
 from __future__ import annotations
@@ -29,7 +39,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -52,92 +65,100 @@ SETUPS = {
                           "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}, []),
     "jemalloc_thp": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
                       "MALLOC_CONF": "thp:always,metadata_thp:always"}, []),
+    # The GPU setups (``--device cuda``).
+    "gpu": ({}, []),
+    "gpu_fixed_warmup": ({"NIGHTBENCH_SUITE_STEADY_WARMUP": "off"}, []),
+    "gpu_deterministic": ({"NIGHTBENCH_SUITE_DETERMINISTIC": "on"}, []),
+    "gpu_expandable": ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, []),
 }
+DEFAULT_SETUPS = {"cpu": "off,jemalloc,glibc", "cuda": "gpu,gpu_fixed_warmup"}
 PREFIX = {"jemalloc_noaslr": ["setarch", os.uname().machine, "-R"]}
 SUBSET = ("bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equation_of_state,"
           "pyhpc_isoneutral_mixing,wavenet")
 
 
-def _run(model: str, mode: str, setup: str, out: Path) -> dict[str, float] | None:
-    """One process: ``{"latency": median ms, "cpu_time": median ms}``, None on an error."""
+def _run(model: str, mode: str, setup: str, device: str, out: Path) -> dict[str, Any] | None:
+    """One process: ``{"latency": median ms, "cpu_time": median ms, "warmup": {...}}`` (CPU time
+    on CPU only, the record's warm-up on CUDA only), None on an error."""
     env_extra, args = SETUPS[setup]
     env = {**os.environ, **env_extra, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [*PREFIX.get(setup, []), sys.executable, "-m", "suite", "run", "--model", model, "--mode", mode,
-           "--threads", "1", "--out", str(out), *args]
+           "--device", device, "--threads", "1", "--out", str(out), *args]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0 or not out.exists():
         return None
     record = json.loads(out.read_text())
     if record.get("error"):
         return None
-    return {m["metric"]: m["median"] for m in record["metrics"]
-            if m["metric"] in ("latency", "cpu_time")}
+    got: dict[str, Any] = {m["metric"]: m["median"] for m in record["metrics"]
+                           if m["metric"] in ("latency", "cpu_time")}
+    if device == "cuda":
+        got["warmup"] = record.get("environment", {}).get("warmup")
+    return got
 
 
-def main() -> None:
-    """Measure, print the tables, optionally write JSON."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=5, help="processes per benchmark and setup")
-    ap.add_argument("--models", default=SUBSET)
-    ap.add_argument("--mode", default="eval", choices=("train", "eval"))
-    ap.add_argument("--setups", default="off,jemalloc,glibc")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
-    models = [m for m in args.models.split(",") if m]
-    setups = [s for s in args.setups.split(",") if s]
-    unknown = sorted(set(setups) - SETUPS.keys())
-    if unknown:
-        ap.error(f"--setups: unknown {', '.join(unknown)} (known: {', '.join(SETUPS)})")
+def _measure(args: argparse.Namespace, benchmarks: list[tuple[str, str]], setups: list[str],
+             write: Callable[[dict[tuple[str, str, str], dict[str, list[Any]]],
+                              dict[tuple[str, str, str], int]], None],
+             ) -> tuple[dict[tuple[str, str, str], dict[str, list[Any]]],
+                        dict[tuple[str, str, str], int]]:
+    """Run the interleaved rounds; return the per-process values and error counts, keyed by
+    ``(model, mode, setup)``. ``write`` is called after every round (and at the deadline)."""
     rng = random.Random(args.seed)
     console = Console(stderr=True)
-    medians: dict[tuple[str, str], dict[str, list[float]]] = {}
-    errors: dict[tuple[str, str], int] = {}
-    load_before = os.getloadavg()
+    values: dict[tuple[str, str, str], dict[str, list[Any]]] = {}
+    errors: dict[tuple[str, str, str], int] = {}
+    start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, Progress(
             TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=console) as progress:
-        bar = progress.add_task("setups", total=args.repeats * len(models) * len(setups))
+        bar = progress.add_task("setups", total=args.repeats * len(benchmarks) * len(setups))
         for r in range(args.repeats):
-            for model in models:
+            for model, mode in benchmarks:
                 for setup in rng.sample(setups, len(setups)):
-                    progress.update(bar, description=f"round {r + 1} {model} {setup}")
-                    out = Path(tmp) / f"{model}-{setup}-{r}.json"
-                    got = _run(model, args.mode, setup, out)
+                    if args.deadline_s and time.monotonic() - start > args.deadline_s:
+                        console.print(f"[yellow]deadline of {args.deadline_s:g} s reached in "
+                                      f"round {r + 1}: stopping[/]")
+                        write(values, errors)
+                        return values, errors
+                    progress.update(bar, description=f"round {r + 1} {model}:{mode} {setup}")
+                    out = Path(tmp) / f"{model}-{mode}-{setup}-{r}.json"
+                    got = _run(model, mode, setup, args.device, out)
+                    key = (model, mode, setup)
                     if got is None:
-                        errors[(model, setup)] = errors.get((model, setup), 0) + 1
+                        errors[key] = errors.get(key, 0) + 1
                     else:
-                        slot = medians.setdefault((model, setup), {})
+                        slot = values.setdefault(key, {})
                         for metric, value in got.items():
                             slot.setdefault(metric, []).append(value)
                     progress.advance(bar)
-    load_after = os.getloadavg()
-    rows, floors = [], {}
-    table = Table(title=f"{args.mode}, {args.repeats} processes per benchmark and setup, "
-                        f"load {load_before[0]:.2f} → {load_after[0]:.2f}")
-    for col in ("benchmark", "setup", "median ms", "CV", "spread", "CPU-time CV", "verdict"):
-        table.add_column(col, justify="left" if col in ("benchmark", "setup") else "right")
-    for model in models:
-        for setup in setups:
-            got = medians.get((model, setup), {})
-            lat = got.get("latency", [])
-            if len(lat) < 2:
-                continue
-            cv, spread, unstable = summarize(lat, allowed_spread(len(lat)))
-            assert cv is not None and spread is not None
-            cpu_cv = summarize(got["cpu_time"])[0] if len(got.get("cpu_time", [])) >= 2 else None
-            row = {"benchmark": f"{model}:{args.mode}", "setup": setup,
-                   "median_ms": statistics.median(lat), "cv": cv, "spread": spread,
-                   "cpu_time_cv": cpu_cv, "unstable": bool(unstable), "medians_ms": lat,
-                   "errors": errors.get((model, setup), 0)}
-            rows.append(row)
-            table.add_row(row["benchmark"], setup, f"{row['median_ms']:.2f}", f"{cv:.2%}",
-                          f"{spread:.2%}", "-" if cpu_cv is None else f"{cpu_cv:.2%}",
-                          "UNSTABLE" if row["unstable"] else "stable")
-    console.print(table)
-    summary = Table(title="per setup")
-    for col in ("setup", "noise floor (median CV)", "p90 CV", "CPU-time floor", "unstable"):
-        summary.add_column(col, justify="right")
+            write(values, errors)
+    return values, errors
+
+
+def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
+          errors: dict[tuple[str, str, str], int]) -> list[dict[str, Any]]:
+    """One row per benchmark and setup with two or more processes: median of the per-process
+    medians (ms), CV and max-min spread (fractions), TorchBench's verdict over that many
+    processes, the CPU-time CV, and on CUDA the warm-ups."""
+    rows = []
+    for (model, mode, setup), got in values.items():
+        lat = got.get("latency", [])
+        if len(lat) < 2:
+            continue
+        cv, spread, unstable = summarize(lat, allowed_spread(len(lat)))
+        cpu_cv = summarize(got["cpu_time"])[0] if len(got.get("cpu_time", [])) >= 2 else None
+        rows.append({"benchmark": f"{model}:{mode}", "setup": setup,
+                     "median_ms": statistics.median(lat), "cv": cv, "spread": spread,
+                     "cpu_time_cv": cpu_cv, "unstable": bool(unstable), "medians_ms": lat,
+                     "warmups": got.get("warmup"), "errors": errors.get((model, mode, setup), 0)})
+    return rows
+
+
+def _floors(rows: list[dict[str, Any]], setups: list[str]) -> dict[str, dict[str, Any]]:
+    """Per setup: the noise floor (median CV), its 90th percentile, the CPU-time floor and the
+    unstable benchmarks."""
+    floors = {}
     for setup in setups:
         mine = [r for r in rows if r["setup"] == setup]
         if not mine:
@@ -145,19 +166,84 @@ def main() -> None:
         cvs = sorted(r["cv"] for r in mine)
         cpu = sorted(r["cpu_time_cv"] for r in mine if r["cpu_time_cv"] is not None)
         floors[setup] = {
+            "benchmarks": len(mine),
             "noise_floor_cv": statistics.median(cvs), "cv_p90": cvs[int(0.9 * (len(cvs) - 1))],
             "cpu_time_noise_floor_cv": statistics.median(cpu) if cpu else None,
             "unstable": [r["benchmark"] for r in mine if r["unstable"]]}
-        f = floors[setup]
+    return floors
+
+
+def _print(console: Console, rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]],
+           title: str) -> None:
+    table = Table(title=title)
+    for col in ("benchmark", "setup", "median ms", "CV", "spread", "CPU-time CV", "verdict"):
+        table.add_column(col, justify="left" if col in ("benchmark", "setup") else "right")
+    for row in sorted(rows, key=lambda r: (r["benchmark"], r["setup"])):
+        cpu_cv = row["cpu_time_cv"]
+        table.add_row(row["benchmark"], row["setup"], f"{row['median_ms']:.3f}",
+                      f"{row['cv']:.2%}", f"{row['spread']:.2%}",
+                      "-" if cpu_cv is None else f"{cpu_cv:.2%}",
+                      "UNSTABLE" if row["unstable"] else "stable")
+    console.print(table)
+    summary = Table(title="per setup")
+    for col in ("setup", "noise floor (median CV)", "p90 CV", "CPU-time floor", "unstable"):
+        summary.add_column(col, justify="right")
+    for setup, f in floors.items():
         summary.add_row(setup, f"{f['noise_floor_cv']:.2%}", f"{f['cv_p90']:.2%}",
                         "-" if f["cpu_time_noise_floor_cv"] is None
                         else f"{f['cpu_time_noise_floor_cv']:.2%}",
-                        f"{len(f['unstable'])} of {len(mine)}")
+                        f"{len(f['unstable'])} of {f['benchmarks']}")
     console.print(summary)
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "setups": floors,
-                                         "load_average_before": load_before,
-                                         "load_average_after": load_after}, indent=1))
+
+
+def main() -> None:
+    """Measure, print the tables, optionally write JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=5, help="processes per benchmark and setup")
+    ap.add_argument("--models", default=SUBSET)
+    ap.add_argument("--modes", "--mode", dest="modes", default="eval",
+                    help="train, eval or both (comma-separated)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--setups", default=None,
+                    help=f"comma-separated (default: {DEFAULT_SETUPS['cpu']} on cpu, "
+                         f"{DEFAULT_SETUPS['cuda']} on cuda)")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no process after this many seconds")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    models = [m for m in args.models.split(",") if m]
+    modes = [m for m in args.modes.split(",") if m]
+    if set(modes) - {"train", "eval"}:
+        ap.error(f"--modes: expected train and/or eval, got {args.modes}")
+    setups = [s for s in (args.setups or DEFAULT_SETUPS[args.device]).split(",") if s]
+    unknown = sorted(set(setups) - SETUPS.keys())
+    if unknown:
+        ap.error(f"--setups: unknown {', '.join(unknown)} (known: {', '.join(SETUPS)})")
+    benchmarks = [(model, mode) for model in models for mode in modes]
+    load_before = os.getloadavg()
+
+    def write(values: dict[tuple[str, str, str], dict[str, list[Any]]],
+              errors: dict[tuple[str, str, str], int]) -> None:
+        if args.json:
+            rows = _rows(values, errors)
+            args.json.write_text(json.dumps({
+                "device": args.device, "repeats": args.repeats, "rows": rows,
+                "setups": _floors(rows, setups), "errors": {":".join(k): n for k, n in
+                                                           errors.items()},
+                "load_average_before": load_before, "load_average_now": os.getloadavg()},
+                indent=1))
+
+    values, errors = _measure(args, benchmarks, setups, write)
+    load_after = os.getloadavg()
+    rows = _rows(values, errors)
+    _print(Console(stderr=True), rows, _floors(rows, setups),
+           f"{args.device}, {','.join(modes)}, up to {args.repeats} processes per benchmark and "
+           f"setup, load {load_before[0]:.2f} → {load_after[0]:.2f}")
+    failed = {":".join(k): n for k, n in errors.items()}
+    if failed:
+        print(f"processes that failed: {failed}", file=sys.stderr)
+    write(values, errors)
 
 
 if __name__ == "__main__":
