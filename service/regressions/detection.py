@@ -42,7 +42,9 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   needs a third night for the next step of that size; at most one night more,
   ``excursion_cap``), and be unlikely as a chain of its lone nights that stood that far: with
   q their share of those nights (count / (known + 1)), ``q**m <= excursion_alpha`` (0.003)
-  for m nights. A run holding a confirmation re-run is exempt: a re-run measures the build
+  for m nights; a run downwards (an improvement) needs ``q**m <= improvement_alpha``
+  (0.0005: two lone nights as far down make it wait), since an improvement is filed to nobody
+  but restarts the baseline. A run holding a confirmation re-run is exempt: a re-run measures the build
   again (it can still confirm an excursion spanning its night and itself, on one slow host).
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which

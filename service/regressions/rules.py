@@ -59,6 +59,12 @@ class DetectorParams:
             (:func:`excursion_rate`), a run of up to ``excursion_cap`` nights needs
             ``q**m <= excursion_alpha`` (0.003: five such nights in 84 make a run of two
             wait for its third); 1 turns this part off.
+        improvement_alpha: the same chance for a run downwards (an improvement). An
+            improvement is filed to nobody but restarts the baseline, so a false one leaves
+            the series without one for ``min_baseline`` nights. At 0.0005, two lone nights
+            as far down among the 84 before ((2/85)**2 > 0.0005) hold a run of two for a
+            third night; one does not. On real histories most two-night false flags were
+            such dips (docs/benchmarks.md).
     """
 
     window: int = 28
@@ -75,15 +81,17 @@ class DetectorParams:
     excursion_look: int = 84
     excursion_cap: int = 2
     excursion_alpha: float = 0.003
+    improvement_alpha: float = 0.0005
 
     def __post_init__(self) -> None:
         if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 16
                 and 2 <= self.drift_nights <= self.window and self.excursion_look >= 0
-                and self.excursion_cap >= 0 and 0 < self.excursion_alpha <= 1):
+                and self.excursion_cap >= 0 and 0 < self.excursion_alpha <= 1
+                and 0 < self.improvement_alpha <= 1):
             raise DetectionInputError(
                 f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 16, "
                 "2 <= drift_nights <= window, excursion_look >= 0, excursion_cap >= 0 and "
-                "0 < excursion_alpha <= 1")
+                "0 < excursion_alpha <= 1 and 0 < improvement_alpha <= 1")
 
 
 DEFAULT_PARAMS = DetectorParams()

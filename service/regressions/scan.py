@@ -113,7 +113,8 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     ``rerun``. Shape (runs,).
 
     A run of up to ``excursion_cap`` nights must also be unlikely as a chain of the series'
-    single outlier nights of that size: ``q**m <= excursion_alpha`` with q from
+    single outlier nights of that size: ``q**m <= excursion_alpha`` (``improvement_alpha``
+    for a run downwards) with q from
     :func:`excursion_rate`. A run holding a confirmation re-run after its first night is not
     held back: an excursion is the host's, the re-run measured one of the run's builds again.
     """
@@ -131,8 +132,9 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
         rate = excursion_rate(dev, dist[held], up[held])
         mh = m[held]
         # Runs past ``excursion_cap`` nights always outlast: a step waits one night at most.
+        alpha = np.where(up[held], p.excursion_alpha, p.improvement_alpha)
         out[held] = (mh > np.minimum(longest, p.excursion_cap)) & (
-            (mh > p.excursion_cap) | (rate**mh <= p.excursion_alpha))
+            (mh > p.excursion_cap) | (rate**mh <= alpha))
     return out
 
 

@@ -159,13 +159,15 @@ BUSY = [0.0, 6.1, -4.8, 8.7, -2.9, 3.8, -7.2, 1.6, 7.9, -4.1, 2.7, -9.0, 5.2, -1
 BUSY_EXCURSION = BUSY + BUSY[:6] + [35.0, 37.0] + BUSY + BUSY
 
 
-def _online(values: list[float], rerun_at: tuple[int, ...] = (), **params) -> list[tuple]:
-    """(first night, raised night) of the online regressions; ``rerun_at``: re-run nights."""
+def _online(values: list[float], rerun_at: tuple[int, ...] = (),
+            direction: str = "regression", **params) -> list[tuple]:
+    """(first night, raised night) of the online regressions (or ``direction``);
+    ``rerun_at``: re-run nights."""
     again = np.zeros((1, len(values)), dtype=bool)
     again[0, list(rerun_at)] = True
     flags = detect_series(np.array([levels(values)]), memory=False, online=True,
                           params=DetectorParams(**params), rerun=again)
-    return [(f.night, f.raised_night) for f in flags if f.direction == "regression"]
+    return [(f.night, f.raised_night) for f in flags if f.direction == direction]
 
 
 @pytest.mark.parametrize("step, rerun_pct", [(40.0, 32.0), (40.0, 38.0), (40.0, 45.0),
@@ -238,6 +240,32 @@ def test_a_series_without_outlier_nights_still_raises_on_two_nights() -> None:
     n = len(plain)
     assert _online(plain + [10.5, 11.0] + quiet(10)) == [(n, n + 1)]
     assert _online(plain + quiet(6, shift=10.8)) == [(n, n + 1)]
+
+
+# The same quiet series with two lone -10% nights in its 60 (nights 5 and 35), or two +10%.
+DIPS = [o - 10.0 if i % 30 == 5 else o for i, o in enumerate(quiet(60))]
+PEAKS = [o + 10.0 if i % 30 == 5 else o for i, o in enumerate(quiet(60))]
+
+
+def test_two_nights_down_after_two_lone_dips_wait_for_a_third() -> None:
+    n = len(DIPS)
+    # (2/61)**2 = 0.0011: over improvement_alpha (0.0005), under excursion_alpha (0.003).
+    pair = DIPS + [-10.5, -11.0] + quiet(10)
+    assert _online(pair, direction="improvement") == []
+    assert _online(pair, direction="improvement", improvement_alpha=0.003) == [(n, n + 1)]
+    step = DIPS + quiet(6, shift=-10.8)
+    assert _online(step, direction="improvement") == [(n, n + 2)]
+    # Upwards the same pair after two lone peaks is raised on its second night, as before.
+    assert _online(PEAKS + [10.5, 11.0] + quiet(10)) == [(n, n + 1)]
+
+
+def test_an_improvement_on_a_series_without_dips_is_raised_on_its_second_night() -> None:
+    plain = quiet(60)
+    n = len(plain)
+    assert _online(plain + quiet(6, shift=-10.8), direction="improvement") == [(n, n + 1)]
+    # One lone dip ((1/61)**2 = 0.0003) does not hold it back either.
+    one = [o - 10.0 if i == 35 else o for i, o in enumerate(plain)]
+    assert _online(one + quiet(6, shift=-10.8), direction="improvement") == [(n, n + 1)]
 
 
 def test_a_rerun_is_not_held_back_by_outlier_nights() -> None:
