@@ -41,6 +41,8 @@ import argparse
 import gzip
 import json
 import sys
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +52,7 @@ from rich.console import Console
 
 from benchmarks.detection import Flags, evaluate, naive_flags, nightbench_flags, print_quality
 from benchmarks.series import SeriesSet
+from service.regressions.detection import detect_series
 
 DATA = Path(__file__).resolve().parent / "data" / "real_series.json.gz"
 ROLL = 15
@@ -185,12 +188,85 @@ def up_after_improvement(s: SeriesSet, f: Flags) -> dict[str, float]:
             "per_100_series_nights": round(float(hit.sum() / max(after.sum(), 1) * 100), 4)}
 
 
-def score(lab: Labelled, online: bool = True) -> dict[str, object]:
-    """Figures of nightbench's detector and of the naive rule on the labelled set."""
+def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 28
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The series with a confirmation re-run after every candidate night, as the nightly does.
+
+    A night is a candidate when it alone stands ``threshold`` or more above the median of the
+    ``window`` nights with data before it (``assess_night``'s single-night candidate; the
+    runs of nights below that are raised without a re-run). Its re-run measures the same build
+    on another occasion: the level of a night drawn at random from the segment's own nights
+    (its host noise: tails, modes, excursions), times the planted step where the candidate
+    night is at or after it. Re-runs are independent draws; the real excursions (consecutive
+    commits measured on one slow host) are not.
+
+    Returns:
+        ``(levels, rerun, night)``: the (series, columns) levels with the re-runs inserted
+        after their nights (NaN-padded), True at re-run columns, and each column's night in
+        ``s.levels`` (a re-run's is the night it re-ran; -1 for padding).
+    """
+    rng = np.random.default_rng(seed)
+    lv = s.levels
+    t = np.arange(lv.shape[1])[None, :]
+    factor = np.where((s.event_night[:, None] >= 0) & (t >= s.event_night[:, None]),
+                      1 + s.event_size[:, None], 1.0)
+    raw = lv / factor
+    log = np.log(lv)
+    base = np.full(lv.shape, np.nan)
+    for j in range(1, lv.shape[1]):
+        past = log[:, max(0, j - window):j]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            base[:, j] = np.nanmedian(past, axis=1)
+    with np.errstate(invalid="ignore"):
+        cand = (log - base >= np.log1p(threshold)) & np.isfinite(log)
+    rows = []
+    for i in range(lv.shape[0]):
+        have = np.nonzero(np.isfinite(lv[i]))[0]
+        cols, marks, nights = [], [], []
+        for n in have:
+            cols.append(lv[i, n])
+            marks.append(False)
+            nights.append(n)
+            if cand[i, n]:
+                j = rng.choice(have[have != n])
+                cols.append(raw[i, j] * factor[i, n])
+                marks.append(True)
+                nights.append(n)
+        rows.append((cols, marks, nights))
+    width = max(len(r[0]) for r in rows)
+    out = np.full((lv.shape[0], width), np.nan)
+    rerun = np.zeros((lv.shape[0], width), dtype=bool)
+    night = np.full((lv.shape[0], width), -1)
+    for i, (cols, marks, nights) in enumerate(rows):
+        out[i, : len(cols)] = cols
+        rerun[i, : len(marks)] = marks
+        night[i, : len(nights)] = nights
+    return out, rerun, night
+
+
+def rerun_flags(s: SeriesSet, seed: int) -> Flags:
+    """nightbench's online flags with confirmation re-runs (:func:`with_reruns`), in the
+    nights of ``s``."""
+    levels, rerun, night = with_reruns(s, seed)
+    found = detect_series(levels, memory=s.memory, threshold=0.07, online=True, rerun=rerun)
+    rows = np.array([f.series for f in found], dtype=int)
+    return Flags(rows, night[rows, [f.night for f in found]].astype(int),
+                 night[rows, [f.raised_night for f in found]].astype(int),
+                 np.array([f.direction == "regression" for f in found], dtype=bool))
+
+
+def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict[str, object]:
+    """Figures of nightbench's detector and of the naive rule on the labelled set; with
+    ``reruns`` (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`)."""
     s = lab.s
     out: dict[str, object] = {"series": int(s.category.size),
                               "nights_with_data": int(np.isfinite(s.levels).sum())}
-    for name, fn in (("nightbench", nightbench_flags), ("naive_7%_vs_last_night", naive_flags)):
+    detectors: list[tuple[str, Callable[[SeriesSet, bool], Flags]]] = [
+        ("nightbench", nightbench_flags), ("naive_7%_vs_last_night", naive_flags)]
+    if reruns is not None and online:
+        detectors.insert(1, ("nightbench re-runs", lambda s_, _: rerun_flags(s_, reruns)))
+    for name, fn in detectors:
         f = fn(s, online)
         res = evaluate(s, f, online)
         res.pop("latency_by_noise", None)  # per-sample CV bands of the synthetic set
@@ -239,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(DATA), help="file written by benchmarks.real_extract")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--replicas", type=int, default=2, help="planted copies per segment and size")
+    ap.add_argument("--reruns", action="store_true",
+                    help="also score the detector with a confirmation re-run after each "
+                         "candidate night (with_reruns; seeded by --seed)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
     console = Console(stderr=True, width=150)
@@ -252,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, object] = {
         "real_series": len(reals), "series_with_flat_segments": segs,
         "flat_segments": int(np.isin(lab.s.category, ("flat", "mem_flat")).sum()),
-        "seed": args.seed, "replicas": args.replicas, **score(lab),
+        "seed": args.seed, "replicas": args.replicas,
+        **score(lab, reruns=args.seed if args.reruns else None),
         "unmodified_real_series": unmodified(reals)}
     print_quality(result, console, rows=REAL_ROWS,
                   title=f"real histories, planted steps: {result['series']} series")

@@ -116,25 +116,24 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     single outlier nights of that size: ``q**m <= excursion_alpha`` (``improvement_alpha``
     for a run downwards) with q from
     :func:`excursion_rate`. A run holding a confirmation re-run after its first night is not
-    held back: an excursion is the host's, the re-run measured one of the run's builds again.
+    held back by the excursions (consecutive nights on one slow host; the re-run measured one
+    of the run's builds again, on another occasion) but is by the outlier rate: a re-run is
+    one more draw of the host, and a night and its re-run both beyond ``dist`` are a chance
+    pair as two nights are.
     """
     out = np.ones(rows.size, dtype=bool)
-    held = np.arange(rows.size)
+    rr = np.zeros(rows.size, dtype=bool)
     if rerun is not None:
-        again = gather(rerun, rows, s + 1, m - 1, p.max_run) == 1
-        held = np.nonzero(~again.any(axis=1))[0]
-    if held.size:
-        devs, origin, offset = hist
-        end = offset[rows[held]] + s[held]
-        b = np.maximum(end - p.excursion_look, 0)
-        dev = gather(devs, origin[rows[held]], b, end - b, p.excursion_look)
-        longest = longest_excursion(dev, dist[held], up[held])
-        rate = excursion_rate(dev, dist[held], up[held])
-        mh = m[held]
-        # Runs past ``excursion_cap`` nights always outlast: a step waits one night at most.
-        alpha = np.where(up[held], p.excursion_alpha, p.improvement_alpha)
-        out[held] = (mh > np.minimum(longest, p.excursion_cap)) & (
-            (mh > p.excursion_cap) | (rate**mh <= alpha))
+        rr = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).any(axis=1)
+    devs, origin, offset = hist
+    end = offset[rows] + s
+    b = np.maximum(end - p.excursion_look, 0)
+    dev = gather(devs, origin[rows], b, end - b, p.excursion_look)
+    longest = np.where(rr, 0, longest_excursion(dev, dist, up))
+    rate = excursion_rate(dev, dist, up)
+    # Runs past ``excursion_cap`` nights always outlast: a step waits one night at most.
+    alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
+    out = (m > np.minimum(longest, p.excursion_cap)) & ((m > p.excursion_cap) | (rate**m <= alpha))
     return out
 
 

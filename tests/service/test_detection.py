@@ -268,12 +268,21 @@ def test_an_improvement_on_a_series_without_dips_is_raised_on_its_second_night()
     assert _online(one + quiet(6, shift=-10.8), direction="improvement") == [(n, n + 1)]
 
 
-def test_a_rerun_is_not_held_back_by_outlier_nights() -> None:
+def test_a_night_and_its_rerun_are_a_chance_pair_on_a_series_with_frequent_outlier_nights(
+) -> None:
+    # A re-run is another draw of the same host: a candidate and its re-run both at the
+    # outliers' size are as likely a chance pair as two nights ((5/61)**2 > 0.003)...
     n = len(OUTLIERS)
-    assert _online(OUTLIERS + [10.5, 11.0], rerun_at=(n + 1,)) == [(n, n + 1)]
-    seen, raised = nightly_flow(OUTLIERS, [(10.5, 11.0)])
-    assert seen == ["regression?", "rerun:regression"]
+    assert _online(OUTLIERS + [10.5, 11.0], rerun_at=(n + 1,)) == []
+    assert _online(OUTLIERS + [10.5, 11.0], rerun_at=(n + 1,), excursion_alpha=1.0) == [
+        (n, n + 1)]  # (rate off: raised)
+    # ...so the step is raised on its second night, from its first...
+    seen, raised = nightly_flow(OUTLIERS, [(10.5, 11.0), (10.8, 10.6)])
+    assert seen == ["regression?", "rerun:unchanged", "regression"]
     assert raised is not None and raised.confirmed and raised.first_night == n
+    # ...and a step far beyond the outliers is confirmed by its re-run at once.
+    seen, raised = nightly_flow(OUTLIERS, [(40.0, 38.0)])
+    assert seen == ["regression?", "rerun:regression"] and raised is not None
 
 
 def test_rerun_marks_change_nothing_offline_and_are_checked() -> None:
