@@ -114,14 +114,12 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
 
     A run of up to ``excursion_cap`` nights must also be unlikely as a chain of the series'
     single outlier nights of that size: ``q**m <= excursion_alpha`` (``improvement_alpha``
-    for a run downwards) with q from
-    :func:`excursion_rate`. A run holding a confirmation re-run after its first night is not
+    for a run downwards) with q from :func:`excursion_rate`. A run holding a confirmation re-run after its first night is not
     held back by the excursions (consecutive nights on one slow host; the re-run measured one
     of the run's builds again, on another occasion) but is by the outlier rate: a re-run is
     one more draw of the host, and a night and its re-run both beyond ``dist`` are a chance
     pair as two nights are.
     """
-    out = np.ones(rows.size, dtype=bool)
     rr = np.zeros(rows.size, dtype=bool)
     if rerun is not None:
         rr = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).any(axis=1)
@@ -133,8 +131,7 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     rate = excursion_rate(dev, dist, up)
     # Runs past ``excursion_cap`` nights always outlast: a step waits one night at most.
     alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
-    out = (m > np.minimum(longest, p.excursion_cap)) & ((m > p.excursion_cap) | (rate**m <= alpha))
-    return out
+    return (m > np.minimum(longest, p.excursion_cap)) & ((m > p.excursion_cap) | (rate**m <= alpha))
 
 
 def _screen(
