@@ -41,14 +41,9 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   change (a series that strayed +20% for two nights, consecutive builds on one slow CI host,
   needs a third night for the next step of that size; at most one night more,
   ``excursion_cap``), and be unlikely as a chain of its lone nights that stood that far: with
-  q their share of those nights (count / (known + 1)), ``q**m <= excursion_alpha`` (0.003)
-  for m nights; a run downwards (an improvement) needs ``q**m <= improvement_alpha``
-  (0.0005: two lone nights as far down make it wait), since an improvement is filed to nobody
-  but restarts the baseline. A run holding a confirmation re-run is exempt from the excursions
-  (a re-run measures the build again, on another occasion; it can still confirm an excursion
-  spanning its night and itself, on one slow host) but not from the outlier rate: a re-run is
-  one more draw of the host, so on a series with frequent lone outliers a night and its re-run
-  at their size wait for the next night like two nights.
+  q their share of those nights (count / (known + 1)), ``q**m <= excursion_alpha`` (0.003;
+  ``improvement_alpha``, 0.0005, downwards). A run holding a confirmation re-run is exempt
+  from the excursions (another occasion) but not from the outlier rate (another draw).
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which
   the baseline visits regularly, are not a step. A short baseline (under 12 nights) allows

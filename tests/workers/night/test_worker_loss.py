@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -85,6 +86,21 @@ def _orphans(prefix: str) -> list[int]:
     return found
 
 
+def _children_of_group(prefix: str, pgid: int) -> list[int]:
+    """Pids of this test's ``suite run`` processes whose parent is in process group ``pgid``
+    (one worker's: the other worker's suite processes are alive for their own jobs)."""
+    found = []
+    for pid in _orphans(prefix):
+        try:
+            # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if os.getpgid(ppid) == pgid:
+                found.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def test_a_dead_worker_host_s_job_is_measured_again_by_the_sweep_not_the_broker(
     celery_workers: WorkerPool, tmp_path, configure  # type: ignore[no-untyped-def]
 ) -> None:
@@ -104,9 +120,14 @@ def test_a_dead_worker_host_s_job_is_measured_again_by_the_sweep_not_the_broker(
 
     wait_until(w0_busy, timeout=120, interval=0.2, what="a job running on w0")
     victim = next(j for j in _jobs(run_id) if j.status == "running" and j.worker.startswith("w0@"))
+    prefix = get_settings().queue_prefix
+    wait_until(lambda: bool(_children_of_group(prefix, w0.pid)), timeout=120, interval=0.2,
+               what="w0's suite process")
+    victims = set(_children_of_group(prefix, w0.pid))
     celery_workers.kill(w0)
     killed_at = datetime.now(UTC)
-    wait_until(lambda: not _orphans(get_settings().queue_prefix), timeout=10,
+    # Only w0's own suite process: w1's may be measuring its job meanwhile.
+    wait_until(lambda: not victims & set(_orphans(prefix)), timeout=10,
                what="the killed worker's suite process to die with it")
 
     def swept_and_done() -> bool:
