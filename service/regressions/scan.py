@@ -114,11 +114,11 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
 
     A run of up to ``excursion_cap`` nights must also be unlikely as a chain of the series'
     single outlier nights of that size: ``q**m <= excursion_alpha`` (``improvement_alpha``
-    for a run downwards) with q from :func:`excursion_rate`. A run holding a confirmation re-run after its first night is not
-    held back by the excursions (consecutive nights on one slow host; the re-run measured one
-    of the run's builds again, on another occasion) but is by the outlier rate: a re-run is
-    one more draw of the host, and a night and its re-run both beyond ``dist`` are a chance
-    pair as two nights are.
+    for a run downwards) with q from :func:`excursion_rate`. A run holding a confirmation
+    re-run after its first night is not held back by the excursions (consecutive nights on one
+    slow host; the re-run measured one of the run's builds again, on another occasion) but is
+    by the outlier rate: a re-run is one more draw of the host, and a night and its re-run both
+    beyond ``dist`` are a chance pair as two nights are.
     """
     rr = np.zeros(rows.size, dtype=bool)
     if rerun is not None:

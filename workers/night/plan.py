@@ -24,6 +24,7 @@ from service.models.base import utcnow
 from service.runs import rounds
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
+from suite.model_info import TORCHBENCH_PREFIX
 from workers.app import queue_for
 from workers.enqueue import Observer, Step, send
 
@@ -49,7 +50,8 @@ def _selected(by_name: dict[str, dict], models: Sequence[str] | None) -> list[st
         if not matched:
             unknown.append(pattern)
     if unknown:
-        hint = [f"torchbench.{u}" for u in unknown if fnmatch.filter(by_name, f"torchbench.{u}")]
+        hint = [TORCHBENCH_PREFIX + u for u in unknown
+                if fnmatch.filter(by_name, TORCHBENCH_PREFIX + u)]
         raise InvalidInput(f"unknown model(s): {', '.join(unknown)}; see `python -m suite list`"
                            + (f" (TorchBench's are named {', '.join(hint)})" if hint else ""))
     return names
