@@ -193,7 +193,7 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
     """The series with a confirmation re-run after every candidate night, as the nightly does.
 
     A night is a candidate when it alone stands ``threshold`` or more above the median of the
-    ``window`` nights with data before it (``assess_night``'s single-night candidate; the
+    nights with data among the ``window`` before it (``assess_night``'s single-night candidate; the
     runs of nights below that are raised without a re-run). Its re-run measures the same build
     on another occasion: the level of a night drawn at random from the segment's own nights
     (its host noise: tails, modes, excursions), times the planted step where the candidate

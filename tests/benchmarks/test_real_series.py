@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from benchmarks.detection import evaluate, nightbench_flags
-from benchmarks.real_series import DATA, build, flat_segments, load, main, night_noise
+from benchmarks.real_series import (
+    DATA,
+    build,
+    flat_segments,
+    load,
+    main,
+    night_noise,
+    with_reruns,
+)
+from benchmarks.series import SeriesSet
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +91,27 @@ def test_unreadable_data_is_exit_code_2(tmp_path):
         json.dump({"series": []}, fh)
     assert main(["--data", str(bad)]) == 2
     assert Path(DATA).is_file()
+
+
+def _one_series(levels: list[float], event: int = -1, size: float = 0.0) -> SeriesSet:
+    lv = np.array([levels])
+    return SeriesSet(levels=lv, memory=np.array([False]), expected=np.zeros(lv.shape, dtype=bool),
+                     category=np.array(["step" if event >= 0 else "flat"]), cv=np.zeros(1),
+                     samples=np.zeros(1, dtype=int), event_night=np.array([event]),
+                     event_end=np.array([event]), event_size=np.array([size]))
+
+
+def test_a_rerun_follows_each_candidate_night_and_draws_from_the_segment():
+    base = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5] * 5
+    flat = _one_series(base[:20] + [120.0] + base[20:])  # night 20: +20%, a candidate
+    levels, rerun, night = with_reruns(flat, seed=0)
+    assert rerun.sum() == 1 and rerun[0, 21] and night[0, 21] == 20 and night[0, 22] == 21
+    assert levels[0, 21] in set(base)  # another night's level, not the candidate's 120
+    # A planted +50% step: the re-run of a night after it carries the step.
+    stepped = _one_series(base + [150.0] * 5, event=30, size=0.5)
+    levels, rerun, night = with_reruns(stepped, seed=0)
+    first = int(np.flatnonzero(rerun[0])[0])
+    assert night[0, first] == 30 and levels[0, first] >= 99.0 * 1.5
+    # No candidate, no re-run; the columns are the nights.
+    levels, rerun, night = with_reruns(_one_series(base), seed=0)
+    assert not rerun.any() and list(night[0]) == list(range(len(base)))
