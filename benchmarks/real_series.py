@@ -30,9 +30,11 @@ Scoring is ``benchmarks.detection.evaluate`` unchanged (a flag matches when its 
 agrees and its night lies in [e - 2, e + 28], raised on or after e; "within 3 nights" =
 ``raised_night - e <= 2``; false alarms per 100 series-nights on the no-change category), on
 flags from ``benchmarks.detection.nightbench_flags`` (``detect_series(..., online=True)``, the
-nightly replay). Beside it: the same figures by noise band (``sigma``), up-flags after a
-planted improvement (the issue of flags that follow a big improvement), and the flags raised
-on the unmodified real histories (unlabelled: real changes and false alarms together).
+nightly replay). Beside it: the same figures by noise band (``sigma``), for regression and
+improvement flags apart (the nightly files regressions only), the flat segments' flags by the
+night's position in its segment (a young baseline or not), up-flags after a planted
+improvement (the issue of flags that follow a big improvement), and the flags raised on the
+unmodified real histories (unlabelled: real changes and false alarms together).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ from service.regressions.detection import detect_series
 DATA = Path(__file__).resolve().parent / "data" / "real_series.json.gz"
 ROLL = 15
 MIN_NIGHTS = 100
+YOUNG = 30
+"""Nights from a flat segment's start counted as judged against a young baseline."""
 SIZES = (0.075, 0.10, 0.15, 0.20, 0.50, 1.00, -0.10, -0.30, -0.50)
 NOISE_BANDS = (("sigma<1%", 0.0, 0.01), ("sigma 1-3%", 0.01, 0.03), ("sigma 3-10%", 0.03, 0.10),
                ("sigma>=10%", 0.10, np.inf))
@@ -188,6 +192,51 @@ def up_after_improvement(s: SeriesSet, f: Flags) -> dict[str, float]:
             "per_100_series_nights": round(float(hit.sum() / max(after.sum(), 1) * 100), 4)}
 
 
+def by_direction(s: SeriesSet, f: Flags, online: bool = True) -> dict[str, dict[str, object]]:
+    """The figures of :func:`benchmarks.detection.evaluate` for regression flags and for
+    improvement flags apart: ``regressions`` is what the nightly files (an improvement is
+    filed to nobody), so its precision and false alarms are the ones a maintainer meets.
+
+    Returns:
+        ``{"regressions" | "improvements": {"flags", "precision",
+        "false_alarms_per_100_series_nights_no_change"}}``; precision counts a flag true when
+        it is the first to match a planted step of its own direction.
+    """
+    out: dict[str, dict[str, object]] = {}
+    for name, keep in (("regressions", f.up), ("improvements", ~f.up)):
+        r = evaluate(s, Flags(f.series[keep], f.night[keep], f.raised[keep], f.up[keep]), online)
+        out[name] = {"flags": int(keep.sum()), "precision": r["precision"],
+                     "false_alarms_per_100_series_nights_no_change":
+                         r["false_alarms_per_100_series_nights_no_change"]}
+    return out
+
+
+def flat_flags_by_age(s: SeriesSet, f: Flags, young: int = YOUNG) -> dict[str, dict[str, object]]:
+    """Flags on the flat segments (false alarms) by the night's position in its segment.
+
+    A flat segment starts where its series' level last moved, so its first ``young`` nights
+    are judged against a young baseline, as a new benchmark's are, and as every series' is
+    after a raised step or improvement restarts it.
+
+    Returns:
+        ``{"first <young> nights" | "later": {"nights", "regressions", "improvements",
+        "per_100_series_nights"}}``: nights with data, flags by direction, and all flags per
+        100 of those nights.
+    """
+    flat = np.isin(s.category, ("flat", "mem_flat"))
+    t = np.arange(s.levels.shape[1])[None, :]
+    have = np.isfinite(s.levels) & flat[:, None]
+    on = flat[f.series]
+    out: dict[str, dict[str, object]] = {}
+    for name, nights, mask in ((f"first {young} nights", (have & (t < young)).sum(),
+                                on & (f.night < young)),
+                               ("later", (have & (t >= young)).sum(), on & (f.night >= young))):
+        out[name] = {"nights": int(nights), "regressions": int((mask & f.up).sum()),
+                     "improvements": int((mask & ~f.up).sum()),
+                     "per_100_series_nights": round(float(mask.sum() / max(nights, 1) * 100), 4)}
+    return out
+
+
 def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 28
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The series with a confirmation re-run after every candidate night, as the nightly does.
@@ -271,6 +320,8 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict
         res = evaluate(s, f, online)
         res.pop("latency_by_noise", None)  # per-sample CV bands of the synthetic set
         res["up_flags_after_improvement"] = up_after_improvement(s, f)
+        res["by_direction"] = by_direction(s, f, online)
+        res["flat_flags_by_age"] = flat_flags_by_age(s, f)
         bands = {}
         for band, lo, hi in NOISE_BANDS:
             m = (s.cv >= lo) & (s.cv < hi)

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.detection import evaluate, nightbench_flags
+from benchmarks.detection import Flags, evaluate, nightbench_flags
 from benchmarks.real_series import (
     DATA,
     build,
+    by_direction,
+    flat_flags_by_age,
     flat_segments,
     load,
     main,
@@ -81,6 +83,8 @@ def test_the_script_writes_its_figures_from_a_data_slice(tmp_path, quiet_reals, 
     online = result["nightbench online"]
     assert online["recall_by_step_size"]["0.5"]["within_3_nights"] == 1.0
     assert set(online["by_noise"]) <= {"sigma<1%", "sigma 1-3%", "sigma 3-10%", "sigma>=10%"}
+    assert online["by_direction"]["regressions"]["flags"] \
+        + online["by_direction"]["improvements"]["flags"] == online["flags"]
     assert json.loads(capsys.readouterr().out) == result
 
 
@@ -115,3 +119,28 @@ def test_a_rerun_follows_each_candidate_night_and_draws_from_the_segment():
     # No candidate, no re-run; the columns are the nights.
     levels, rerun, night = with_reruns(_one_series(base), seed=0)
     assert not rerun.any() and list(night[0]) == list(range(len(base)))
+
+
+def test_flags_are_scored_by_direction_and_flat_flags_by_the_night_s_age():
+    base = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5] * 10  # 60 nights
+    step = _one_series(base[:40] + [v * 1.3 for v in base[40:]], event=40, size=0.3)
+    flat = _one_series(base)
+    s = SeriesSet(**{k: np.concatenate([getattr(step, k), getattr(flat, k)])
+                     for k in SeriesSet.__dataclass_fields__})
+    # Series 0: the step found (a true regression), then a false improvement on it.
+    # Series 1 (flat): a false regression on night 10 (young) and one on night 50, and a false
+    # improvement on night 45.
+    f = Flags(series=np.array([0, 0, 1, 1, 1]), night=np.array([40, 50, 10, 50, 45]),
+              raised=np.array([41, 51, 11, 51, 46]), up=np.array([True, False, True, True, False]))
+    d = by_direction(s, f)
+    assert d["regressions"]["flags"] == 3 and d["improvements"]["flags"] == 2
+    assert d["regressions"]["precision"] == round(1 / 3, 4)
+    assert d["improvements"]["precision"] == 0.0
+    # No-change nights: the flat series' 60; two false regressions and one false improvement.
+    assert d["regressions"]["false_alarms_per_100_series_nights_no_change"] == round(2 / 60 * 100, 4)
+    assert d["improvements"]["false_alarms_per_100_series_nights_no_change"] == round(1 / 60 * 100, 4)
+    age = flat_flags_by_age(s, f, young=30)
+    assert age["first 30 nights"] == {"nights": 30, "regressions": 1, "improvements": 0,
+                                      "per_100_series_nights": round(1 / 30 * 100, 4)}
+    assert age["later"] == {"nights": 30, "regressions": 1, "improvements": 1,
+                            "per_100_series_nights": round(2 / 30 * 100, 4)}
