@@ -60,6 +60,7 @@ DATA = Path(__file__).resolve().parent / "data" / "real_series.json.gz"
 ROLL = 15
 MIN_NIGHTS = 100
 YOUNG = 30
+RERUN_DRAWS = ("segment", "next")
 """Nights from a flat segment's start counted as judged against a young baseline."""
 SIZES = (0.075, 0.10, 0.15, 0.20, 0.50, 1.00, -0.10, -0.30, -0.50)
 NOISE_BANDS = (("sigma<1%", 0.0, 0.01), ("sigma 1-3%", 0.01, 0.03), ("sigma 3-10%", 0.03, 0.10),
@@ -237,23 +238,30 @@ def flat_flags_by_age(s: SeriesSet, f: Flags, young: int = YOUNG) -> dict[str, d
     return out
 
 
-def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 28
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 28,
+                draw: str = "segment") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The series with a confirmation re-run after every candidate night, as the nightly does.
 
     A night is a candidate when it alone stands ``threshold`` or more above the median of the
     nights with data among the ``window`` before it (``assess_night``'s single-night candidate; the
     runs of nights below that are raised without a re-run). Its re-run measures the same build
-    on another occasion: the level of a night drawn at random from the segment's own nights
-    (its host noise: tails, modes, excursions), times the planted step where the candidate
-    night is at or after it. Re-runs are independent draws; the real excursions (consecutive
-    commits measured on one slow host) are not.
+    on another occasion. With ``draw="segment"``, the level of a night drawn at random from the
+    segment's own nights (its host noise: tails, modes, excursions): independent draws, where
+    the real excursions (consecutive commits measured on one slow host) are not. With
+    ``draw="next"``, the level of the next night with data (a random one after the last): the
+    re-run shares whatever the host did to the commits around the candidate, the correlated
+    bound. Either way times the planted step where the candidate night is at or after it.
 
     Returns:
         ``(levels, rerun, night)``: the (series, columns) levels with the re-runs inserted
         after their nights (NaN-padded), True at re-run columns, and each column's night in
         ``s.levels`` (a re-run's is the night it re-ran; -1 for padding).
+
+    Raises:
+        ValueError: ``draw`` is neither ``"segment"`` nor ``"next"``.
     """
+    if draw not in RERUN_DRAWS:
+        raise ValueError(f"draw must be one of {RERUN_DRAWS}, got {draw!r}")
     rng = np.random.default_rng(seed)
     lv = s.levels
     t = np.arange(lv.shape[1])[None, :]
@@ -278,7 +286,8 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
             marks.append(False)
             nights.append(n)
             if cand[i, n]:
-                j = rng.choice(have[have != n])
+                later = have[have > n]
+                j = later[0] if draw == "next" and later.size else rng.choice(have[have != n])
                 cols.append(raw[i, j] * factor[i, n])
                 marks.append(True)
                 nights.append(n)
@@ -294,10 +303,10 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
     return out, rerun, night
 
 
-def rerun_flags(s: SeriesSet, seed: int) -> Flags:
-    """nightbench's online flags with confirmation re-runs (:func:`with_reruns`), in the
-    nights of ``s``."""
-    levels, rerun, night = with_reruns(s, seed)
+def rerun_flags(s: SeriesSet, seed: int, draw: str = "segment") -> Flags:
+    """nightbench's online flags with confirmation re-runs (:func:`with_reruns`, ``draw``), in
+    the nights of ``s``."""
+    levels, rerun, night = with_reruns(s, seed, draw=draw)
     found = detect_series(levels, memory=s.memory, threshold=0.07, online=True, rerun=rerun)
     rows = np.array([f.series for f in found], dtype=int)
     return Flags(rows, night[rows, [f.night for f in found]].astype(int),
@@ -307,14 +316,17 @@ def rerun_flags(s: SeriesSet, seed: int) -> Flags:
 
 def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict[str, object]:
     """Figures of nightbench's detector and of the naive rule on the labelled set; with
-    ``reruns`` (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`)."""
+    ``reruns`` (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`),
+    drawn from the segment and from the next night."""
     s = lab.s
     out: dict[str, object] = {"series": int(s.category.size),
                               "nights_with_data": int(np.isfinite(s.levels).sum())}
     detectors: list[tuple[str, Callable[[SeriesSet, bool], Flags]]] = [
         ("nightbench", nightbench_flags), ("naive_7%_vs_last_night", naive_flags)]
     if reruns is not None and online:
-        detectors.insert(1, ("nightbench re-runs", lambda s_, _: rerun_flags(s_, reruns)))
+        detectors[1:1] = [
+            ("nightbench re-runs", lambda s_, _: rerun_flags(s_, reruns)),
+            ("nightbench re-runs next night", lambda s_, _: rerun_flags(s_, reruns, "next"))]
     for name, fn in detectors:
         f = fn(s, online)
         res = evaluate(s, f, online)
@@ -368,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicas", type=int, default=2, help="planted copies per segment and size")
     ap.add_argument("--reruns", action="store_true",
                     help="also score the detector with a confirmation re-run after each "
-                         "candidate night (with_reruns; seeded by --seed)")
+                         "candidate night, drawn from another night of the segment and, the "
+                         "correlated bound, from the next night (with_reruns; seeded by --seed)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
     console = Console(stderr=True, width=150)

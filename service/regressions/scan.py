@@ -118,11 +118,15 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     re-run after its first night is not held back by the excursions (consecutive nights on one
     slow host; the re-run measured one of the run's builds again, on another occasion) but is
     by the outlier rate: a re-run is one more draw of the host, and a night and its re-run both
-    beyond ``dist`` are a chance pair as two nights are.
+    beyond ``dist`` are a chance pair as two nights are. The cap counts nights, not re-runs: a
+    two-night run with a re-run in it has not outlasted anything by a third night.
     """
     rr = np.zeros(rows.size, dtype=bool)
+    nights = m
     if rerun is not None:
-        rr = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).any(axis=1)
+        inside = gather(rerun, rows, s + 1, m - 1, p.max_run) == 1
+        rr = inside.any(axis=1)
+        nights = m - inside.sum(axis=1)
     devs, origin, offset = hist
     end = offset[rows] + s
     b = np.maximum(end - p.excursion_look, 0)
@@ -131,7 +135,8 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     rate = excursion_rate(dev, dist, up)
     # Runs past ``excursion_cap`` nights always outlast: a step waits one night at most.
     alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
-    return (m > np.minimum(longest, p.excursion_cap)) & ((m > p.excursion_cap) | (rate**m <= alpha))
+    return ((m > np.minimum(longest, p.excursion_cap))
+            & ((nights > p.excursion_cap) | (rate**m <= alpha)))
 
 
 def _screen(

@@ -119,6 +119,13 @@ def test_a_rerun_follows_each_candidate_night_and_draws_from_the_segment():
     # No candidate, no re-run; the columns are the nights.
     levels, rerun, night = with_reruns(_one_series(base), seed=0)
     assert not rerun.any() and list(night[0]) == list(range(len(base)))
+    # Drawn from the next night: the host's next measurement, whatever it was.
+    excursion = base[:20] + [120.0, 118.0] + base[20:]
+    levels, rerun, night = with_reruns(_one_series(excursion), seed=0, draw="next")
+    assert rerun.sum() == 2 and rerun[0, 21] and levels[0, 21] == 118.0
+    assert rerun[0, 23] and night[0, 23] == 21 and levels[0, 23] == excursion[22]
+    with pytest.raises(ValueError, match="draw"):
+        with_reruns(flat, seed=0, draw="same")
 
 
 def test_flags_are_scored_by_direction_and_flat_flags_by_the_night_s_age():

@@ -285,6 +285,23 @@ def test_a_night_and_its_rerun_are_a_chance_pair_on_a_series_with_frequent_outli
     assert seen == ["regression?", "rerun:regression"] and raised is not None
 
 
+HEAVY = [14.0 + o if i % 6 == 2 else o for i, o in enumerate(quiet(60))]  # 10 lone outliers
+
+
+def test_a_rerun_inside_a_two_night_run_is_not_its_third_night() -> None:
+    # Lone +14% nights come so often here that three draws beyond half a +25% step by chance
+    # are no rarer than 0.003 ((10/61)**3): two nights and a re-run of the first are not three
+    # nights, so the step waits for its third night as it does without the re-run.
+    n = len(HEAVY)
+    run = HEAVY + [25.0, 25.5, 24.7, 25.2, 25.0]  # night, its re-run, then three more nights
+    assert _online(run, rerun_at=(n + 1,)) == [(n, n + 3)]
+    assert _online(HEAVY + [25.0, 24.7, 25.2, 25.0]) == [(n, n + 2)]
+    # The rate is what holds it: with it off, the night and its re-run are raised at once.
+    assert _online(run, rerun_at=(n + 1,), excursion_alpha=1.0) == [(n, n + 1)]
+    # A step far beyond the outliers is still confirmed by its re-run at once.
+    assert _online(HEAVY + [60.0, 58.0, 61.0], rerun_at=(n + 1,)) == [(n, n + 1)]
+
+
 def test_rerun_marks_change_nothing_offline_and_are_checked() -> None:
     series = np.array([levels(BUSY_EXCURSION + [40.0, 38.0, 41.0])])
     again = np.zeros(series.shape, dtype=bool)
