@@ -60,8 +60,9 @@ DATA = Path(__file__).resolve().parent / "data" / "real_series.json.gz"
 ROLL = 15
 MIN_NIGHTS = 100
 YOUNG = 30
-RERUN_DRAWS = ("segment", "next")
 """Nights from a flat segment's start counted as judged against a young baseline."""
+RERUN_DRAWS = ("segment", "next")
+"""How :func:`with_reruns` draws a re-run: another night of the segment, or the next night."""
 SIZES = (0.075, 0.10, 0.15, 0.20, 0.50, 1.00, -0.10, -0.30, -0.50)
 NOISE_BANDS = (("sigma<1%", 0.0, 0.01), ("sigma 1-3%", 0.01, 0.03), ("sigma 3-10%", 0.03, 0.10),
                ("sigma>=10%", 0.10, np.inf))
@@ -333,6 +334,9 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict
         res.pop("latency_by_noise", None)  # per-sample CV bands of the synthetic set
         res["up_flags_after_improvement"] = up_after_improvement(s, f)
         res["by_direction"] = by_direction(s, f, online)
+        filed = res["by_direction"]["regressions"]
+        res["regressions: precision, false alarms / 100"] = [
+            filed["precision"], filed["false_alarms_per_100_series_nights_no_change"]]
         res["flat_flags_by_age"] = flat_flags_by_age(s, f)
         bands = {}
         for band, lo, hi in NOISE_BANDS:
@@ -370,7 +374,8 @@ def unmodified(reals: list[Real]) -> dict[str, object]:
 REAL_ROWS = ("precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
              "recall_7.5%_within_3_nights", "delay_>=10%_median_p90_max",
              "false_alarms_per_100_series_nights_no_change",
-             "false_alarms_per_100_series_nights_all", "up_flags_after_improvement")
+             "false_alarms_per_100_series_nights_all",
+             "regressions: precision, false alarms / 100", "up_flags_after_improvement")
 
 
 def main(argv: list[str] | None = None) -> int:

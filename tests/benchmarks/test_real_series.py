@@ -85,6 +85,9 @@ def test_the_script_writes_its_figures_from_a_data_slice(tmp_path, quiet_reals, 
     assert set(online["by_noise"]) <= {"sigma<1%", "sigma 1-3%", "sigma 3-10%", "sigma>=10%"}
     assert online["by_direction"]["regressions"]["flags"] \
         + online["by_direction"]["improvements"]["flags"] == online["flags"]
+    assert online["regressions: precision, false alarms / 100"] == [
+        online["by_direction"]["regressions"]["precision"],
+        online["by_direction"]["regressions"]["false_alarms_per_100_series_nights_no_change"]]
     assert json.loads(capsys.readouterr().out) == result
 
 
