@@ -43,7 +43,7 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   ``excursion_cap``), and be unlikely as a chain of its lone nights that stood that far: with
   q their share of those nights (count / (known + 1)), ``q**m <= excursion_alpha`` (0.003;
   ``improvement_alpha``, 0.0005, downwards). A run holding a confirmation re-run is exempt
-  from the excursions (another occasion) but not from the outlier rate (another draw).
+  from the excursions (another occasion) but not from the outlier rate (a draw, not a night).
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which
   the baseline visits regularly, are not a step. A short baseline (under 12 nights) allows

@@ -133,7 +133,8 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     dev = gather(devs, origin[rows], b, end - b, p.excursion_look)
     longest = np.where(rr, 0, longest_excursion(dev, dist, up))
     rate = excursion_rate(dev, dist, up)
-    # Runs past ``excursion_cap`` nights always outlast: a step waits one night at most.
+    # Runs past ``excursion_cap`` nights (re-runs not counted) always outlast: a step waits
+    # one night at most.
     alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
     return ((m > np.minimum(longest, p.excursion_cap))
             & ((nights > p.excursion_cap) | (rate**m <= alpha)))
