@@ -36,7 +36,9 @@ class SearchConfig:
         power: quantile of the simulated high threshold.
         resamples: redraws for the high threshold.
         min_change: the endpoints' medians must differ by at least this fraction, or the
-            regression counts as not reproduced.
+            regression counts as not reproduced; without slots, a smaller change is measured
+            again (the endpoints' samples doubled up to ``max_samples``, in rounds of their
+            own) before that is concluded, as one round's samples share one moment of the host.
         verify: re-measure parent and culprit with fresh samples before naming the culprit.
     """
 

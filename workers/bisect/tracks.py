@@ -158,9 +158,12 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
                       reason=f"good and bad endpoints measure alike (p={endpoints.p_value:.3g} "
                              f"with {len(good)} and {len(bad)} samples)")
     if abs(change) < cfg.min_change:
+        more = _more(min(len(good), len(bad)), cfg)
+        if more:
+            return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
         return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
-                      reason=f"the endpoints differ by {change:+.1%}, below the "
-                             f"{cfg.min_change:.0%} that counts")
+                      reason=f"the endpoints differ by {change:+.1%} with {len(good)} and "
+                             f"{len(bad)} samples, below the {cfg.min_change:.0%} that counts")
     if not endpoints_apart(good, bad):
         more = _more(min(len(good), len(bad)), cfg)
         if more:
@@ -207,8 +210,8 @@ def _paired_track(
                              f"side (p={min(p_slower, p_faster):.3g})")
     if abs(change) < cfg.min_change:
         return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
-                      reason=f"the endpoints differ by {change:+.1%}, below the "
-                             f"{cfg.min_change:.0%} that counts")
+                      reason=f"the endpoints differ by {change:+.1%} with {good_count} and "
+                             f"{bad_count} samples, below the {cfg.min_change:.0%} that counts")
     return _search_track(state, benchmark, change, slower_is_bad=p_slower <= cfg.alpha)
 
 

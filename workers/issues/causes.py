@@ -120,6 +120,7 @@ class _Group:
     good: str | None = None
     bad: str | None = None
     suspects: tuple[str, ...] = ()
+    reason: str = ""
 
 
 def _groups(
@@ -154,12 +155,14 @@ def _groups(
             good = shas[first - 1] if first >= 1 else shas[0]
             key = ("inconclusive", good, found.range[-1])
             group = _Group(
-                "inconclusive", [], good=good, bad=found.range[-1], suspects=tuple(found.range)
+                "inconclusive", [], good=good, bad=found.range[-1], suspects=tuple(found.range),
+                reason=found.reason,
             )
         else:
             outcome = NOT_REPRODUCED if found.status == NOT_REPRODUCED else "not_bisected"
             key = (outcome,)
-            group = _Group(outcome, [], good=shas[0], bad=shas[-1])
+            group = _Group(outcome, [], good=shas[0], bad=shas[-1],
+                           reason=found.reason if outcome == NOT_REPRODUCED else "")
         groups.setdefault(key, group).regressions.append(regression)
     return list(groups.values())
 
@@ -246,6 +249,7 @@ def _bisection(
         probes=probes,
         builds=bisection.outcome.builds,
         suspects=suspects,
+        reason=group.reason,
     )
 
 

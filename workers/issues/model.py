@@ -181,7 +181,7 @@ class Bisection:
 
     Attributes:
         outcome: ``culprit`` | ``inconclusive`` (narrowed range, no single commit) |
-            ``not_reproduced`` (the endpoints measured the same) | ``not_bisected``.
+            ``not_reproduced`` (the endpoints measured alike) | ``not_bisected``.
         good: the last good commit (the previous night's build, or the narrowed range's start);
             ``None`` only for ``not_bisected`` when the previous build's commit is unknown.
         bad: the first bad commit known (tonight's build, or the narrowed range's end);
@@ -194,6 +194,8 @@ class Bisection:
         builds: distinct commits built, endpoints included.
         suspects: the commits that may hold the cause, oldest first (an inconclusive range's
             commits, or the night's range when not bisected), listed in the issue.
+        reason: the bisection's own words for an ``inconclusive`` or ``not_reproduced``
+            outcome (e.g. "the endpoints differ by +3.1%, below the 5% that counts").
     """
 
     outcome: str
@@ -206,6 +208,7 @@ class Bisection:
     probes: tuple[Probe, ...] = ()
     builds: int | None = None
     suspects: tuple[Commit, ...] = ()
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.outcome not in _OUTCOMES:

@@ -272,10 +272,35 @@ def test_no_change_between_the_endpoints_is_not_reproduced() -> None:
 
 
 def test_a_change_below_min_change_is_not_reproduced() -> None:
-    state = simulate(8, step({"bench": 4}, effect=0.03), noise=0.002)
+    # Measured slot by slot (the local driver), a round's pairs cancel the host's moment and
+    # one round decides; without slots (Celery workers) only once the endpoints were measured
+    # to the cap, in rounds of their own: one round is one moment of the host.
+    for paired, samples in ((True, 12), (False, SearchConfig().max_samples)):
+        state = simulate(8, step({"bench": 4}, effect=0.03), noise=0.002, paired=paired)
+        result = outcome(state)
+        assert result is not None and result.kind == b.NOT_REPRODUCED
+        assert f"with {samples} and {samples} samples, below the 5%" in result.benchmarks[0].reason
+        batches = state.samples[(state.good, "bench")]
+        assert sum(len(batch.values) for batch in batches) == samples
+
+
+def test_a_real_step_whose_first_round_reads_small_is_still_bisected() -> None:
+    # +10% at commit 2 of 4; during the first round the host ran the bad endpoint 6% faster,
+    # so that round alone reads about +3.4%: under min_change, but the step is real.
+    state = start([f"{i:040x}" for i in range(5)], ("bench",), SearchConfig())
+    rng = np.random.default_rng(4)
+    while requests := next_probes(state):
+        results = []
+        for r in requests:
+            level = 10.0 * (1.1 if r.index >= 2 else 1.0)
+            if state.round == 0 and r.index == 4:
+                level *= 0.94
+            results.append(ProbeResult(r.sha, r.purpose, {
+                "bench": tuple(level * rng.lognormal(0.0, 0.003, r.samples))}))
+        state = record_round(state, results)
     result = outcome(state)
-    assert result is not None and result.kind == b.NOT_REPRODUCED
-    assert "below the 5%" in result.benchmarks[0].reason
+    assert result is not None and result.kind == b.CULPRIT, result
+    assert result.culprits[0][0] == state.commits[2]
 
 
 def test_a_gradual_change_is_inconclusive_never_a_wrong_commit() -> None:
@@ -415,9 +440,11 @@ def test_bisect_names_the_culprit_of_a_real_slowdown(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_bisect_finds_two_culprits_and_skips_a_broken_build(tmp_path: Path) -> None:
-    # The +30% encode step is the single-culprit test's; here encode's culprit re-validates at
-    # every lookup (about 7x), so a contended CI host (3x slower, bursty) cannot leave it
-    # inconclusive while the +25% decode step is searched beside it.
+    # The +30% encode step is the single-culprit test's; here both culprits re-validate at
+    # every lookup (encode about 7x, decode about 5x). What this test follows is two tracks
+    # searched side by side around a broken build; a host whose speed switches between two
+    # levels from one round to the next (1.8x apart, seen on this machine and in CI) left a
+    # +25% decode step's verification undecided in 3 of 5 runs.
     repo = make_package_repository(
         tmp_path / "minitok", commits=32, encode_culprit=21, decode_culprit=9, broken=[16],
         per_lookup=True,

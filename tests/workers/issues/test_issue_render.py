@@ -223,6 +223,25 @@ def test_inconclusive_range_title_and_body() -> None:
     assert rendered.fingerprint == expected
 
 
+def test_not_reproduced_and_inconclusive_bisections_give_their_own_reason() -> None:
+    why = "the endpoints differ by +3.1%, below the 5% that counts"
+    body = render_issue(report(bisection=Bisection(
+        outcome="not_reproduced", good=PARENT, bad=CULPRIT, commits=33, builds=2, reason=why,
+    ))).body
+    assert "Bisection did not reproduce the change between " in body
+    assert f": {why}. That does not clear the nights above" in body
+    # Without its reason (a report from an older bisection) the sentence still stands.
+    body = render_issue(report(bisection=Bisection(
+        outcome="not_reproduced", good=PARENT, bad=CULPRIT, commits=33, builds=2,
+    ))).body
+    assert ": the endpoints measured alike. That does not clear" in body
+    body = render_issue(report(bisection=Bisection(
+        outcome="inconclusive", good=PARENT, bad=CULPRIT, commits=33, builds=9,
+        reason="undecided after 48 samples",
+    ))).body
+    assert "too close to call (undecided after 48 samples)." in body
+
+
 def test_not_bisected_range_names_the_night() -> None:
     bisection = Bisection(outcome="not_bisected", good=GOOD, bad=BAD, commits=70)
     rendered = render_issue(report(bisection=bisection))
