@@ -151,28 +151,24 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
     endpoints = compare(bad, good, alpha=cfg.alpha)
     change = (median_of(bad) - median_of(good)) / median_of(good) if median_of(good) else math.inf
     if endpoints.verdict != DIFFERENT:
-        more = _more(min(len(good), len(bad)), cfg)
-        if more:
-            return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-        return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
-                      reason=f"good and bad endpoints measure alike (p={endpoints.p_value:.3g} "
-                             f"with {len(good)} and {len(bad)} samples)")
-    if abs(change) < cfg.min_change:
-        more = _more(min(len(good), len(bad)), cfg)
-        if more:
-            return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-        return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
-                      reason=f"the endpoints differ by {change:+.1%} with {len(good)} and "
-                             f"{len(bad)} samples, below the {cfg.min_change:.0%} that counts")
-    if not endpoints_apart(good, bad):
-        more = _more(min(len(good), len(bad)), cfg)
-        if more:
-            return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-        return _Track(benchmark, INCONCLUSIVE, 0, n, change=change,
-                      reason=f"the endpoints' samples straddle the midpoint between them even "
-                             f"with {cfg.max_samples} samples: too noisy to bisect")
-
-    return _search_track(state, benchmark, change, slower_is_bad=None)
+        outcome, reason = NOT_REPRODUCED, (
+            f"good and bad endpoints measure alike (p={endpoints.p_value:.3g} "
+            f"with {len(good)} and {len(bad)} samples)")
+    elif abs(change) < cfg.min_change:
+        outcome, reason = NOT_REPRODUCED, (
+            f"the endpoints differ by {change:+.1%} with {len(good)} and "
+            f"{len(bad)} samples, below the {cfg.min_change:.0%} that counts")
+    elif not endpoints_apart(good, bad):
+        outcome, reason = INCONCLUSIVE, (
+            f"the endpoints' samples straddle the midpoint between them even "
+            f"with {cfg.max_samples} samples: too noisy to bisect")
+    else:
+        return _search_track(state, benchmark, change, slower_is_bad=None)
+    # Not a step yet: measure the endpoints more (doubling, to the cap) before concluding.
+    more = _more(min(len(good), len(bad)), cfg)
+    if more:
+        return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
+    return _Track(benchmark, outcome, 0, n, change=change, reason=reason)
 
 
 def paired_direction(state: BisectionState, benchmark: str) -> bool | None:

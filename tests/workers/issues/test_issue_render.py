@@ -215,7 +215,7 @@ def test_inconclusive_range_title_and_body() -> None:
     assert "cc @" not in body
     compare = f"https://github.com/pytorch/pytorch/compare/{PARENT.sha}...{CULPRIT.sha}"
     assert compare in body
-    assert "could not single out one commit" in body
+    assert "without singling out one commit" in body
     assert "not applicable, no single culprit" in body
     expected = fingerprint(
         ["hf_Bert:train:cuda"], ["latency"], commit_range=(PARENT.sha, CULPRIT.sha)
@@ -239,7 +239,22 @@ def test_not_reproduced_and_inconclusive_bisections_give_their_own_reason() -> N
         outcome="inconclusive", good=PARENT, bad=CULPRIT, commits=33, builds=9,
         reason="undecided after 48 samples",
     ))).body
-    assert "too close to call (undecided after 48 samples)." in body
+    assert "without singling out one commit: undecided after 48 samples." in body
+    assert "too close to call" not in body  # the reason says why, not a guess
+    # A failed endpoint build is not a close call: the issue says what happened.
+    failed = "the good endpoint failed to build: setup.py exited 1"
+    body = render_issue(report(bisection=Bisection(
+        outcome="inconclusive", good=PARENT, bad=CULPRIT, commits=33, builds=1, reason=failed,
+    ))).body
+    assert f"without singling out one commit: {failed}." in body
+    assert f"({failed})." in body.split("## Commit range")[1]
+    assert "too close to call" not in body and "could not tell the commits apart" not in body
+    # Without a reason (an older bisection's report) the old words stand.
+    body = render_issue(report(bisection=Bisection(
+        outcome="inconclusive", good=PARENT, bad=CULPRIT, commits=33, builds=9,
+    ))).body
+    assert "the measurements there were too close to call." in body
+    assert "could not tell the commits apart even with extra samples" in body
 
 
 def test_not_bisected_range_names_the_night() -> None:

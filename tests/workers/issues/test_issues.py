@@ -448,7 +448,7 @@ def test_one_issue_per_culprit_and_per_inconclusive_range(
     assert "--install 'pip install -e .'" in body
     bert_body = next(i for i in fake.issues.values() if "bert" in i["title"])["body"]
     assert "cc @" not in bert_body
-    assert "too close to call (undecided after 240 samples)." in bert_body  # the track's reason
+    assert "without singling out one commit: undecided after 240 samples." in bert_body  # the track's reason
     for s in shas[4:7]:
         assert s[:7] in bert_body.split("## Commit range")[1].split("##")[0]
     per_issue = {f.number: set(f.regression_ids) for f in filed}
