@@ -2,10 +2,12 @@
 
 For each round, each benchmark runs once under every setup, the setups in a fresh random order
 per benchmark and round, each in a fresh ``python -m suite run`` process: ``off`` (``--no-setup``,
-the process as launched), ``jemalloc`` (``NIGHTBENCH_SUITE_ALLOCATOR=jemalloc``) and ``glibc``
-(``NIGHTBENCH_SUITE_ALLOCATOR=glibc``: glibc's malloc with its thresholds fixed by
-``GLIBC_TUNABLES``), ``jemalloc_nodecay`` and ``jemalloc_thp`` (jemalloc with a ``MALLOC_CONF``
-that never purges freed pages, or that backs memory with transparent huge pages), and
+the process as launched), ``jemalloc`` (``NIGHTBENCH_SUITE_ALLOCATOR=jemalloc``: the harness's
+setup, jemalloc never purging freed pages) and ``glibc`` (``NIGHTBENCH_SUITE_ALLOCATOR=glibc``:
+glibc's malloc with its thresholds fixed by ``GLIBC_TUNABLES``), ``jemalloc_nodecay``,
+``jemalloc_defaults`` and ``jemalloc_thp`` (jemalloc with a ``MALLOC_CONF`` that never purges
+freed pages, that is jemalloc's own defaults, or that backs memory with transparent huge
+pages), and
 ``jemalloc_noaslr`` (jemalloc in a process started by ``setarch -R``,
 without address-space randomisation); see ``suite/cpu_setup.py``. With ``--device cuda`` the
 setups are the GPU ones (``suite/gpu_setup.py``): ``gpu`` (the setup: steady warm-up,
@@ -14,7 +16,8 @@ fixed minimum warm-up only), ``gpu_deterministic`` (``NIGHTBENCH_SUITE_DETERMINI
 ``gpu_expandable`` (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``); a CUDA record's
 warm-up (iterations, steady or capped, SM clock) is kept per process. Interleaving puts every setup under the same
 drift of the machine. Reported per benchmark and setup: the median of the per-process medians,
-their CV and max-min spread (TorchBench's 7% rule), for latency and CPU time per iteration;
+their CV and max-min spread (TorchBench's 7% rule), for latency and CPU time per iteration, and
+the timed steps' minor page faults per step (the records' ``environment["page_faults"]``);
 per setup the noise floor (median CV over benchmarks), its 90th percentile and the unstable
 count. The load average before and after is printed beside the figures.
 
@@ -58,11 +61,18 @@ SETUPS = {
     # jemalloc in a process without address-space randomisation (util-linux ``setarch -R``,
     # personality ADDR_NO_RANDOMIZE): the same layout in every process.
     "jemalloc_noaslr": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc"}, []),
-    # jemalloc that never hands freed pages back (no decay purges, so no page faults in the
-    # timed loop once warm), and jemalloc backing its memory with transparent huge pages
-    # (the system's THP mode is ``madvise``; ``thp:always`` makes jemalloc ask for them).
+    # ``jemalloc`` is the harness's setup: jemalloc that never hands freed pages back (no decay
+    # purges, so no page faults in the timed loop once warm; ``suite.cpu_setup``'s
+    # ``JEMALLOC_CONF_VALUE`` since 2026-11-27), ``jemalloc_nodecay`` the same spelled out.
+    # ``jemalloc_defaults`` is jemalloc's own defaults (5.3: dirty decay 10 s, muzzy 0, which
+    # purges blocks of 8 MiB and more on free), what ``jemalloc`` meant before. Any
+    # ``MALLOC_CONF`` replaces the setup's, so ``jemalloc_thp`` is the defaults with jemalloc
+    # backing its memory by transparent huge pages (the system's THP mode is ``madvise``;
+    # ``thp:always`` makes jemalloc ask for them).
     "jemalloc_nodecay": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
                           "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}, []),
+    "jemalloc_defaults": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
+                           "MALLOC_CONF": "dirty_decay_ms:10000,muzzy_decay_ms:0"}, []),
     "jemalloc_thp": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
                       "MALLOC_CONF": "thp:always,metadata_thp:always"}, []),
     # The GPU setups (``--device cuda``).
@@ -78,8 +88,10 @@ SUBSET = ("bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equat
 
 
 def _run(model: str, mode: str, setup: str, device: str, out: Path) -> dict[str, Any] | None:
-    """One process: ``{"latency": median ms, "cpu_time": median ms, "warmup": {...}}`` (CPU time
-    on CPU only, the record's warm-up on CUDA only), None on an error."""
+    """One process: ``{"latency": median ms, "cpu_time": median ms, "warmup": {...},
+    "minor_faults_per_step": float, "major_faults": int}`` (CPU time on CPU only, the record's
+    warm-up on CUDA only, the timed steps' page faults where the record has them), None on an
+    error."""
     env_extra, args = SETUPS[setup]
     env = {**os.environ, **env_extra, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [*PREFIX.get(setup, []), sys.executable, "-m", "suite", "run", "--model", model, "--mode", mode,
@@ -94,6 +106,10 @@ def _run(model: str, mode: str, setup: str, device: str, out: Path) -> dict[str,
                            if m["metric"] in ("latency", "cpu_time")}
     if device == "cuda":
         got["warmup"] = record.get("environment", {}).get("warmup")
+    faults = record.get("environment", {}).get("page_faults") or {}
+    if faults.get("minor_per_step") is not None:
+        got["minor_faults_per_step"] = faults["minor_per_step"]
+        got["major_faults"] = faults.get("major")
     return got
 
 
@@ -140,7 +156,8 @@ def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
           errors: dict[tuple[str, str, str], int]) -> list[dict[str, Any]]:
     """One row per benchmark and setup with two or more processes: median of the per-process
     medians (ms), CV and max-min spread (fractions), TorchBench's verdict over that many
-    processes, the CPU-time CV, and on CUDA the warm-ups."""
+    processes, the CPU-time CV, the median minor page faults per step, and on CUDA the
+    warm-ups."""
     rows = []
     for (model, mode, setup), got in values.items():
         lat = got.get("latency", [])
@@ -151,7 +168,10 @@ def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
         rows.append({"benchmark": f"{model}:{mode}", "setup": setup,
                      "median_ms": statistics.median(lat), "cv": cv, "spread": spread,
                      "cpu_time_cv": cpu_cv, "unstable": bool(unstable), "medians_ms": lat,
-                     "warmups": got.get("warmup"), "errors": errors.get((model, mode, setup), 0)})
+                     "warmups": got.get("warmup"), "errors": errors.get((model, mode, setup), 0),
+                     "minor_faults_per_step": (statistics.median(got["minor_faults_per_step"])
+                                               if got.get("minor_faults_per_step") else None),
+                     "major_faults": got.get("major_faults")})
     return rows
 
 
@@ -176,13 +196,15 @@ def _floors(rows: list[dict[str, Any]], setups: list[str]) -> dict[str, dict[str
 def _print(console: Console, rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]],
            title: str) -> None:
     table = Table(title=title)
-    for col in ("benchmark", "setup", "median ms", "CV", "spread", "CPU-time CV", "verdict"):
+    for col in ("benchmark", "setup", "median ms", "CV", "spread", "CPU-time CV",
+                "minor faults/step", "verdict"):
         table.add_column(col, justify="left" if col in ("benchmark", "setup") else "right")
     for row in sorted(rows, key=lambda r: (r["benchmark"], r["setup"])):
-        cpu_cv = row["cpu_time_cv"]
+        cpu_cv, faults = row["cpu_time_cv"], row.get("minor_faults_per_step")
         table.add_row(row["benchmark"], row["setup"], f"{row['median_ms']:.3f}",
                       f"{row['cv']:.2%}", f"{row['spread']:.2%}",
                       "-" if cpu_cv is None else f"{cpu_cv:.2%}",
+                      "-" if faults is None else f"{faults:,.0f}",
                       "UNSTABLE" if row["unstable"] else "stable")
     console.print(table)
     summary = Table(title="per setup")

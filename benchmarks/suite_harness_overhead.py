@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from suite.harness import HarnessConfig, _RssReader, _timed_loop
+from suite.harness import HarnessConfig, _timed_loop
+from suite.process_memory import RssReader
 from suite.registry import load_model_class
 
 # Fast to slow; batch 1 of the isoneutral kernel is the fastest step in the suite (~0.3 ms).
@@ -53,7 +54,7 @@ def bare_loop(step, n: int) -> list[float]:
     return samples
 
 
-def harness_loop(step, n: int, rss: _RssReader) -> tuple[list[float], float]:
+def harness_loop(step, n: int, rss: RssReader) -> tuple[list[float], float]:
     cfg = HarnessConfig(min_iterations=n, max_iterations=n, min_seconds=0.0)
     readings: list[int] = []
     start = time.perf_counter()
@@ -67,7 +68,7 @@ def measure(model: str, mode: str, batch: int | None, rounds: int, n: int) -> di
     step = bench.train if mode == "train" else bench.eval
     for _ in range(10):  # warm-up
         step()
-    rss = _RssReader()
+    rss = RssReader()
     ratios, bookkeeping, bare_meds, harness_meds = [], [], [], []
     try:
         for r in range(rounds):
@@ -107,7 +108,7 @@ def noop_costs(n: int = 200_000) -> dict[str, float]:
     def noop() -> None:
         return None
 
-    rss = _RssReader()
+    rss = RssReader()
     try:
         gc.disable()
         start = time.perf_counter()

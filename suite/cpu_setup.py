@@ -22,11 +22,20 @@ is laid out. The setup fixes those choices before the process starts, so that ev
   M_TOP_PAD, M_MMAP_THRESHOLD, or M_MMAP_MAX is set"). The values are the ceiling the dynamic
   threshold can reach on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB) and twice that for
   trimming, the ratio glibc itself keeps.
-- **no MALLOC_CONF**: ``run_cpu`` sets ``oversize_threshold:1,background_thread:true,
-  metadata_thp:auto`` for throughput; a background purging thread runs at times of its own on
-  the (often single, pinned) core of the benchmark, which is noise here, and jemalloc's defaults
-  are what the figures of issue 16 were taken with. A ``MALLOC_CONF`` already set is kept and
-  recorded.
+- **jemalloc keeps the pages it frees**: ``MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1``.
+  With its defaults jemalloc 5.x puts every allocation of 8 MiB or more
+  (``opt.oversize_threshold``) in a dedicated arena that hands the pages back to the kernel as
+  soon as they are freed ("Purge eagerly for huge allocations", ``arena_choose_huge`` in
+  jemalloc's ``src/arena.c``), so a step whose temporaries are that large maps, faults and
+  zeroes them again every step: ``pyhpc_equation_of_state`` eval took 26,650 minor page faults
+  a step and spent about three quarters of its time there, and how long the kernel takes for
+  that moves from process to process. Without decay the pages freed stay with the process
+  and are reused by the next step; a benchmark process lives for seconds, so nothing is lost
+  by keeping them. ``run_cpu``'s own ``MALLOC_CONF`` (``oversize_threshold:1,
+  background_thread:true,metadata_thp:auto``) keeps them too, by purging from a background
+  thread, which here would run at times of its own on the benchmark's (often single, pinned)
+  core. Measured in docs/benchmarks.md ("Page faults in the timed steps"). A ``MALLOC_CONF``
+  already set is kept instead, and recorded.
 - **threads**: ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` set to ``--threads`` (as ``run_cpu``
   sets ``OMP_NUM_THREADS`` to the cores of an instance), so the OpenMP pool is created at that
   size instead of being resized by ``torch.set_num_threads``.
@@ -58,6 +67,8 @@ MARKER_ENV = "NIGHTBENCH_SUITE_SETUP_APPLIED"
 ALLOCATORS = ("auto", "jemalloc", "tcmalloc", "glibc")
 # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (4 * 1024 * 1024 * sizeof(long)), and twice it for trimming.
 GLIBC_TUNABLES_VALUE = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
+# jemalloc never purges freed pages: no page faults on memory the last step freed.
+JEMALLOC_CONF_VALUE = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 _LIBRARY_NAMES = {
     "jemalloc": ("libjemalloc.so", "libjemalloc.so.2"),
     "tcmalloc": ("libtcmalloc.so", "libtcmalloc.so.4", "libtcmalloc_minimal.so.4"),
@@ -136,7 +147,8 @@ def plan_setup(*, allocator: str = "auto", threads: int | None = 1,
         threads: the benchmark's ``--threads`` (None or 0: leave the thread variables alone).
         cpus: the benchmark's ``--cpus`` (None: no binding).
         environ: the environment the process would start with (default: this process's);
-            an ``LD_PRELOAD``, ``GLIBC_TUNABLES`` or ``MALLOC_CONF`` in it is kept.
+            an ``LD_PRELOAD``, ``GLIBC_TUNABLES`` or ``MALLOC_CONF`` in it is kept (jemalloc
+            gets :data:`JEMALLOC_CONF_VALUE` only where no ``MALLOC_CONF`` is set).
         dirs: where to look for the libraries (default: :func:`library_dirs`).
 
     Returns:
@@ -164,6 +176,8 @@ def plan_setup(*, allocator: str = "auto", threads: int | None = 1,
     env: dict[str, str] = {}
     if path is not None:
         env["LD_PRELOAD"] = ":".join(filter(None, [path, environ.get("LD_PRELOAD", "")]))
+        if chosen == "jemalloc" and not environ.get("MALLOC_CONF"):
+            env["MALLOC_CONF"] = JEMALLOC_CONF_VALUE
     else:
         env["GLIBC_TUNABLES"] = ":".join(
             filter(None, [environ.get("GLIBC_TUNABLES", ""), GLIBC_TUNABLES_VALUE]))
@@ -279,8 +293,10 @@ def setup_label(environment: Mapping[str, Any]) -> str:
         environment: a record's ``environment``.
 
     Returns:
-        The verified allocator, ``+tunables`` when glibc runs with ``GLIBC_TUNABLES``, `` (off)``
-        when the setup was disabled; ``-`` for a record without ``measurement_setup``.
+        The verified allocator, ``+tunables`` when glibc runs with ``GLIBC_TUNABLES``; for
+        jemalloc `` defaults`` when it ran without ``MALLOC_CONF`` (records from before the
+        setup set :data:`JEMALLOC_CONF_VALUE`) and ``+MALLOC_CONF`` with another one than that;
+        `` (off)`` when the setup was disabled; ``-`` for a record without ``measurement_setup``.
     """
     setup = environment.get("measurement_setup")
     if not isinstance(setup, Mapping):
@@ -288,4 +304,6 @@ def setup_label(environment: Mapping[str, Any]) -> str:
     label = str(setup.get("allocator") or "?")
     if label == "glibc" and setup.get("glibc_tunables"):
         label += "+tunables"
+    if label == "jemalloc" and setup.get("malloc_conf") != JEMALLOC_CONF_VALUE:
+        label += "+MALLOC_CONF" if setup.get("malloc_conf") else " defaults"
     return label + (" (off)" if setup.get("setup") == "off" else "")

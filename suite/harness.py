@@ -20,7 +20,10 @@ Method (after pyperf and TorchBench's ``torchbenchmark/util/experiment/metrics.p
 - on CUDA, ``torch.cuda.reset_peak_memory_stats`` before warm-up and
   ``torch.cuda.max_memory_allocated`` after the timed iterations (this process's allocator);
 - a leak check: memory after each timed iteration (RSS on CPU, ``memory_allocated`` on CUDA),
-  read outside the timed region, against memory after warm-up.
+  read outside the timed region, against memory after warm-up;
+- the page faults of the timed iterations (``getrusage``), kept beside the warm-up in
+  ``environment["page_faults"]``: minor faults per step show an allocator handing memory back
+  to the kernel and faulting it in again every step; major ones, pages read from disk.
 
 Latency samples are in ms per iteration; memory in bytes.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import statistics
 import sysconfig
 import time
@@ -41,18 +45,19 @@ import torch
 
 from suite import gpu_setup
 from suite.environment import collect_environment
+from suite.process_memory import (
+    LEAK_MIN_BYTES,
+    LEAK_MIN_BYTES_CUDA,
+    RssReader,
+    leak_check,
+    page_faults_since,
+    peak_rss,
+    reset_peak_rss,
+)
 from suite.records import UNITS, BenchmarkRecord, MetricRecord
 from suite.registry import benchmark_version, load_model_class, model_domain
 
 INJECT_ENV = "NIGHTBENCH_SUITE_INJECT_WORK"
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-# Growth over the timed iterations above which a leak is suspected. RSS moves in allocator-sized
-# steps (glibc arenas, torch's CPU allocator), so the CPU threshold sits well above that slack;
-# the CUDA caching allocator's ``memory_allocated`` is exact, so a smaller one suffices.
-LEAK_MIN_BYTES = 8 * 1024 * 1024
-LEAK_MIN_BYTES_CUDA = 1024 * 1024
-# Fewer timed iterations than this say nothing about a trend: the allocator may still be settling.
-LEAK_MIN_ITERATIONS = 12
 _MODELS_ROOT = str(Path(__file__).resolve().parent / "models")
 # Where installed libraries live: a failure's location is reported outside them (the model's code).
 _LIBRARY_ROOTS = tuple(
@@ -95,48 +100,6 @@ class HarnessConfig:
     warmup_max_seconds: float = 60.0
 
 
-class _RssReader:
-    """Reads this process's RSS from an open ``/proc/self/statm`` (no open() per reading)."""
-
-    def __init__(self) -> None:
-        self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-
-    def __call__(self) -> int:
-        return int(os.pread(self._fd, 128, 0).split()[1]) * PAGE_SIZE
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-def current_rss() -> int:
-    """This process's resident set size in bytes (``/proc/self/statm``)."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * PAGE_SIZE
-
-
-def peak_rss() -> int:
-    """This process's peak resident set size in bytes since the last reset (``VmHWM``).
-
-    Raises:
-        OSError: ``/proc/self/status`` has no ``VmHWM`` line (not Linux).
-    """
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("VmHWM not found in /proc/self/status")
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS counter to the current RSS (Linux ≥ 4.0). False if refused."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def median_iqr(samples: Sequence[float]) -> tuple[float | None, float | None]:
     """Median and interquartile range (Q3 − Q1, ``statistics.quantiles`` 'inclusive')."""
     if not samples:
@@ -145,55 +108,6 @@ def median_iqr(samples: Sequence[float]) -> tuple[float | None, float | None]:
         return float(samples[0]), 0.0
     q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
     return float(statistics.median(samples)), float(q3 - q1)
-
-
-def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[str, object]:
-    """Judge memory readings taken after each timed iteration for a leak.
-
-    A steady-state benchmark allocates nothing that outlives an iteration, so its memory stays
-    level once warmed up, give or take what is allocated at the moment of reading. A leak keeps
-    growing. The readings are cut into quarters Q1..Q4; a leak is suspected when
-
-    - the lowest reading of Q4 exceeds the highest of Q1 by more than ``threshold`` bytes (a
-      sustained rise, not a fluctuation: RSS swings by megabytes as large buffers come and go),
-    - and memory rose in both halves: median(Q2) - median(Q1) and median(Q4) - median(Q3) each
-      exceed ``threshold / 8`` (a one-off step, such as an allocator arena mapped once, lands in
-      one half only),
-
-    over at least :data:`LEAK_MIN_ITERATIONS` iterations.
-
-    Args:
-        baseline: memory (bytes) after warm-up.
-        readings: memory (bytes) after each timed iteration, in order.
-        threshold: sustained growth (bytes) above which a leak is suspected.
-
-    Returns:
-        ``growth_bytes`` (last reading - baseline), ``sustained_growth_bytes`` (min Q4 - max Q1),
-        ``per_iteration_bytes`` (least-squares slope), ``iterations``, ``threshold_bytes`` and
-        ``suspected``.
-    """
-    n = len(readings)
-    verdict: dict[str, object] = {
-        "growth_bytes": int(readings[-1] - baseline) if n else 0, "sustained_growth_bytes": 0,
-        "per_iteration_bytes": 0.0, "iterations": n, "threshold_bytes": threshold,
-        "suspected": False,
-    }
-    if n < 4:
-        return verdict
-    xs = range(n)
-    x_mean = (n - 1) / 2
-    y_mean = sum(readings) / n
-    sxx = sum((x - x_mean) ** 2 for x in xs)
-    verdict["per_iteration_bytes"] = float(
-        sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, readings, strict=True)) / sxx)
-    q = [readings[i * n // 4:(i + 1) * n // 4] for i in range(4)]
-    sustained = min(q[3]) - max(q[0])
-    early = statistics.median(q[1]) - statistics.median(q[0])
-    late = statistics.median(q[3]) - statistics.median(q[2])
-    verdict["sustained_growth_bytes"] = int(sustained)
-    verdict["suspected"] = bool(n >= LEAK_MIN_ITERATIONS and sustained > threshold
-                                and early > threshold / 8 and late > threshold / 8)
-    return verdict
 
 
 def _prepare_injection(fraction: float) -> Callable[[float], None]:
@@ -353,7 +267,7 @@ def _measure(
 ) -> None:
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    rss = _RssReader()
+    rss = RssReader()
     try:
         inject_work = _prepare_injection(inject)
         gc.collect()
@@ -362,7 +276,6 @@ def _measure(
         if cuda:
             sync()
             torch.cuda.reset_peak_memory_stats()
-
         steady = cfg.steady_warmup if cfg.steady_warmup is not None else cuda
         warm_ms, reached = _warm_up(step, sync, cfg, steady=steady)
         record.environment["warmup"] = {"iterations": len(warm_ms), "steady": reached,
@@ -371,13 +284,14 @@ def _measure(
         extra: Callable[[float], None] = inject_work
         if cuda:  # the host cannot see a step's GPU time: dose from the warm-up median
             extra = lambda _step_ms: inject_work(warm_median)  # noqa: E731
-
         gc.collect()
         memory = torch.cuda.memory_allocated if cuda else rss
         after_warmup = memory()
         readings: list[int] = []
         cpu_times: list[float] = []
+        faults = resource.getrusage(resource.RUSAGE_SELF)
         samples = _timed_loop(step, extra, cfg, cuda, sync, memory, readings, cpu_times)
+        record.environment["page_faults"] = page_faults_since(faults, len(samples))
         if reset_ok:
             peak_total = peak_rss()
         else:  # no kernel peak counter: the highest reading taken is the best lower bound

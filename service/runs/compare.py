@@ -120,7 +120,7 @@ GROWTH_METRICS = frozenset({"mem_growth"})
 0 or below it): a ratio of two such values means nothing, so they are compared by difference."""
 GROWTH_MIN_BYTES = 8 * 1024 * 1024
 """The growth difference that matters: the leak rule's least sustained growth on CPU
-(``suite.harness.LEAK_MIN_BYTES``)."""
+(``suite.process_memory.LEAK_MIN_BYTES``)."""
 
 
 def compare_processes(

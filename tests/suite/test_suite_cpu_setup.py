@@ -12,6 +12,7 @@ from service.results.records import machine_fingerprint
 from suite import cpu_setup
 from suite.cpu_setup import (
     GLIBC_TUNABLES_VALUE,
+    JEMALLOC_CONF_VALUE,
     MARKER_ENV,
     SetupUnavailable,
     find_allocator,
@@ -34,8 +35,14 @@ def test_auto_prefers_jemalloc_then_tcmalloc_then_glibc_tunables(tmp_path: Path)
     assert (setup.allocator, setup.allocator_path) == ("tcmalloc", str(tmp_path / "libtcmalloc.so.4"))
     assert setup.env["LD_PRELOAD"] == f"{tmp_path / 'libtcmalloc.so.4'}:/opt/other.so"
     assert (setup.env["OMP_NUM_THREADS"], setup.env["MKL_NUM_THREADS"]) == ("2", "2")
+    assert "MALLOC_CONF" not in setup.env  # the no-purge setting is jemalloc's, not tcmalloc's
     (tmp_path / "libjemalloc.so.2").write_bytes(b"")
-    assert plan_setup(environ={}, dirs=[str(tmp_path)]).allocator == "jemalloc"
+    jemalloc = plan_setup(environ={}, dirs=[str(tmp_path)])
+    assert jemalloc.allocator == "jemalloc"
+    assert jemalloc.env["MALLOC_CONF"] == JEMALLOC_CONF_VALUE == "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    # A MALLOC_CONF the user set is theirs: kept as it is (the process inherits it), not replaced.
+    own = plan_setup(environ={"MALLOC_CONF": "narenas:1"}, dirs=[str(tmp_path)])
+    assert "MALLOC_CONF" not in own.env
     glibc = plan_setup(threads=0, environ={}, dirs=[])
     assert (glibc.allocator, glibc.allocator_path) == ("glibc", None)
     assert glibc.env == {"GLIBC_TUNABLES": GLIBC_TUNABLES_VALUE, MARKER_ENV: "glibc"}
@@ -95,6 +102,27 @@ def test_the_benchmark_process_runs_with_the_setup_and_records_it() -> None:
         assert (setup["requested"], setup["allocator"]) == ("jemalloc", "jemalloc")
         assert os.path.realpath(setup["allocator_path"]) == os.path.realpath(JEMALLOC)
         assert setup_label(record["environment"]) == "jemalloc"
+        assert setup["malloc_conf"] == JEMALLOC_CONF_VALUE  # in force in the process, recorded
+
+
+@needs_jemalloc
+def test_jemalloc_keeps_freed_pages_so_a_step_does_not_fault_them_in_again() -> None:
+    # steady_alloc frees what each step allocates. Under jemalloc's defaults its large blocks go
+    # back to the kernel at once and are faulted in again by the next step; with the setup's
+    # MALLOC_CONF the freed pages are reused.
+    proc, kept = run_record("steady_alloc", "eval", "--iterations", "20", fixtures=True)
+    assert proc.returncode == 0, proc.stderr
+    proc, purged = run_record("steady_alloc", "eval", "--iterations", "20", fixtures=True,
+                              MALLOC_CONF="dirty_decay_ms:10000")  # jemalloc's default decay
+    assert proc.returncode == 0, proc.stderr
+    assert _setup(purged)["malloc_conf"] == "dirty_decay_ms:10000"  # the user's, kept
+    assert setup_label(purged["environment"]) == "jemalloc+MALLOC_CONF"
+    no_conf = {"measurement_setup": {**_setup(kept), "malloc_conf": None}}  # an older record
+    assert setup_label(no_conf) == "jemalloc defaults"
+    assert kept["environment"]["page_faults"]["minor_per_step"] < 64
+    assert purged["environment"]["page_faults"]["minor_per_step"] > 1000
+    assert (machine_fingerprint(kept["environment"], "cpu")
+            != machine_fingerprint(purged["environment"], "cpu"))
 
 
 def test_forcing_glibc_maps_no_other_allocator_and_sets_the_tunables() -> None:

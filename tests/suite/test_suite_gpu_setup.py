@@ -13,6 +13,7 @@ import torch
 
 from service.results.records import machine_fingerprint
 from suite import gpu_setup
+from suite.cpu_setup import JEMALLOC_CONF_VALUE
 from suite.environment import collect_environment
 from suite.harness import HarnessConfig, run_benchmark
 from suite.stability import full_setup_label
@@ -90,7 +91,7 @@ def test_deterministic_algorithms_only_when_asked(torch_flags: None,
 
 
 def _cuda_env(**gpu: object) -> dict:
-    setup = {"setup": "on", "allocator": "jemalloc", "gpu": {
+    setup = {"setup": "on", "allocator": "jemalloc", "malloc_conf": JEMALLOC_CONF_VALUE, "gpu": {
         "cudnn_benchmark": False, "cudnn_deterministic": False, "deterministic_algorithms": False,
         "alloc_conf": None, "allocator_backend": "native", "cublas_workspace_config": None,
         **gpu}}

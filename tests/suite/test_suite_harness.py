@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -16,9 +18,9 @@ from suite.harness import (
     HarnessConfig,
     _prepare_injection,
     describe_failure,
-    leak_check,
     run_benchmark,
 )
+from suite.process_memory import leak_check, page_faults_since
 from suite.registry import benchmark_version
 from tests.suite.helpers import metric, run_record
 
@@ -121,6 +123,11 @@ def test_planted_leak_is_reported() -> None:
     assert leak["growth_bytes"] >= 0.8 * leak["iterations"] * MIB
     assert leak["per_iteration_bytes"] == pytest.approx(MIB, rel=0.2)
     assert metric(record, "mem_growth")["median"] == leak["growth_bytes"]
+    # Each kept MiB is 256 fresh 4 KiB pages touched inside the timed step: the record counts
+    # the timed steps' minor faults (the warm-up's and the build's are not in it).
+    faults = record["environment"]["page_faults"]
+    assert 0.8 * MIB / 4096 <= faults["minor_per_step"] < 20 * MIB / 4096
+    assert faults["major"] >= 0
 
 
 def test_steady_model_is_not_reported_as_leaking() -> None:
@@ -143,6 +150,20 @@ def test_injected_work_lasts_its_fraction_of_an_iteration() -> None:
             spent.append((time.perf_counter() - t0) * 1e3)
         assert min(spent) >= dose_ms, (step_ms, spent)
     assert _prepare_injection(0.0)(8.0) is None  # no dose, no work
+
+
+def test_page_faults_since_counts_pages_touched_for_the_first_time() -> None:
+    pages, steps = 2048, 4  # 8 MiB of fresh anonymous memory, small pages only
+    area = mmap.mmap(-1, pages * mmap.PAGESIZE)
+    area.madvise(mmap.MADV_NOHUGEPAGE)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for offset in range(0, pages * mmap.PAGESIZE, mmap.PAGESIZE):
+        area[offset] = 1  # each write maps one zeroed page: one minor fault
+    faults = page_faults_since(before, steps)
+    area.close()
+    assert pages / steps <= faults["minor_per_step"] < 1.5 * pages / steps
+    assert faults["major"] == 0  # anonymous memory is never read from disk
+    assert page_faults_since(resource.getrusage(resource.RUSAGE_SELF), 0)["minor_per_step"] < 50
 
 
 def test_leak_check_rules() -> None:
