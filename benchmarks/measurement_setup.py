@@ -58,6 +58,11 @@ SETUPS = {
     "off": ({}, ["--no-setup"]),
     "jemalloc": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc"}, []),
     "glibc": ({"NIGHTBENCH_SUITE_ALLOCATOR": "glibc"}, []),
+    # glibc's fallback with no mmap at all (``M_MMAP_MAX`` = 0): blocks over the fixed 32 MiB
+    # mmap threshold come from the heap too, and stay there once freed (up to the trim
+    # threshold at its top), as jemalloc's no-decay setup keeps its pages.
+    "glibc_nommap": ({"NIGHTBENCH_SUITE_ALLOCATOR": "glibc",
+                      "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"}, []),
     # jemalloc in a process without address-space randomisation (util-linux ``setarch -R``,
     # personality ADDR_NO_RANDOMIZE): the same layout in every process.
     "jemalloc_noaslr": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc"}, []),

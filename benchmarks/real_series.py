@@ -61,8 +61,10 @@ ROLL = 15
 MIN_NIGHTS = 100
 YOUNG = 30
 """Nights from a flat segment's start counted as judged against a young baseline."""
-RERUN_DRAWS = ("segment", "next")
-"""How :func:`with_reruns` draws a re-run: another night of the segment, or the next night."""
+RERUN_DRAWS = ("segment", "next", "paired", "paired-2n")
+"""How :func:`with_reruns` draws a re-run: another night of the segment, the next night, or
+beside the previous night's build (the paired confirmation; its pair's noise one night's, or
+two nights' for the pessimistic bound)."""
 SIZES = (0.075, 0.10, 0.15, 0.20, 0.50, 1.00, -0.10, -0.30, -0.50)
 NOISE_BANDS = (("sigma<1%", 0.0, 0.01), ("sigma 1-3%", 0.01, 0.03), ("sigma 3-10%", 0.03, 0.10),
                ("sigma>=10%", 0.10, np.inf))
@@ -252,6 +254,14 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
     ``draw="next"``, the level of the next night with data (a random one after the last): the
     re-run shares whatever the host did to the commits around the candidate, the correlated
     bound. Either way times the planted step where the candidate night is at or after it.
+    With ``draw="paired"``, the re-run as the paired confirmation judges it
+    (:mod:`service.regressions.paired`): the baseline (the median of the window) times the
+    ratio of tonight's build to the previous night's build measured at the same moment: the
+    planted step's factor at the candidate night over its factor at the night before (1 when
+    the step began before that night), times the pair's own noise: one night of the segment
+    over the segment's median (one night's noise, host drift included, where two processes
+    minutes apart on one host differ by their process noise); with ``"paired-2n"`` the ratio of
+    two nights of the segment (two nights' noise: the pessimistic bound).
 
     Returns:
         ``(levels, rerun, night)``: the (series, columns) levels with the re-runs inserted
@@ -259,7 +269,7 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
         ``s.levels`` (a re-run's is the night it re-ran; -1 for padding).
 
     Raises:
-        ValueError: ``draw`` is neither ``"segment"`` nor ``"next"``.
+        ValueError: ``draw`` is not one of :data:`RERUN_DRAWS`.
     """
     if draw not in RERUN_DRAWS:
         raise ValueError(f"draw must be one of {RERUN_DRAWS}, got {draw!r}")
@@ -287,9 +297,7 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
             marks.append(False)
             nights.append(n)
             if cand[i, n]:
-                later = have[have > n]
-                j = later[0] if draw == "next" and later.size else rng.choice(have[have != n])
-                cols.append(raw[i, j] * factor[i, n])
+                cols.append(_rerun_level(draw, rng, have, n, raw[i], factor[i], base[i, n]))
                 marks.append(True)
                 nights.append(n)
         rows.append((cols, marks, nights))
@@ -302,6 +310,20 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
         rerun[i, : len(marks)] = marks
         night[i, : len(nights)] = nights
     return out, rerun, night
+
+
+def _rerun_level(draw: str, rng: np.random.Generator, have: np.ndarray, n: int, raw: np.ndarray,
+                 factor: np.ndarray, base_log: float) -> float:
+    """One candidate night's re-run level (:func:`with_reruns`, ``draw``)."""
+    if draw in ("paired", "paired-2n"):
+        before = have[have < n]
+        a, b = rng.choice(have, 2, replace=False)
+        noise = raw[a] / (raw[b] if draw == "paired-2n" else np.median(raw[have]))
+        return float(np.exp(base_log) * factor[n] / factor[before[-1] if before.size else n]
+                     * noise)
+    later = have[have > n]
+    j = later[0] if draw == "next" and later.size else rng.choice(have[have != n])
+    return float(raw[j] * factor[n])
 
 
 def rerun_flags(s: SeriesSet, seed: int, draw: str = "segment") -> Flags:
@@ -318,7 +340,7 @@ def rerun_flags(s: SeriesSet, seed: int, draw: str = "segment") -> Flags:
 def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict[str, object]:
     """Figures of nightbench's detector and of the naive rule on the labelled set; with
     ``reruns`` (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`),
-    drawn from the segment and from the next night."""
+    drawn from the segment, from the next night, and paired with the previous night's build."""
     s = lab.s
     out: dict[str, object] = {"series": int(s.category.size),
                               "nights_with_data": int(np.isfinite(s.levels).sum())}
@@ -327,7 +349,10 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict
     if reruns is not None and online:
         detectors[1:1] = [
             ("nightbench re-runs", lambda s_, _: rerun_flags(s_, reruns)),
-            ("nightbench re-runs next night", lambda s_, _: rerun_flags(s_, reruns, "next"))]
+            ("nightbench re-runs next night", lambda s_, _: rerun_flags(s_, reruns, "next")),
+            ("nightbench re-runs paired", lambda s_, _: rerun_flags(s_, reruns, "paired")),
+            ("nightbench re-runs paired, 2 nights' noise",
+             lambda s_, _: rerun_flags(s_, reruns, "paired-2n"))]
     for name, fn in detectors:
         f = fn(s, online)
         res = evaluate(s, f, online)
@@ -386,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reruns", action="store_true",
                     help="also score the detector with a confirmation re-run after each "
                          "candidate night, drawn from another night of the segment and, the "
-                         "correlated bound, from the next night (with_reruns; seeded by --seed)")
+                         "correlated bound, from the next night, and the paired confirmation "
+                         "(with_reruns; seeded by --seed)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
     console = Console(stderr=True, width=150)

@@ -100,6 +100,17 @@ class Settings(BaseSettings):
         description="processes of each benchmark per night (k): the night is measured in k "
                     "rounds, one after the other, and its level is the median of the "
                     "per-process medians; a confirmation re-run gets k too. 1: one process")
+    paired_confirmation: bool = Field(
+        default=True,
+        description="measure the previous night's build beside a confirmation re-run, in "
+                    "turns, and judge the re-run's latency on their ratio, so that a host slow "
+                    "for the whole evening does not confirm its own step (unpaired when the "
+                    "previous night's spec is `current`)")
+    paired_confirmation_processes: int = Field(
+        default=3, ge=1,
+        description="processes of each build in a paired confirmation, at least (the night's "
+                    "own k when that is more): one process a side carries two processes' noise "
+                    "into the ratio")
     night_processes_by_queue: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict,
         description='processes per night for the runs of one queue, over night_processes, as '

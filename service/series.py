@@ -24,6 +24,11 @@ NIGHT_ROUND = "night"
 """``Run.options["origin"]`` of a replicate run that is one of a night's own rounds of processes
 (``NIGHTBENCH_NIGHT_PROCESSES``), as opposed to one asked for by a comparison."""
 
+PAIRED_ROUND = "paired"
+"""``Run.options["origin"]`` of a replicate run of a confirmation run that measures the previous
+night's build beside the re-run (:mod:`service.regressions.paired`): never part of a series'
+history or of a night's level."""
+
 
 def series_history(
     session: Session, *, series_key: str, night: date, run_id: int, limit: int,
@@ -53,6 +58,12 @@ def is_night_round(options: dict[str, Any] | None) -> bool:
     """Whether a replicate run with these ``Run.options`` is a round of its parent's own
     processes (a night's or a confirmation run's), not one asked for by a comparison."""
     return (options or {}).get("origin") == NIGHT_ROUND
+
+
+def is_paired_round(options: dict[str, Any] | None) -> bool:
+    """Whether a replicate run with these ``Run.options`` measures the previous night's build
+    beside a confirmation re-run (:data:`PAIRED_ROUND`)."""
+    return (options or {}).get("origin") == PAIRED_ROUND
 
 
 def round_results(

@@ -36,12 +36,6 @@ class RssReader:
         os.close(self._fd)
 
 
-def current_rss() -> int:
-    """This process's resident set size in bytes (``/proc/self/statm``)."""
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * PAGE_SIZE
-
-
 def peak_rss() -> int:
     """This process's peak resident set size in bytes since the last reset (``VmHWM``).
 
@@ -65,7 +59,7 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def page_faults_since(before: resource.struct_rusage, steps: int) -> dict[str, float]:
+def page_faults_since(before: resource.struct_rusage, steps: int) -> dict[str, float | int]:
     """This process's page faults since ``before`` (``getrusage(RUSAGE_SELF)``, all threads).
 
     Returns:

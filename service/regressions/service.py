@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput, NotFound
 from service.models import TRIAGE_STATES, Alert, AlertStatus, Confirmation, Regression, Result, Run
+from service.regressions import paired
 from service.regressions.detection import Assessment, Night, assess_night, confirm
 from service.series import (
     ALERT_METRICS,
@@ -224,7 +225,9 @@ def apply_confirmation(
     session: Session, *, parent: Run, confirm_run: Run, threshold_for: ThresholdFor,
     baseline_nights: int,
 ) -> list[Regression]:
-    """Judge each pending regression of ``parent`` with the re-run's samples (same build).
+    """Judge each pending regression of ``parent`` with the re-run's samples (same build); a
+    latency re-run measured beside the previous night's build is judged on their ratio
+    (:mod:`service.regressions.paired`).
 
     A regression the re-run does not reproduce is marked ``not_reproduced``, stops being
     alertable and leaves the run's alert (a one-night blip; an alert left empty is deleted);
@@ -246,12 +249,15 @@ def apply_confirmation(
         nights, history = _history(session, result=original, limit=baseline_nights)
         tonight = result_night(session, result=original, position=len(nights))
         again = result_night(session, result=rerun, position=len(nights) + 1, rerun=True)
+        processes = process_count(session, result=rerun)
+        again, paired_words = paired.judged_rerun(
+            session, confirm_run=confirm_run, regression=regression, rerun=again,
+            processes=processes)
         verdict = confirm(
             nights, tonight, again, metric=regression.metric,
             threshold=threshold_for(regression.metric, f"{regression.model}:{regression.mode}"),
         )
-        regression.reason += _processes_words(
-            process_count(session, result=rerun), "Confirmation re-run")
+        regression.reason += _processes_words(processes, "Confirmation re-run") + paired_words
         if verdict.verdict == "regression":
             regression.confirmation = "reproduced"
             # With its re-run the step may reach back to earlier nights (a week-long run).

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from service.benchmarks import benchmark_name
 from service.models import Result, Run, RunKind
 from service.runs.service import run_results
+from service.series import is_paired_round
 
 NOT_ENOUGH = "not enough processes"
 
@@ -183,13 +184,15 @@ def compare_processes(
 
 def run_processes(session: Session, *, run_id: int) -> dict[Key, list[Result]]:
     """The results of run ``run_id`` and of every run measuring its build for it (its
-    confirmation runs, replicate runs and rounds, and the rounds of its confirmation runs), by
-    benchmark metric: one result per process (errors included)."""
+    confirmation runs, replicate runs and rounds, and the rounds of its confirmation runs, not
+    their paired rounds, which measure the previous night's build), by benchmark metric: one
+    result per process (errors included)."""
     children = list(session.scalars(
         select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.id)))
-    grandchildren: list[int] = list(session.scalars(select(Run.id).where(
-        Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE).order_by(Run.id)
-    )) if children else []
+    grandchildren: list[int] = [rid for rid, options in session.execute(select(
+        Run.id, Run.options).where(Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE
+                                   ).order_by(Run.id)) if not is_paired_round(options)
+                                ] if children else []
     out: dict[Key, list[Result]] = {}
     for rid in (run_id, *children, *grandchildren):
         for r in run_results(session, run_id=rid):

@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import RUN_OPEN, Job, Result, Run, RunKind
+from service.models import JOB_ENDED, RUN_OPEN, Job, Result, Run, RunKind
 from service.runs.service import BenchmarkSpec, create_run, list_jobs
-from service.series import NIGHT_ROUND, is_night_round
+from service.series import NIGHT_ROUND, PAIRED_ROUND, is_night_round, is_paired_round
 
 
 def night_rounds(session: Session, *, run_id: int) -> list[Run]:
@@ -32,6 +32,14 @@ def night_rounds(session: Session, *, run_id: int) -> list[Run]:
     children = session.scalars(select(Run).where(
         Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE).order_by(Run.id))
     return [c for c in children if is_night_round(c.options)]
+
+
+def paired_rounds(session: Session, *, run_id: int) -> list[Run]:
+    """The paired rounds (replicate runs of origin ``paired``: the previous night's build measured
+    beside a confirmation re-run, :mod:`service.regressions.paired`) of run ``run_id``."""
+    children = session.scalars(select(Run).where(
+        Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE).order_by(Run.id))
+    return [c for c in children if is_paired_round(c.options)]
 
 
 def run_queue(session: Session, *, run_id: int) -> str:
@@ -80,6 +88,29 @@ def create_round(session: Session, *, parent: Run, rounds: int, deadline_s: floa
     return child
 
 
+def create_paired_round(
+    session: Session, *, parent: Run, torch_spec: str, rounds: int, deadline_s: float | None,
+) -> Run:
+    """Create the next paired round of confirmation run ``parent``: every benchmark of its jobs
+    once, on the build ``torch_spec`` (the previous night's) and the same queues (only
+    ``flush()``; the caller commits, then sends its jobs interleaved with the re-run's round).
+
+    Returns:
+        The round's run (kind ``replicate``, ``options["origin"] = "paired"``, its number among
+        the paired rounds in ``options["round"]``).
+    """
+    number = len(paired_rounds(session, run_id=parent.id)) + 1
+    specs = [BenchmarkSpec(model=j.model, mode=j.mode, device=j.device, compiler=j.compiler,
+                           batch_size=j.batch_size, queue=j.queue)
+             for j in list_jobs(session, run_id=parent.id)]
+    child = create_run(
+        session, night=parent.night, benchmarks=specs, torch_spec=torch_spec,
+        kind=RunKind.REPLICATE, parent_run_id=parent.id, deadline_s=deadline_s,
+        options={"origin": PAIRED_ROUND, "round": number, "rounds": rounds})
+    session.flush()
+    return child
+
+
 def _aware(ts: datetime) -> datetime:
     # SQLite hands back naive datetimes even for timezone=True columns.
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
@@ -87,9 +118,16 @@ def _aware(ts: datetime) -> datetime:
 
 def rounds_left(session: Session, *, run_id: int, processes: int) -> int | None:
     """How many rounds run ``run_id`` still needs for ``processes`` processes per benchmark:
-    0 when all have ended, None while one of them is still measuring (nothing to do yet)."""
+    0 when all have ended, None while one of them is still measuring (nothing to do yet).
+
+    A confirmation run with paired rounds also waits for those, and for its own jobs: its first
+    paired round is measured beside its own jobs, and may end before them."""
     rounds = night_rounds(session, run_id=run_id)
-    if any(r.status in RUN_OPEN for r in rounds):
+    paired = paired_rounds(session, run_id=run_id)
+    if any(r.status in RUN_OPEN for r in (*rounds, *paired)):
+        return None
+    if paired and session.scalar(select(Job.id).where(
+            Job.run_id == run_id, Job.status.not_in(JOB_ENDED)).limit(1)) is not None:
         return None
     return max(0, processes - 1 - len(rounds))
 

@@ -131,6 +131,24 @@ def test_a_rerun_follows_each_candidate_night_and_draws_from_the_segment():
         with_reruns(flat, seed=0, draw="same")
 
 
+def test_a_paired_rerun_carries_the_build_s_change_not_the_host_s():
+    base = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5] * 5
+    # A two-night excursion of the host (+20%, +18%): beside the previous build, no change.
+    levels, rerun, _ = with_reruns(_one_series(base[:20] + [120.0, 118.0] + base[20:]), seed=0,
+                                   draw="paired")
+    assert rerun.sum() == 2
+    assert all(98.0 <= v <= 102.0 for v in levels[0][rerun[0]])  # the baseline, +-1 night's noise
+    # A planted +50% step: on its first night the build moved (the pair shows +50%); the step's
+    # later candidate nights are paired with a build that already holds it (the pair shows 0).
+    stepped = _one_series(base + [150.0] * 5, event=30, size=0.5)
+    for draw, spread in (("paired", 0.02), ("paired-2n", 0.04)):
+        levels, rerun, night = with_reruns(stepped, seed=0, draw=draw)
+        paired = levels[0][rerun[0]]
+        assert night[0][rerun[0]][0] == 30 and 150.0 * (1 - spread) <= paired[0] <= 151.0 * (
+            1 + spread), paired
+        assert all(v <= 101.0 * (1 + spread) for v in paired[1:]), paired
+
+
 def test_flags_are_scored_by_direction_and_flat_flags_by_the_night_s_age():
     base = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5] * 10  # 60 nights
     step = _one_series(base[:40] + [v * 1.3 for v in base[40:]], event=40, size=0.3)

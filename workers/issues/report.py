@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.errors import InvalidInput
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run
+from service.regressions import paired
 from service.regressions.detection import MEMORY_METRICS, confirm
-from service.regressions.service import history_nights, result_night
+from service.regressions.service import history_nights, process_count, result_night
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
 from workers.issues.causes import (
@@ -238,10 +239,14 @@ def _confidence(
     confirm_run = _confirm_run(session, regression.run_id)
     rerun = _rerun(session, confirm_run, regression) if confirm_run is not None else None
     if rerun is not None and history:
+        # Judged as the confirmation judged it: beside the previous night's build when paired.
+        again, _ = paired.judged_rerun(
+            session, confirm_run=confirm_run, regression=regression,  # type: ignore[arg-type]
+            rerun=result_night(session, result=rerun, position=len(history) + 1, rerun=True),
+            processes=process_count(session, result=rerun))
         try:
             verdict = confirm(
-                history, result_night(session, result=result, position=len(history)),
-                result_night(session, result=rerun, position=len(history) + 1, rerun=True),
+                history, result_night(session, result=result, position=len(history)), again,
                 metric=regression.metric,
                 threshold=regression.threshold,
             )
@@ -265,9 +270,13 @@ def _checks(session: Session, run: Run, regressions: Sequence[Regression]) -> Ch
             continue
         level = statistics.median(rerun.samples)
         change = (level - g.baseline) / g.baseline
+        beside = (paired.previous_build_level(session, confirm_run=confirm_run, regression=g)
+                  if g.metric == "latency" else None)
         parts.append(
             f"{g.model} {g.mode} {g.device} {g.metric} {change * 100:+.1f}% "
-            f"({len(rerun.samples)} samples)"
+            f"({len(rerun.samples)} samples"
+            + (f"; {(level / beside[0] - 1) * 100:+.1f}% against the previous night's build "
+               f"measured beside it, {beside[1]} process(es)" if beside else "") + ")"
         )
     reproduced = all(g.confirmation == Confirmation.REPRODUCED for g in regressions)
     text = (

@@ -16,16 +16,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from sqlalchemy.orm import Session
+
 from service.benchmarks import benchmark_name
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import RunKind
+from service.models import Run, RunKind
 from service.regressions import service as regressions
 from service.runs import rounds
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
-from service.series import is_night_round
+from service.series import is_night_round, is_paired_round
 from workers.app import queue_for
+from workers.builds.torch_envs import CURRENT
 from workers.enqueue import Step
 from workers.night.plan import job_steps
 from workers.night.recheck import recheck_run
@@ -54,11 +57,13 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
     with session_scope() as session:
         run = runs.get_run(session, run_id)
         kind, parent_id = run.kind, run.parent_run_id
-        round_of = parent_id if kind == RunKind.REPLICATE and is_night_round(run.options) else None
+        round_of = parent_id if kind == RunKind.REPLICATE and (
+            is_night_round(run.options) or is_paired_round(run.options)) else None
         if round_of is not None:
             runs.finish_run(session, run=run)
     if round_of is not None:
-        # One round of a night's (or a re-run's) processes ended: the next round, or verdicts.
+        # One round of a night's (or a re-run's, or its paired build's) processes ended: the
+        # next round, or verdicts.
         return _settle(round_of, settings)
     if (kind == "confirm" and parent_id is not None) or kind == "nightly":
         return _settle(run_id, settings)
@@ -78,24 +83,35 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
     Rounds are sent under the run's row lock, so a ``night.finish`` delivered twice sends no
     round twice; while a round is still measuring there is nothing to do.
     """
-    created = None
+    created: list[int] = []
+    swap = False
     with session_scope() as session:
         run = rounds.lock_run(session, run_id=run_id)
         kind, parent_id = run.kind, run.parent_run_id
-        wanted = settings.processes_for(rounds.run_queue(session, run_id=run_id))
+        wanted = (run.options or {}).get("processes") or settings.processes_for(
+            rounds.run_queue(session, run_id=run_id))
         left = rounds.rounds_left(session, run_id=run_id, processes=wanted)
         if left is None:
             return []
         if left > 0:
-            created = rounds.create_round(session, parent=run, rounds=wanted,
-                                          deadline_s=settings.night_deadline_s).id
+            created.append(rounds.create_round(session, parent=run, rounds=wanted,
+                                               deadline_s=settings.night_deadline_s).id)
+            paired_spec = (run.options or {}).get("paired_spec")
+            if paired_spec:
+                paired = rounds.create_paired_round(
+                    session, parent=run, torch_spec=paired_spec, rounds=wanted,
+                    deadline_s=settings.night_deadline_s)
+                created.append(paired.id)
+                swap = paired.options["round"] % 2 == 0
         else:
             note = rounds.rounds_note(session, run=run)
             if note and note not in (run.note or ""):
                 run.note = f"{run.note}\n{note}" if run.note else note
-    if created is not None:
-        log.info("run %s: round of processes in run %s", run_id, created)
-        return job_steps(created)
+    if created:
+        log.info("run %s: round of processes in run(s) %s", run_id, created)
+        # A paired round's jobs go out beside the re-run's, in turns: which build goes first
+        # alternates from round to round.
+        return interleaved(*(job_steps(c) for c in created), swap=swap)
     if kind == "confirm" and parent_id is not None:
         return _after_confirmation(parent_id, run_id, settings)
     return _detect(run_id, settings)
@@ -128,22 +144,70 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
                 queue = jobs[spec.name].queue if spec.name in jobs else queue_for(device)
                 specs.append(BenchmarkSpec(model=model, mode=mode, device=device, compiler=compiler,
                                            queue=queue))
-            confirm = runs.create_run(
-                session, night=run.night, benchmarks=specs, torch_spec=run.torch_spec,
-                kind="confirm", parent_run_id=run.id, deadline_s=settings.night_deadline_s,
-            )
-            confirm_id = confirm.id
+            confirm_id, paired_id = _create_confirmation(session, run=run, specs=specs,
+                                                         settings=settings)
         else:  # nothing to re-run: the night is settled
             recheck_run(session, run=run, settings=settings)
             if not persisted:
                 runs.finish_run(session, run=run)
     if confirm_id is not None:
-        log.info("run %s: %d benchmark(s) flagged; confirming in run %s", run_id, len(benchmarks), confirm_id)
-        return job_steps(confirm_id)
+        log.info("run %s: %d benchmark(s) flagged; confirming in run %s%s", run_id,
+                 len(benchmarks), confirm_id,
+                 f", paired with the previous night's build in run {paired_id}" if paired_id else "")
+        if paired_id is None:
+            return job_steps(confirm_id)
+        return interleaved(job_steps(confirm_id), job_steps(paired_id))
     if persisted:
         # Steps that already persisted over earlier nights need no re-run: straight to triage.
         return [triage_step(run_id)]
     return []
+
+
+def _create_confirmation(session: Session, *, run: Run, specs: list[BenchmarkSpec],
+                         settings: Settings) -> tuple[int, int | None]:
+    """The confirmation run of ``run``'s candidates ``specs``, and its first paired round (None
+    when unpaired: :func:`paired_build`). A paired one is measured in at least
+    ``settings.paired_confirmation_processes`` rounds a build (``options["processes"]``)."""
+    paired_spec = paired_build(session, run=run, settings=settings)
+    options = None
+    processes = settings.processes_for(specs[0].queue)
+    if paired_spec:
+        processes = max(processes, settings.paired_confirmation_processes)
+        options = {"paired_spec": paired_spec, "processes": processes}
+    confirm = runs.create_run(
+        session, night=run.night, benchmarks=specs, torch_spec=run.torch_spec, kind="confirm",
+        parent_run_id=run.id, deadline_s=settings.night_deadline_s, options=options)
+    if not paired_spec:
+        return confirm.id, None
+    paired = rounds.create_paired_round(session, parent=confirm, torch_spec=paired_spec,
+                                        rounds=processes, deadline_s=settings.night_deadline_s)
+    return confirm.id, paired.id
+
+
+def paired_build(session: Session, *, run: Run, settings: Settings) -> str | None:
+    """The torch spec of the previous night's build, to measure beside ``run``'s confirmation
+    re-run (:mod:`service.regressions.paired`); None when the re-run goes unpaired.
+
+    Unpaired when ``settings.paired_confirmation`` is off, when there is no previous night, or
+    when the previous night's spec is ``current`` (the worker's own interpreter: whatever it
+    holds now, not necessarily the build that night measured).
+    """
+    if not settings.paired_confirmation or run.previous_run_id is None:
+        return None
+    previous = session.get(Run, run.previous_run_id)
+    if previous is None or previous.torch_spec.strip() == CURRENT:
+        return None
+    return previous.torch_spec
+
+
+def interleaved(*step_lists: list[Step], swap: bool = False) -> list[Step]:
+    """The steps of several lists in turns (``a1, b1, a2, b2, ...``; ``b1, a1, ...`` with
+    ``swap``), so that two builds' jobs queue side by side; what is left of a longer list last."""
+    lists = list(reversed(step_lists)) if swap else list(step_lists)
+    out: list[Step] = []
+    for i in range(max((len(s) for s in lists), default=0)):
+        out.extend(s[i] for s in lists if i < len(s))
+    return out
 
 
 def _after_confirmation(parent_id: int, confirm_id: int, settings: Settings) -> list[Step]:

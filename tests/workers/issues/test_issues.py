@@ -131,9 +131,15 @@ class World:
         levels: dict[tuple[str, str], float],
         *,
         commit_range: list[dict] | None = None,
+        beside: float | None = None,
     ) -> Night:
+        """``beside``: the previous night's build measured beside the re-run at this level (ms):
+        a paired confirmation (:mod:`service.regressions.paired`)."""
         run = self._run(night, sha(f"torch-{night}"), commit_range=commit_range)
-        confirm = self._run(night, run.torch_git_commit, kind="confirm", parent_run_id=run.id)
+        confirm = self._run(night, run.torch_git_commit, kind="confirm", parent_run_id=run.id,
+                            options={"paired_spec": "torch==2.13.0"} if beside else {})
+        paired = self._run(night, "previous", kind="replicate", parent_run_id=confirm.id,
+                           options={"origin": "paired", "round": 1}) if beside else None
         alert = Alert(run_id=run.id, kind="regression", status="open")
         self.s.add(alert)
         self.s.flush()
@@ -141,6 +147,8 @@ class World:
         for (model, mode), level in levels.items():
             result = self._result(run, model, mode, level, n=30)
             self._result(confirm, model, mode, level * 1.01, n=30)
+            if paired is not None and beside is not None:
+                self._result(paired, model, mode, beside, n=30)
             reg = Regression(
                 run_id=run.id,
                 alert_id=alert.id,
@@ -724,3 +732,20 @@ def test_confidence_is_the_detectors_confirmation_test_over_tonight_and_the_reru
     assert (
         "| **+25.0%** | p = 0.008 (tonight and its re-run vs 14 nights) |" in fake.issues[1]["body"]
     )
+
+
+def test_a_paired_confirmation_is_in_the_issue_and_its_confidence(
+    db: Session, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
+) -> None:
+    world = World(db)
+    world.history([("resnet18", "eval")], 14, date(2026, 10, 20))
+    # The re-run (12.625 ms: +26.2%) beside the previous night's build at 10.1 ms: +25.0% that
+    # evening.
+    night = world.regressed_night(date(2026, 11, 3), {("resnet18", "eval"): 12.5}, beside=10.1)
+    file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
+    body = fake.issues[1]["body"]
+    assert ("resnet18 eval cpu latency +26.2% (30 samples; +25.0% against the previous night's "
+            "build measured beside it, 1 process(es))") in " ".join(body.split())
+    # The confidence is the confirmation's own judgement: the re-run at the baseline times the
+    # paired ratio, still above all 14 nights.
+    assert "| **+25.0%** | p = 0.008 (tonight and its re-run vs 14 nights) |" in body
