@@ -93,6 +93,5 @@ def judged_rerun(
     return dataclasses.replace(rerun, samples=tuple(v * scale for v in rerun.samples)), words
 
 
-
 def _count(processes: int) -> str:
     return f"{processes} process" + ("es" if processes != 1 else "")

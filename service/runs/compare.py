@@ -189,10 +189,10 @@ def run_processes(session: Session, *, run_id: int) -> dict[Key, list[Result]]:
     result per process (errors included)."""
     children = list(session.scalars(
         select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.id)))
-    grandchildren: list[int] = [rid for rid, options in session.execute(select(
-        Run.id, Run.options).where(Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE
-                                   ).order_by(Run.id)) if not is_paired_round(options)
-                                ] if children else []
+    rows = list(session.execute(select(Run.id, Run.options).where(
+        Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE).order_by(Run.id)
+    )) if children else []
+    grandchildren = [rid for rid, options in rows if not is_paired_round(options)]
     out: dict[Key, list[Result]] = {}
     for rid in (run_id, *children, *grandchildren):
         for r in run_results(session, run_id=rid):

@@ -27,19 +27,27 @@ from service.runs.service import BenchmarkSpec, create_run, list_jobs
 from service.series import NIGHT_ROUND, PAIRED_ROUND, is_night_round, is_paired_round
 
 
+def _replicates(session: Session, run_id: int) -> list[Run]:
+    return list(session.scalars(select(Run).where(
+        Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE).order_by(Run.id)))
+
+
+def _job_specs(session: Session, run_id: int) -> list[BenchmarkSpec]:
+    """Every benchmark of run ``run_id``'s jobs, on their queues: what a round measures again."""
+    return [BenchmarkSpec(model=j.model, mode=j.mode, device=j.device, compiler=j.compiler,
+                          batch_size=j.batch_size, queue=j.queue)
+            for j in list_jobs(session, run_id=run_id)]
+
+
 def night_rounds(session: Session, *, run_id: int) -> list[Run]:
     """The rounds (replicate runs of origin ``night``) of run ``run_id``, in id order."""
-    children = session.scalars(select(Run).where(
-        Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE).order_by(Run.id))
-    return [c for c in children if is_night_round(c.options)]
+    return [c for c in _replicates(session, run_id) if is_night_round(c.options)]
 
 
 def paired_rounds(session: Session, *, run_id: int) -> list[Run]:
     """The paired rounds (replicate runs of origin ``paired``: the previous night's build measured
     beside a confirmation re-run, :mod:`service.regressions.paired`) of run ``run_id``."""
-    children = session.scalars(select(Run).where(
-        Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE).order_by(Run.id))
-    return [c for c in children if is_paired_round(c.options)]
+    return [c for c in _replicates(session, run_id) if is_paired_round(c.options)]
 
 
 def run_queue(session: Session, *, run_id: int) -> str:
@@ -75,11 +83,9 @@ def create_round(session: Session, *, parent: Run, rounds: int, deadline_s: floa
         The round's run (kind ``replicate``).
     """
     number = len(night_rounds(session, run_id=parent.id)) + 2
-    specs = [BenchmarkSpec(model=j.model, mode=j.mode, device=j.device, compiler=j.compiler,
-                           batch_size=j.batch_size, queue=j.queue)
-             for j in list_jobs(session, run_id=parent.id)]
     child = create_run(
-        session, night=parent.night, benchmarks=specs, torch_spec=parent.torch_spec,
+        session, night=parent.night, benchmarks=_job_specs(session, parent.id),
+        torch_spec=parent.torch_spec,
         kind=RunKind.REPLICATE, parent_run_id=parent.id, deadline_s=deadline_s,
         options={"origin": NIGHT_ROUND, "round": number, "rounds": rounds})
     if child.deadline_at is not None and parent.deadline_at is not None:
@@ -100,11 +106,9 @@ def create_paired_round(
         the paired rounds in ``options["round"]``).
     """
     number = len(paired_rounds(session, run_id=parent.id)) + 1
-    specs = [BenchmarkSpec(model=j.model, mode=j.mode, device=j.device, compiler=j.compiler,
-                           batch_size=j.batch_size, queue=j.queue)
-             for j in list_jobs(session, run_id=parent.id)]
     child = create_run(
-        session, night=parent.night, benchmarks=specs, torch_spec=torch_spec,
+        session, night=parent.night, benchmarks=_job_specs(session, parent.id),
+        torch_spec=torch_spec,
         kind=RunKind.REPLICATE, parent_run_id=parent.id, deadline_s=deadline_s,
         options={"origin": PAIRED_ROUND, "round": number, "rounds": rounds})
     session.flush()
