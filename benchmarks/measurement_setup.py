@@ -80,6 +80,12 @@ SETUPS = {
                            "MALLOC_CONF": "dirty_decay_ms:10000,muzzy_decay_ms:0"}, []),
     "jemalloc_thp": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
                       "MALLOC_CONF": "thp:always,metadata_thp:always"}, []),
+    # gperftools' tcmalloc, the setup's second choice, with its defaults (freed spans handed
+    # back to the kernel gradually, ``TCMALLOC_RELEASE_RATE`` 1) and never handing them back
+    # (rate 0: gperftools' "never release", jemalloc's no-decay counterpart).
+    "tcmalloc": ({"NIGHTBENCH_SUITE_ALLOCATOR": "tcmalloc"}, []),
+    "tcmalloc_norelease": ({"NIGHTBENCH_SUITE_ALLOCATOR": "tcmalloc",
+                            "TCMALLOC_RELEASE_RATE": "0"}, []),
     # The GPU setups (``--device cuda``).
     "gpu": ({}, []),
     "gpu_fixed_warmup": ({"NIGHTBENCH_SUITE_STEADY_WARMUP": "off"}, []),
