@@ -9,7 +9,10 @@ glibc's malloc with its thresholds fixed by ``GLIBC_TUNABLES``), ``jemalloc_node
 freed pages, that is jemalloc's own defaults, or that backs memory with transparent huge
 pages), and
 ``jemalloc_noaslr`` (jemalloc in a process started by ``setarch -R``,
-without address-space randomisation); see ``suite/cpu_setup.py``. With ``--device cuda`` the
+without address-space randomisation), ``glibc_nommap`` (the fallback with
+``glibc.malloc.mmap_max=0``), ``tcmalloc`` and ``tcmalloc_norelease`` (gperftools' tcmalloc
+with its defaults, and with ``TCMALLOC_RELEASE_RATE=0``: freed spans never handed back); see
+``suite/cpu_setup.py``. With ``--device cuda`` the
 setups are the GPU ones (``suite/gpu_setup.py``): ``gpu`` (the setup: steady warm-up,
 ``cudnn.benchmark`` off), ``gpu_fixed_warmup`` (``NIGHTBENCH_SUITE_STEADY_WARMUP=off``: the
 fixed minimum warm-up only), ``gpu_deterministic`` (``NIGHTBENCH_SUITE_DETERMINISTIC=on``) and
