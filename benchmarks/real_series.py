@@ -30,7 +30,9 @@ Scoring is ``benchmarks.detection.evaluate`` unchanged (a flag matches when its 
 agrees and its night lies in [e - 2, e + 28], raised on or after e; "within 3 nights" =
 ``raised_night - e <= 2``; false alarms per 100 series-nights on the no-change category), on
 flags from ``benchmarks.detection.nightbench_flags`` (``detect_series(..., online=True)``, the
-nightly replay). Beside it: the same figures by noise band (``sigma``), for regression and
+nightly replay), and again as the nightly alerts them: flags raised while the stability
+re-check had the benchmark dark withheld (``benchmarks.real_stability``). Beside it: the same
+figures by noise band (``sigma``), for regression and
 improvement flags apart (the nightly files regressions only), the flat segments' flags by the
 night's position in its segment (a young baseline or not), up-flags after a planted
 improvement (the issue of flags that follow a big improvement), and the flags raised on the
@@ -53,6 +55,7 @@ import pandas as pd
 from rich.console import Console
 
 from benchmarks.detection import Flags, evaluate, naive_flags, nightbench_flags, print_quality
+from benchmarks.real_stability import alerting, dark_nights, dark_share
 from benchmarks.series import SeriesSet
 from service.regressions.detection import detect_series
 
@@ -338,14 +341,21 @@ def rerun_flags(s: SeriesSet, seed: int, draw: str = "segment") -> Flags:
 
 
 def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict[str, object]:
-    """Figures of nightbench's detector and of the naive rule on the labelled set; with
-    ``reruns`` (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`),
-    drawn from the segment, from the next night, and paired with the previous night's build."""
+    """Figures of nightbench's detector and of the naive rule on the labelled set; online, also
+    as the nightly alerts (flags raised while the stability re-check had the benchmark dark are
+    withheld: :mod:`benchmarks.real_stability`); with ``reruns`` (a seed), also of nightbench
+    with confirmation re-runs (:func:`with_reruns`), drawn from the segment, from the next
+    night, and paired with the previous night's build."""
     s = lab.s
     out: dict[str, object] = {"series": int(s.category.size),
                               "nights_with_data": int(np.isfinite(s.levels).sum())}
+    plain = nightbench_flags(s, online)
     detectors: list[tuple[str, Callable[[SeriesSet, bool], Flags]]] = [
-        ("nightbench", nightbench_flags), ("naive_7%_vs_last_night", naive_flags)]
+        ("nightbench", lambda *_: plain), ("naive_7%_vs_last_night", naive_flags)]
+    if online:  # as the nightly alerts: the stability re-check replayed (real_stability)
+        dark = dark_nights(s, plain)
+        out["dark_share_of_latency_nights"] = round(dark_share(s, dark), 4)
+        detectors.insert(1, ("nightbench as alerted", lambda *_: alerting(s, plain, dark)))
     if reruns is not None and online:
         detectors[1:1] = [
             ("nightbench re-runs", lambda s_, _: rerun_flags(s_, reruns)),
