@@ -55,7 +55,7 @@ import pandas as pd
 from rich.console import Console
 
 from benchmarks.detection import Flags, evaluate, naive_flags, nightbench_flags, print_quality
-from benchmarks.real_stability import alerting, dark_nights, dark_share
+from benchmarks.real_stability import RECHECK_NIGHTS, alerting, dark_nights, dark_share
 from benchmarks.series import SeriesSet
 from service.regressions.detection import detect_series
 
@@ -340,12 +340,13 @@ def rerun_flags(s: SeriesSet, seed: int, draw: str = "segment") -> Flags:
                  np.array([f.direction == "regression" for f in found], dtype=bool))
 
 
-def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict[str, object]:
+def score(lab: Labelled, online: bool = True, reruns: int | None = None,
+          recheck_nights: int = RECHECK_NIGHTS) -> dict[str, object]:
     """Figures of nightbench's detector and of the naive rule on the labelled set; online, also
     as the nightly alerts (flags raised while the stability re-check had the benchmark dark are
-    withheld: :mod:`benchmarks.real_stability`); with ``reruns`` (a seed), also of nightbench
-    with confirmation re-runs (:func:`with_reruns`), drawn from the segment, from the next
-    night, and paired with the previous night's build."""
+    withheld: :mod:`benchmarks.real_stability`, over ``recheck_nights`` nights); with ``reruns``
+    (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`), drawn from the
+    segment, from the next night, and paired with the previous night's build."""
     s = lab.s
     out: dict[str, object] = {"series": int(s.category.size),
                               "nights_with_data": int(np.isfinite(s.levels).sum())}
@@ -353,7 +354,7 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None) -> dict
     detectors: list[tuple[str, Callable[[SeriesSet, bool], Flags]]] = [
         ("nightbench", lambda *_: plain), ("naive_7%_vs_last_night", naive_flags)]
     if online:  # as the nightly alerts: the stability re-check replayed (real_stability)
-        dark = dark_nights(s, plain)
+        dark = dark_nights(s, plain, nights=recheck_nights)
         out["dark_share_of_latency_nights"] = round(dark_share(s, dark), 4)
         detectors.insert(1, ("nightbench as alerted", lambda *_: alerting(s, plain, dark)))
     if reruns is not None and online:
@@ -423,8 +424,13 @@ def main(argv: list[str] | None = None) -> int:
                          "candidate night, drawn from another night of the segment and, the "
                          "correlated bound, from the next night, and the paired confirmation "
                          "(with_reruns; seeded by --seed)")
+    ap.add_argument("--recheck-nights", type=int, default=RECHECK_NIGHTS,
+                    help="nights the replayed stability re-check judges (the nightly's "
+                         "NIGHTBENCH_STABILITY_RECHECK_NIGHTS)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
+    if args.recheck_nights < 2:
+        ap.error(f"--recheck-nights: at least 2 nights, got {args.recheck_nights}")
     console = Console(stderr=True, width=150)
     try:
         reals = load(Path(args.data))
@@ -437,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         "real_series": len(reals), "series_with_flat_segments": segs,
         "flat_segments": int(np.isin(lab.s.category, ("flat", "mem_flat")).sum()),
         "seed": args.seed, "replicas": args.replicas,
-        **score(lab, reruns=args.seed if args.reruns else None),
+        **score(lab, reruns=args.seed if args.reruns else None,
+                recheck_nights=args.recheck_nights),
         "unmodified_real_series": unmodified(reals)}
     print_quality(result, console, rows=REAL_ROWS,
                   title=f"real histories, planted steps: {result['series']} series")
