@@ -272,10 +272,13 @@ def _checks(session: Session, run: Run, regressions: Sequence[Regression]) -> Ch
         change = (level - g.baseline) / g.baseline
         beside = (paired.previous_build_level(session, confirm_run=confirm_run, regression=g)
                   if g.metric == "latency" else None)
+        if beside:  # both builds as the confirmation judged them: medians of process medians
+            tonight = statistics.median(
+                result_night(session, result=rerun, position=0, rerun=True).samples)
         parts.append(
             f"{g.model} {g.mode} {g.device} {g.metric} {change * 100:+.1f}% "
             f"({len(rerun.samples)} samples"
-            + (f"; {(level / beside[0] - 1) * 100:+.1f}% against the previous night's build "
+            + (f"; {(tonight / beside[0] - 1) * 100:+.1f}% against the previous night's build "
                f"measured beside it, {beside[1]} process(es)" if beside else "") + ")"
         )
     reproduced = all(g.confirmation == Confirmation.REPRODUCED for g in regressions)

@@ -749,3 +749,24 @@ def test_a_paired_confirmation_is_in_the_issue_and_its_confidence(
     # The confidence is the confirmation's own judgement: the re-run at the baseline times the
     # paired ratio, still above all 14 nights.
     assert "| **+25.0%** | p = 0.008 (tonight and its re-run vs 14 nights) |" in body
+
+
+def test_a_paired_check_compares_the_medians_of_process_medians_on_both_sides(
+    db: Session, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
+) -> None:
+    world = World(db)
+    world.history([("resnet18", "eval")], 14, date(2026, 10, 20))
+    night = world.regressed_night(date(2026, 11, 3), {("resnet18", "eval"): 12.5}, beside=10.1)
+    confirm = db.scalars(select(Run).where(Run.parent_run_id == night.run.id,
+                                           Run.kind == "confirm")).one()
+    # The re-run's own rounds: two more processes of tonight's build at 11.11 ms. Its level is
+    # the median of 12.625, 11.11 and 11.11, as the confirmation judged it: +10.0% against the
+    # previous build's 10.1 ms, not its first process's +25.0%.
+    for number in (2, 3):
+        round_run = world._run(date(2026, 11, 3), "tonight", kind="replicate",
+                               parent_run_id=confirm.id, options={"origin": "night", "round": number})
+        world._result(round_run, "resnet18", "eval", 11.11, n=30)
+    file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
+    body = " ".join(fake.issues[1]["body"].split())
+    assert ("+10.0% against the previous night's build measured beside it, 1 process(es)"
+            in body), body
