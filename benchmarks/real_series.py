@@ -55,9 +55,10 @@ import pandas as pd
 from rich.console import Console
 
 from benchmarks.detection import Flags, evaluate, naive_flags, nightbench_flags, print_quality
-from benchmarks.real_stability import RECHECK_NIGHTS, alerting, dark_nights, dark_share
+from benchmarks.real_stability import RECHECK_NIGHTS, alerting, dark_share, dark_spreads
 from benchmarks.series import SeriesSet
 from service.regressions.detection import detect_series
+from service.regressions.rules import DEFAULT_PARAMS
 
 DATA = Path(__file__).resolve().parent / "data" / "real_series.json.gz"
 ROLL = 15
@@ -341,10 +342,12 @@ def rerun_flags(s: SeriesSet, seed: int, draw: str = "segment") -> Flags:
 
 
 def score(lab: Labelled, online: bool = True, reruns: int | None = None,
-          recheck_nights: int = RECHECK_NIGHTS) -> dict[str, object]:
+          recheck_nights: int = RECHECK_NIGHTS,
+          beyond: float = DEFAULT_PARAMS.unstable_beyond) -> dict[str, object]:
     """Figures of nightbench's detector and of the naive rule on the labelled set; online, also
     as the nightly alerts (flags raised while the stability re-check had the benchmark dark are
-    withheld: :mod:`benchmarks.real_stability`, over ``recheck_nights`` nights); with ``reruns``
+    withheld unless their change is ``beyond`` times its spread: :mod:`benchmarks.real_stability`,
+    over ``recheck_nights`` nights); with ``reruns``
     (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`), drawn from the
     segment, from the next night, and paired with the previous night's build."""
     s = lab.s
@@ -354,9 +357,10 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None,
     detectors: list[tuple[str, Callable[[SeriesSet, bool], Flags]]] = [
         ("nightbench", lambda *_: plain), ("naive_7%_vs_last_night", naive_flags)]
     if online:  # as the nightly alerts: the stability re-check replayed (real_stability)
-        dark = dark_nights(s, plain, nights=recheck_nights)
+        dark = dark_spreads(s, plain, nights=recheck_nights)
         out["dark_share_of_latency_nights"] = round(dark_share(s, dark), 4)
-        detectors.insert(1, ("nightbench as alerted", lambda *_: alerting(s, plain, dark)))
+        detectors.insert(1, ("nightbench as alerted",
+                             lambda *_: alerting(s, plain, dark, beyond=beyond)))
     if reruns is not None and online:
         detectors[1:1] = [
             ("nightbench re-runs", lambda s_, _: rerun_flags(s_, reruns)),
@@ -427,10 +431,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recheck-nights", type=int, default=RECHECK_NIGHTS,
                     help="nights the replayed stability re-check judges (the nightly's "
                          "NIGHTBENCH_STABILITY_RECHECK_NIGHTS)")
+    ap.add_argument("--unstable-beyond", type=float, default=DEFAULT_PARAMS.unstable_beyond,
+                    help="a dark benchmark's flag alerts when its change is this many times the "
+                         "spread that darkened it (DetectorParams.unstable_beyond; 0: never)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
     if args.recheck_nights < 2:
         ap.error(f"--recheck-nights: at least 2 nights, got {args.recheck_nights}")
+    if args.unstable_beyond < 0:
+        ap.error(f"--unstable-beyond: at least 0, got {args.unstable_beyond}")
     console = Console(stderr=True, width=150)
     try:
         reals = load(Path(args.data))
@@ -444,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         "flat_segments": int(np.isin(lab.s.category, ("flat", "mem_flat")).sum()),
         "seed": args.seed, "replicas": args.replicas,
         **score(lab, reruns=args.seed if args.reruns else None,
-                recheck_nights=args.recheck_nights),
+                recheck_nights=args.recheck_nights, beyond=args.unstable_beyond),
         "unmodified_real_series": unmodified(reals)}
     print_quality(result, console, rows=REAL_ROWS,
                   title=f"real histories, planted steps: {result['series']} series")

@@ -69,9 +69,10 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   the level last accepted (a drift is not urgent; without the margin a grey-zone step judged
   night after night would cross the threshold by chance sooner or later).
 * **Verdicts.** Improvements are found by the same rule downwards, reported, never alerted.
-  Benchmarks marked unstable are assessed and shown, never alerted. Environment changes
-  (another GPU, driver or ``benchmark_version``) are not seen here: they start another series
-  (another ``series_key``), whose first nights have no baseline.
+  Benchmarks marked unstable are shown, and alerted only beyond their noise (``UnstableRule``:
+  3 times their spread). Environment changes (another GPU, driver or ``benchmark_version``) are
+  not seen here: they start another series (another ``series_key``), whose first nights have
+  no baseline.
 
 Offline (``detect_series(..., online=False)``, ``nightbench detect`` without ``--online``) sees
 the whole series and works as a change-point detector: at every night it compares the
@@ -103,7 +104,7 @@ import numpy as np
 from service.regressions.baseline import band, has_baseline, window_nights, window_noise
 from service.regressions.document import MEMORY_METRICS, METRICS, parse_series
 from service.regressions.robust import DetectionInputError, envelope, mann_whitney_greater
-from service.regressions.rules import MODE_SAME, multimodal
+from service.regressions.rules import MODE_SAME, STABLE, UnstableRule, multimodal
 from service.regressions.scan import (
     DEFAULT_PARAMS,
     DetectorParams,
@@ -159,7 +160,7 @@ class Assessment:
         p_value: one-sided Mann-Whitney U p-value for latency; None for peak memory.
         alertable: a regression worth alerting (after its confirmation when not
             ``confirmed``); False for improvements, ``no_baseline``, ``unchanged`` and
-            unstable benchmarks.
+            unstable benchmarks (unless the change is beyond their noise: module docstring).
         reason: one short sentence for the report.
         baseline_lower: lower edge of the baseline band (for charts).
         baseline_upper: upper edge of the baseline band (for charts).
@@ -255,7 +256,7 @@ def _run_reaches(y: np.ndarray, thr: float, p: DetectorParams) -> bool:
 
 
 def _assess(
-    nights: Sequence[Night], *, metric: str, threshold: float, unstable: bool,
+    nights: Sequence[Night], *, metric: str, threshold: float, dark: UnstableRule,
     p: DetectorParams, raise_at: set[int], names: Sequence[str], confirming: bool = False,
 ) -> Assessment:
     memory = _check_metric(metric)
@@ -266,19 +267,18 @@ def _assess(
     value = float(lv[-1])
     raised = [f for f in flags if f.raised_night in raise_at]
     if raised:
-        return _raised(raised[-1], nights, value, metric=metric, memory=memory,
-                       unstable=unstable)
+        return _raised(raised[-1], nights, value, metric=metric, memory=memory, dark=dark)
     # Not raised tonight: compare tonight with the current baseline (since the last reset).
     start = _baseline_start(nights, flags)
     k = window_nights(len(nights) - 1 - start, p)
     if not has_baseline(k, p):
         return _no_baseline(nights, flags, start, k, metric=metric, value=value, p=p)
     return _against_baseline(lv[start:], k, metric=metric, memory=memory, threshold=threshold,
-                             unstable=unstable, p=p, confirming=confirming)
+                             dark=dark, p=p, confirming=confirming)
 
 
 def _raised(f: Flag, nights: Sequence[Night], value: float, *, metric: str, memory: bool,
-            unstable: bool) -> Assessment:
+            dark: UnstableRule) -> Assessment:
     """The assessment of a change raised tonight (a persistent step or a drift)."""
     base = f.baseline
     regression = f.direction == "regression"
@@ -288,12 +288,11 @@ def _raised(f: Flag, nights: Sequence[Night], value: float, *, metric: str, memo
               f"{_fmt_change(f.change)} against a baseline of {_fmt_level(base, memory)} "
               f"since {nights[f.night].label()}, persisting {len(nights) - f.night} "
               f"nights{p_txt}.")
-    if unstable and regression:
-        reason += " Benchmark marked unstable: shown, not alerted."
+    loud, why = dark.judge(f.change) if regression else (False, "")
     return Assessment(
         verdict=f.direction, metric=metric, baseline=base, value=value,
-        change=_relative(value, base), p_value=f.p_value, alertable=regression and not unstable,
-        reason=reason, confirmed=True, first_night=nights[f.night].night, step_change=f.change)
+        change=_relative(value, base), p_value=f.p_value, alertable=loud,
+        reason=reason + why, confirmed=True, first_night=nights[f.night].night, step_change=f.change)
 
 
 def _baseline_start(nights: Sequence[Night], flags: Sequence[Flag]) -> int:
@@ -319,7 +318,7 @@ def _no_baseline(nights: Sequence[Night], flags: Sequence[Flag], start: int, k: 
 
 
 def _against_baseline(
-    seg: np.ndarray, k: int, *, metric: str, memory: bool, threshold: float, unstable: bool,
+    seg: np.ndarray, k: int, *, metric: str, memory: bool, threshold: float, dark: UnstableRule,
     p: DetectorParams, confirming: bool,
 ) -> Assessment:
     """Tonight (``seg[-1]``) against the median of the ``k`` nights before it: a candidate,
@@ -358,11 +357,9 @@ def _against_baseline(
         reason = (f"Not reproduced: the re-run is at {against}, which does not confirm a "
                   "persistent change.")
     elif up_candidate:
-        verdict, alertable = "regression", not unstable
+        (alertable, why), verdict = dark.judge(change), "regression"
         reason = (f"Candidate regression: {against} over {k} nights; needs its confirmation "
-                  "re-run or the next night.")
-        if unstable:
-            reason += " Benchmark marked unstable: shown, not alerted."
+                  f"re-run or the next night.{why}")
     else:
         reason = f"Unchanged: {against} over {k} nights."
     return Assessment(
@@ -373,6 +370,7 @@ def _against_baseline(
 def assess_night(
     history: Sequence[Night], tonight: Night, *, metric: str, threshold: float = 0.07,
     unstable: bool = False, params: DetectorParams = DEFAULT_PARAMS,
+    unstable_spread: float | None = None,
 ) -> Assessment:
     """Assess tonight's night of one series against its baseline.
 
@@ -395,8 +393,9 @@ def assess_night(
         tonight: tonight's night.
         metric: ``latency`` | ``gpu_peak_mem`` | ``cpu_peak_mem``.
         threshold: relative threshold (0.07 = 7%).
-        unstable: the benchmark is marked unstable: assessed and shown, never alertable.
+        unstable: the benchmark is marked unstable: shown, alerted only beyond its noise.
         params: detector constants.
+        unstable_spread: the spread of that verdict (fraction; None: never alerted; UnstableRule).
 
     Returns:
         The Assessment of tonight.
@@ -407,7 +406,8 @@ def assess_night(
     """
     nights = [*history, tonight]
     names = [f"history[{i}]" for i in range(len(history))] + ["tonight"]
-    return _assess(nights, metric=metric, threshold=threshold, unstable=unstable, p=params,
+    dark = UnstableRule(unstable, unstable_spread, threshold, params.unstable_beyond)
+    return _assess(nights, metric=metric, threshold=threshold, dark=dark, p=params,
                    raise_at={len(nights) - 1}, names=names)
 
 
@@ -440,7 +440,7 @@ def confirm(
     again = Night(night=tonight.night, samples=tuple(rerun.samples), rerun=True)
     nights = [*history, tonight, again]
     names = [f"history[{i}]" for i in range(len(history))] + ["tonight", "rerun"]
-    return _assess(nights, metric=metric, threshold=threshold, unstable=False, p=params,
+    return _assess(nights, metric=metric, threshold=threshold, dark=STABLE, p=params,
                    raise_at={len(nights) - 2, len(nights) - 1}, names=names, confirming=True)
 
 

@@ -65,6 +65,13 @@ class DetectorParams:
             as far down among the 84 before ((2/85)**2 > 0.0005) hold a run of two for a
             third night; one does not. On real histories most two-night false flags were
             such dips (docs/benchmarks.md).
+        unstable_beyond: a benchmark marked unstable (shown, not alerted) still alerts a
+            regression whose change is at least this many times the spread of the verdict
+            that marked it unstable, and the threshold: a change far beyond the benchmark's
+            own noise (3: a +100% step on a benchmark whose processes spread 15%). On the real
+            histories it lifts the recall of steps >= 10% within 3 nights from 0.60 to 0.68
+            (of +100% steps from 0.62 to 0.92) for precision 0.922 -> 0.919
+            (docs/benchmarks.md); 0 never alerts an unstable benchmark.
     """
 
     window: int = 28
@@ -82,19 +89,68 @@ class DetectorParams:
     excursion_cap: int = 2
     excursion_alpha: float = 0.003
     improvement_alpha: float = 0.0005
+    unstable_beyond: float = 3.0
 
     def __post_init__(self) -> None:
         if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 16
                 and 2 <= self.drift_nights <= self.window and self.excursion_look >= 0
                 and self.excursion_cap >= 0 and 0 < self.excursion_alpha <= 1
-                and 0 < self.improvement_alpha <= 1):
+                and 0 < self.improvement_alpha <= 1 and self.unstable_beyond >= 0):
             raise DetectionInputError(
                 f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 16, "
                 "2 <= drift_nights <= window, excursion_look >= 0, excursion_cap >= 0 and "
-                "0 < excursion_alpha <= 1 and 0 < improvement_alpha <= 1")
+                "0 < excursion_alpha <= 1, 0 < improvement_alpha <= 1 and unstable_beyond >= 0")
 
 
 DEFAULT_PARAMS = DetectorParams()
+
+
+@dataclass(frozen=True)
+class UnstableRule:
+    """Whether a benchmark is marked unstable, and the change from which it alerts anyway.
+
+    A benchmark marked unstable is shown, and alerts only a regression of at least
+    ``beyond`` (``DetectorParams.unstable_beyond``) times the spread of the verdict that marked
+    it unstable, and the threshold (``service/regressions/detection.py``).
+
+    Attributes:
+        unstable: the benchmark is marked unstable.
+        spread: that verdict's spread ((max - min) / min of its processes' medians, a fraction);
+            None: not known (it then never alerts).
+        threshold: the series' threshold (fraction).
+        beyond: ``DetectorParams.unstable_beyond`` (0: never alerts).
+    """
+
+    unstable: bool
+    spread: float | None
+    threshold: float
+    beyond: float
+
+    @property
+    def bar(self) -> float | None:
+        """The least change an unstable benchmark alerts (fraction); None: it never does."""
+        if not self.unstable or self.spread is None or self.beyond <= 0:
+            return None
+        return max(self.threshold, self.beyond * self.spread)
+
+    def judge(self, change: float) -> tuple[bool, str]:
+        """Whether a regression of ``change`` (fraction, 0.12 = +12%) alerts, and the sentence
+        its reason adds (empty for a stable benchmark)."""
+        if not self.unstable:
+            return True, ""
+        bar = self.bar
+        if bar is None:
+            return False, " Benchmark marked unstable: shown, not alerted."
+        noise = (f"{self.beyond:g} times the {(self.spread or 0.0) * 100:.1f}% spread that "
+                 "marked it unstable")
+        if change >= bar:
+            return True, f" Benchmark marked unstable, alerted: the change is beyond {noise}."
+        return False, (f" Benchmark marked unstable: shown, not alerted (it alerts from "
+                       f"{bar * 100:+.1f}%, {noise}).")
+
+
+STABLE = UnstableRule(unstable=False, spread=None, threshold=0.07, beyond=0.0)
+"""A benchmark not marked unstable (a confirmation re-run is judged as one)."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from sqlalchemy import func, select
@@ -112,7 +112,7 @@ def _first_result(assessment: Assessment, nights: list[Night], results: list[Res
 
 def assess_run(
     session: Session, *, run: Run, threshold_for: ThresholdFor, baseline_nights: int,
-    unstable: set[str] | frozenset[str] = frozenset(),
+    unstable: Collection[str] | Mapping[str, float | None] = frozenset(),
 ) -> list[Assessed]:
     """Assess every alertable metric of every successful result of ``run`` against its baseline.
 
@@ -121,7 +121,9 @@ def assess_run(
         run: the run whose results are assessed.
         threshold_for: ``(metric, "model:mode") -> relative threshold``.
         baseline_nights: how many earlier nights the baseline may use.
-        unstable: benchmark names (``model:mode:device``) marked unstable: shown, not alerted.
+        unstable: benchmark names (``model:mode:device``) marked unstable: shown, and alerted
+            only beyond their noise; a mapping gives each one's spread (fraction; None: not
+            known, never alerted), ``assess_night``'s ``unstable_spread``.
 
     Tonight's night is the run's result with its rounds of processes, when it has some
     (``NIGHTBENCH_NIGHT_PROCESSES``): the level is then the median of the per-process medians.
@@ -146,6 +148,8 @@ def assess_run(
             nights, tonight, metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
             unstable=result.benchmark in unstable,
+            unstable_spread=unstable.get(result.benchmark) if isinstance(unstable, Mapping)
+            else None,
         )
         first = (_first_result(assessment, [*nights, tonight], [*history, result])
                  if assessment.confirmed else result)

@@ -22,7 +22,8 @@ regression or a gap. ``processes`` is how many processes tonight's level stands 
 with ``NIGHTBENCH_NIGHT_PROCESSES``; ``value`` is then the median of their medians).
 ``stability_changes`` lists the benchmarks whose stability verdict the
 night's re-check changed (:mod:`service.stability.recheck`): ``unstable`` → ``stable`` alerts
-again from the next night, ``stable`` → ``unstable`` is shown and no longer alerted.
+again from the next night, ``stable`` → ``unstable`` is shown and alerted only on a regression
+beyond ``DetectorParams.unstable_beyond`` (3) times its spread.
 """
 
 from __future__ import annotations

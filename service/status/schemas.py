@@ -49,8 +49,8 @@ class PendingFilingRead(BaseModel):
 
 
 class StabilityChangeRead(BaseModel):
-    """A benchmark darkened (to unstable: shown, not alerted) or un-darkened (to stable) by the
-    nightly stability re-check in the last week."""
+    """A benchmark darkened (to unstable: shown, alerted only beyond its noise) or un-darkened
+    (to stable) by the nightly stability re-check in the last week."""
     benchmark: str
     machine_id: int
     run_id: int

@@ -91,8 +91,8 @@ class PendingFiling:
 
 @dataclass(frozen=True)
 class StabilityChange:
-    """A benchmark the nightly stability re-check darkened (``to`` unstable: shown, not alerted)
-    or un-darkened (``to`` stable: alerts again) on a recent night."""
+    """A benchmark the nightly stability re-check darkened (``to`` unstable: shown, alerted only
+    beyond its noise) or un-darkened (``to`` stable: alerts again) on a recent night."""
 
     benchmark: str
     machine_id: int

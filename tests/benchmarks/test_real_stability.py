@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks.detection import Flags
-from benchmarks.real_stability import alerting, dark_nights, dark_share
+from benchmarks.real_stability import alerting, dark_nights, dark_share, dark_spreads, flag_changes
 from benchmarks.series import SeriesSet
 
 
@@ -40,9 +40,24 @@ def test_a_noisy_benchmark_is_dark_and_its_flag_withheld_a_quiet_one_alerts() ->
     # After six the median lies between the two levels, and the spread darkens.
     assert not dark[0, :6].any() and dark[0, 6:].all()
     assert not dark[1].any()
-    kept = alerting(s, f, dark)
+    spreads = dark_spreads(s, f)
+    assert np.array_equal(np.isfinite(spreads), dark)
+    kept = alerting(s, f, spreads)
     assert kept.series.tolist() == [1]
-    assert dark_share(s, dark) == pytest.approx(34 / 80)
+    assert dark_share(s, dark) == pytest.approx(34 / 80) == dark_share(s, spreads)
+
+
+def test_a_dark_benchmark_alerts_a_change_beyond_three_times_its_spread() -> None:
+    # NOISY spreads 12.8% (1.06 / 0.94 - 1): a step of +50% is beyond 3 x 12.8% = 38.3%, +30% is
+    # not; with beyond 0 a dark benchmark never alerts.
+    s = _series(*(NOISY[:30] + [v * (1 + size) for v in NOISY[30:]] for size in (0.5, 0.3)))
+    f = _flags((0, 30, 31), (1, 30, 31))
+    spreads = dark_spreads(s, f)
+    assert spreads[:, 31] == pytest.approx([1.06 / 0.94 - 1] * 2)
+    assert flag_changes(s, f) == pytest.approx([0.5, 0.3])
+    assert alerting(s, f, spreads).series.tolist() == [0]
+    assert alerting(s, f, spreads, beyond=2.0).series.tolist() == [0, 1]
+    assert alerting(s, f, spreads, beyond=0).series.tolist() == []
 
 
 def test_a_real_step_does_not_darken_its_own_benchmark() -> None:

@@ -670,6 +670,35 @@ def test_unstable_benchmark_is_shown_not_alerted():
     assert "unstable" in a.reason
 
 
+def test_unstable_benchmark_alerts_a_change_beyond_three_times_its_spread():
+    # A +15% step raised on its second night: beyond 3 x a 4% spread (12%), not beyond 3 x 8%.
+    history = nights(levels(quiet(30) + [15.0]))
+    loud = assess_night(history, Night(31, (115.2,)), metric="latency", unstable=True,
+                        unstable_spread=0.04)
+    assert loud.confirmed and loud.alertable is True
+    assert "alerted: the change is beyond 3 times the 4.0% spread" in loud.reason
+    shown = assess_night(history, Night(31, (115.2,)), metric="latency", unstable=True,
+                         unstable_spread=0.08)
+    assert shown.confirmed and shown.alertable is False
+    assert "shown, not alerted (it alerts from +24.0%" in shown.reason
+    # The bar is never under the threshold: a 1% spread still needs 7%.
+    small = assess_night(nights(levels(quiet(30))), Night(30, (105.0,)), metric="latency",
+                         unstable=True, unstable_spread=0.01)
+    assert small.verdict == "unchanged"
+    # A candidate (tonight alone, +60%) against a 15% spread: beyond 45%, alertable, so it gets
+    # its confirmation re-run; with the rule off (unstable_beyond 0) it is only shown.
+    ns = nights(levels(quiet(30)))
+    cand = assess_night(ns, Night(30, (160.0,)), metric="latency", unstable=True,
+                        unstable_spread=0.15)
+    assert cand.verdict == "regression" and not cand.confirmed and cand.alertable
+    off = assess_night(ns, Night(30, (160.0,)), metric="latency", unstable=True,
+                       unstable_spread=0.15, params=DetectorParams(unstable_beyond=0))
+    assert off.verdict == "regression" and not off.alertable
+    assert off.reason.endswith("Benchmark marked unstable: shown, not alerted.")
+    with pytest.raises(DetectionInputError, match="unstable_beyond >= 0"):
+        DetectorParams(unstable_beyond=-1)
+
+
 def test_missing_nights_are_skipped_and_ordinals_kept():
     values = levels(quiet(30) + quiet(8, shift=12))
     days = [d for d in range(60) if d % 3 != 1][: len(values)]

@@ -11,7 +11,12 @@ from typer.testing import CliRunner
 
 from service.db import normalise_url
 from service.errors import InvalidInput
-from service.stability.service import list_stability, record_stability, unstable_benchmarks
+from service.stability.service import (
+    list_stability,
+    record_stability,
+    unstable_benchmarks,
+    unstable_spreads,
+)
 from suite.stability import d2
 from tests.suite.helpers import FIXTURE_MODELS
 
@@ -34,6 +39,7 @@ def test_verdicts_are_stored_replaced_and_queried(session: Session) -> None:
     assert len(rows) == 3 and rows[0].machine_id != rows[2].machine_id
     assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
     assert unstable_benchmarks(session, machine_id=rows[2].machine_id) == set()
+    assert unstable_spreads(session) == {("ppo", "eval", "cpu", "eager"): pytest.approx(0.15)}
     # A new measurement replaces the verdict of the same benchmark on the same machine.
     [again] = record_stability(session, results=[_verdict("ppo", unstable=False)])
     assert again.id == rows[0].id and again.unstable is False

@@ -130,6 +130,8 @@ def _print_stored(as_json: bool) -> None:
         table.add_column(col, no_wrap=col in ("benchmark", "setup"))
     for r in rows:
         verdict = {True: "[red]unstable", False: "stable", None: "[yellow]unknown"}[r["unstable"]]
+        if r["alerts_from"] is not None:
+            verdict += f" (alerts from {r['alerts_from']:+.1%})"
         recheck = r["recheck"] or {}
         last = "-" if not recheck else (
             f"{recheck['night']}: {'-' if recheck.get('unstable') is None else verdict_word(recheck['unstable'])}"

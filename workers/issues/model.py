@@ -42,6 +42,8 @@ class Change:
         recent: the last nights' values in ``unit``, oldest first, tonight last.
         since: the step's first night at the new level when it began before tonight (it was
             raised once it persisted); ``None`` when it began tonight.
+        noise: one sentence when the benchmark is marked unstable (alerted only beyond its
+            noise): its spread and the bar the change cleared; ``None`` otherwise.
     """
 
     model: str
@@ -61,6 +63,7 @@ class Change:
     history_url: str | None = None
     recent: tuple[float, ...] = ()
     since: date | None = None
+    noise: str | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.baseline) and self.baseline > 0):

@@ -306,6 +306,8 @@ def _history_section(ordered: Sequence[Change]) -> str:
     blocks = []
     for c in ordered:
         lines = [f"**{c.benchmark} {c.metric}**"]
+        if c.noise:
+            lines.append(c.noise)
         if c.chart_url:
             lines.append(f"![{c.benchmark} {c.metric} history]({c.chart_url})")
         if c.recent:

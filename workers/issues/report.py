@@ -23,9 +23,11 @@ from service.errors import InvalidInput
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run
 from service.regressions import paired
 from service.regressions.detection import MEMORY_METRICS, confirm
+from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
 from service.regressions.service import history_nights, process_count, result_night
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
+from service.stability.service import unstable_spreads
 from workers.issues.causes import (
     TORCH_CODE_URL,
     BisectionInput,
@@ -165,7 +167,25 @@ def _change(
         recent=recent,
         since=(regression.first_night if result is not None and regression.first_night
                and regression.first_night < result.night else None),
+        noise=_noise(session, regression) if full else None,
     )
+
+
+def _noise(session: Session, regression: Regression) -> str | None:
+    """The sentence on a benchmark marked unstable (``Change.noise``), None when it is not."""
+    key = (regression.model, regression.mode, regression.device, regression.compiler)
+    spreads = unstable_spreads(session)
+    if key not in spreads:
+        return None
+    spread, beyond = spreads[key], DEFAULT_PARAMS.unstable_beyond
+    bar = UnstableRule(True, spread, regression.threshold, beyond).bar
+    if spread is None or bar is None:
+        return "The benchmark is marked unstable (its processes spread too far to alert on)."
+    cleared = (f"which this change ({regression.change:+.1%}) cleared"
+               if regression.change >= bar else
+               f"which this change ({regression.change:+.1%}, raised before the verdict) did not")
+    return (f"The benchmark is marked unstable: its processes' medians spread {spread:.1%}, so "
+            f"it alerts only from {bar:+.1%} ({beyond:g} times that spread), {cleared}.")
 
 
 def _environment(env: Mapping[str, Any], torch_commit: str | None) -> Environment:

@@ -228,8 +228,10 @@ def triage_step(run_id: int) -> Step:
     return Step("night.triage", (run_id,))
 
 
-def unstable_benchmarks(session) -> frozenset[str]:  # type: ignore[no-untyped-def]
-    """Benchmark names marked unstable by ``nightbench suite stability``: shown, not alerted."""
-    from service.stability.service import unstable_benchmarks as stored
+def unstable_benchmarks(session) -> dict[str, float | None]:  # type: ignore[no-untyped-def]
+    """Benchmark names marked unstable (by ``nightbench suite stability`` or the nightly
+    re-check), each with the spread of its verdict (a fraction; None: not stored): shown, and
+    alerted only on a regression beyond ``DetectorParams.unstable_beyond`` times it."""
+    from service.stability.service import unstable_spreads
 
-    return frozenset(benchmark_name(*key) for key in stored(session))
+    return {benchmark_name(*key): spread for key, spread in unstable_spreads(session).items()}

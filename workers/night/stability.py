@@ -99,15 +99,21 @@ def stored_verdicts() -> list[dict[str, Any]]:
     Returns:
         One dict per benchmark and machine: ``benchmark``, ``machine`` (CPU model or GPU name),
         ``setups``, ``cv``, ``spread``, ``unstable``, ``source`` (``measured`` or ``nightly``),
-        ``source_text`` and ``recheck`` (the latest nightly re-check, or None).
+        ``source_text``, ``recheck`` (the latest nightly re-check, or None) and ``alerts_from``
+        (for an unstable benchmark, the least latency regression it still alerts, a fraction:
+        ``DetectorParams.unstable_beyond`` times its spread and at least its threshold; None
+        otherwise).
     """
     from sqlalchemy import select
 
     from service.benchmarks import benchmark_name
+    from service.config import get_settings
     from service.db import session_scope
     from service.models import Machine
+    from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
     from service.stability.service import list_stability
 
+    settings = get_settings()
     with session_scope() as session:
         machines = {m.id: m for m in session.scalars(select(Machine))}
         out = []
@@ -120,5 +126,9 @@ def stored_verdicts() -> list[dict[str, Any]]:
                 "setups": list(details.get("setups") or []), "cv": row.cv, "spread": row.spread,
                 "unstable": row.unstable, "source": details.get("source", "measured"),
                 "source_text": details.get("source_text"), "recheck": details.get("recheck"),
+                "alerts_from": UnstableRule(
+                    bool(row.unstable), row.spread,
+                    settings.threshold_for("latency", f"{row.model}:{row.mode}"),
+                    DEFAULT_PARAMS.unstable_beyond).bar,
             })
     return out

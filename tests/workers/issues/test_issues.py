@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.models import (
     Alert,
+    BenchmarkStability,
     IssueRecord,
     IssueRegression,
     Machine,
@@ -294,6 +295,28 @@ def test_the_issue_says_when_the_build_variant_changed_since_the_baseline_nights
     # The night report's own line (service.runs.report.environment_changes), said once.
     assert environment.count("- build variant cpu → cu130: the build changed too") == 1
     assert "suite requirements" not in environment
+
+
+@pytest.mark.parametrize(("spread", "words"), [
+    (0.075, "spread 7.5%, so it alerts only from +22.5% (3 times that spread), which this "
+            "change (+25.0%) cleared."),
+    # Darkened after it was raised (the night's re-check runs once the night is settled).
+    (0.1, "spread 10.0%, so it alerts only from +30.0% (3 times that spread), which this "
+          "change (+25.0%, raised before the verdict) did not."),
+])
+def test_the_issue_of_an_unstable_benchmark_says_its_spread_and_the_bar_it_cleared(
+    db: Session, world: World, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings,
+    spread: float, words: str,
+) -> None:
+    night = world.regressed_night(date(2026, 11, 11), {("resnet18", "eval"): 12.5})
+    result = db.scalar(select(Result).where(Result.run_id == night.run.id))
+    db.add(BenchmarkStability(model="resnet18", mode="eval", device="cpu", compiler="eager",
+                              machine_id=result.machine_id, repeats=10, medians_ms=[10.0] * 10,
+                              cv=0.02, spread=spread, unstable=True, threshold=0.07))
+    db.flush()
+    file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
+    history = fake.issues[1]["body"].split("## History", 1)[1]
+    assert f"The benchmark is marked unstable: its processes' medians {words}" in history
 
 
 def test_filing_again_for_the_same_run_neither_files_nor_comments(

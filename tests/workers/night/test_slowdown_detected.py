@@ -41,7 +41,7 @@ def test_a_doubling_is_flagged_two_percent_is_not(
     database_url: str, monkeypatch: pytest.MonkeyPatch, configure, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     # Thirteen nights minutes apart on a shared CPU spread by more than the 7% stability rule,
-    # and the nightly re-check would rightly darken resnet18 (shown, not alerted). What this
+    # and the nightly re-check would rightly darken resnet18 (alerted only beyond its noise). What this
     # test follows is detection to filing; the re-check has its own tests on literal nights.
     configure(stability_recheck="false")
     for day in range(1, 9):

@@ -138,6 +138,21 @@ def test_window_holding_a_real_step_is_not_called_unstable(session: Session) -> 
     assert ppo.unstable is True and ppo.changed
     assert ppo.spread == pytest.approx((13.05 - 9.98) / 9.98)
     assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
+    # Dark, ppo still alerts a change beyond 3 times the 30.8% spread that darkened it (92.3%),
+    # and shows a smaller one.
+    assert dark_names(session) == {"ppo:eval:cpu": pytest.approx(ppo.spread)}
+    by_step = {}
+    for day, level in ((10, 18.0), (11, 26.0)):
+        run = _night(session, day, {"ppo": level})
+        [by_step[level]] = regressions.assess_run(
+            session, run=run, threshold_for=lambda m, b: 0.07, baseline_nights=60,
+            unstable=dark_names(session))
+    shown, loud = by_step[18.0].assessment, by_step[26.0].assessment
+    assert shown.verdict == "regression" and not shown.alertable
+    assert "shown, not alerted (it alerts from +92.3%, 3 times the 30.8% spread" in shown.reason
+    assert loud.verdict == "regression" and loud.alertable
+    # Against the baseline (the median of the nights, 13.0 ms): +38% shown, +100% alerted.
+    assert (shown.change, loud.change) == pytest.approx((0.38, 1.0), abs=0.01)
 
 
 def test_ten_processes_are_allowed_the_spread_of_ten_not_of_five(session: Session) -> None:
@@ -384,11 +399,14 @@ def test_suite_stability_stored_shows_each_verdict_with_its_source(database_url:
     assert ppo["unstable"] is True and ppo["source"] == "measured" and ppo["setups"] == ["jemalloc"]
     assert ppo["recheck"]["unstable"] is True and ppo["recheck"]["processes"] == 6
     assert ppo["cv"] == pytest.approx(0.07) and ppo["spread"] == pytest.approx(0.15)
+    # Dark, ppo still alerts a regression of 3 times its 15% spread; dqn alerts from 7%.
+    assert ppo["alerts_from"] == pytest.approx(0.45) and dqn["alerts_from"] is None
 
     table = CliRunner().invoke(app, ["suite", "stability", "--stored"], env={"COLUMNS": "250"})
     assert table.exit_code == 0, table.output
     assert "nightly re-check over 6 processes" in table.stdout
     assert "measured over 3 processes" in table.stdout
+    assert "unstable (alerts from +45.0%)" in table.stdout
 
 
 def test_status_lists_the_last_weeks_stability_changes(session: Session) -> None:
