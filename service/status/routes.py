@@ -22,4 +22,5 @@ def status(session: SessionDep) -> dict[str, Any]:
     should look at."""
     settings = get_settings()
     return asdict(system_status(session, broker_url=settings.broker_url,
-                                queue_prefix=settings.queue_prefix))
+                                queue_prefix=settings.queue_prefix,
+                                threshold_for=settings.threshold_for))

@@ -60,6 +60,15 @@ class StabilityChangeRead(BaseModel):
     source: str = Field(description="nightly re-check over N processes, nights A..B")
 
 
+class UnstableBenchmarkRead(BaseModel):
+    """A benchmark marked unstable on a machine now: shown, alerted only beyond its noise."""
+    benchmark: str
+    machine_id: int
+    spread: float | None = Field(description="(max - min) / min of its processes' medians")
+    alerts_from: float | None = Field(
+        description="least latency regression it still alerts (fraction); null: never")
+
+
 class StatusRead(BaseModel):
     """The system's state and the problems to look at (empty when all is well)."""
     now: datetime
@@ -72,3 +81,6 @@ class StatusRead(BaseModel):
         description="messages waiting per Celery queue; null without a broker")
     stability_changes: list[StabilityChangeRead] = Field(
         default_factory=list, description="the nightly stability re-check's changes, last week")
+    unstable: list[UnstableBenchmarkRead] = Field(
+        default_factory=list, description="benchmarks marked unstable now")
+    judged: int = Field(0, description="stored stability verdicts (benchmark and machine)")

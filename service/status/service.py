@@ -9,12 +9,14 @@ posted by runners): the one name dispatch, workers and the deployment share.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.benchmarks import benchmark_name
 from service.errors import InfrastructureError
 from service.models import (
     FILING_UNFILED,
@@ -28,7 +30,9 @@ from service.models import (
 )
 from service.models.base import utcnow
 from service.queues import QUEUE_NAMES
+from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
 from service.stability.recheck import stability_changes
+from service.stability.service import list_stability
 
 WORKER_WINDOW = timedelta(hours=1)
 STABILITY_WINDOW = timedelta(days=7)  # the status lists stability changes of the last week
@@ -104,11 +108,24 @@ class StabilityChange:
 
 
 @dataclass(frozen=True)
+class UnstableBenchmark:
+    """A benchmark marked unstable on a machine now: shown, and alerted only on a latency
+    regression of at least ``alerts_from`` (a fraction; None: never, its spread unknown)."""
+
+    benchmark: str
+    machine_id: int
+    spread: float | None
+    alerts_from: float | None
+
+
+@dataclass(frozen=True)
 class SystemStatus:
     """The whole answer; ``problems`` holds one line per thing a person should look at.
 
     ``queues``: messages waiting in each Celery queue of the broker, or None without a broker
-    (or when it could not be read: then a problem says so).
+    (or when it could not be read: then a problem says so). ``unstable``: the benchmarks marked
+    unstable now, of ``judged`` stored verdicts (benchmark and machine): how much of the suite
+    alerts only beyond its noise.
     """
 
     now: datetime
@@ -119,6 +136,24 @@ class SystemStatus:
     pending_filings: list[PendingFiling] = field(default_factory=list)
     queues: dict[str, int] | None = None
     stability_changes: list[StabilityChange] = field(default_factory=list)
+    unstable: list[UnstableBenchmark] = field(default_factory=list)
+    judged: int = 0
+
+
+def unstable_now(session: Session, threshold_for: Callable[[str, str], float] | None = None,
+                 ) -> tuple[list[UnstableBenchmark], int]:
+    """The verdicts in force that are unstable, and how many verdicts are stored (unknown ones
+    left out); ``threshold_for(metric, "model:mode")`` gives the latency threshold (default
+    0.07) under each one's bar (``UnstableRule``)."""
+    rows = [r for r in list_stability(session) if r.unstable is not None]
+    out = []
+    for r in rows:
+        if r.unstable:
+            thr = threshold_for("latency", f"{r.model}:{r.mode}") if threshold_for else 0.07
+            bar = UnstableRule(True, r.spread, thr, DEFAULT_PARAMS.unstable_beyond).bar
+            out.append(UnstableBenchmark(benchmark_name(r.model, r.mode, r.device, r.compiler),
+                                         r.machine_id, r.spread, bar))
+    return out, len(rows)
 
 
 def _aware(ts: datetime | None) -> datetime | None:
@@ -210,7 +245,8 @@ def queue_lengths(broker_url: str | None, *, prefix: str = "") -> dict[str, int]
 
 def system_status(session: Session, *, now: datetime | None = None,
                   stale_after_nights: int = 1, broker_url: str | None = None,
-                  queue_prefix: str = "") -> SystemStatus:
+                  queue_prefix: str = "",
+                  threshold_for: Callable[[str, str], float] | None = None) -> SystemStatus:
     """Everything above, and the problems: a run past its deadline, an ingest run with none
     open for over a day, a machine class that has not measured for more than
     ``stale_after_nights`` nights, an alert whose filing failed, a broker that cannot be read.
@@ -221,6 +257,8 @@ def system_status(session: Session, *, now: datetime | None = None,
         stale_after_nights: nights a machine class may go without results before it is told.
         broker_url: the broker whose queues to count (None: no queue lengths).
         queue_prefix: its key prefix.
+        threshold_for: ``(metric, "model:mode") -> threshold`` for the unstable benchmarks'
+            bars (:func:`unstable_now`).
     """
     now = now or utcnow()
     classes = machine_classes(session, today=now.date())
@@ -252,6 +290,8 @@ def system_status(session: Session, *, now: datetime | None = None,
         benchmark=c["benchmark"], machine_id=c["machine_id"], run_id=c["run_id"],
         night=date.fromisoformat(c["night"]), from_verdict=c["from"], to_verdict=c["to"],
         source=str(c["source"])) for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)]
+    unstable, judged = unstable_now(session, threshold_for)
     return SystemStatus(now=now, machine_classes=classes, open_runs=runs,
                         workers=workers_seen(session, now=now), problems=problems,
-                        pending_filings=filings, queues=queues, stability_changes=changes)
+                        pending_filings=filings, queues=queues, stability_changes=changes,
+                        unstable=unstable, judged=judged)

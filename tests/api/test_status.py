@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Job
+from service.models import BenchmarkStability, Job, Result
 from service.runs.service import BenchmarkSpec, create_run
 from service.status.service import system_status
 from tests.api.conftest import add_night, make_record, night
@@ -95,3 +96,20 @@ def test_status_lists_failing_filings_and_counts_the_queues(
     down = system_status(db, broker_url="redis://127.0.0.1:1/0")
     assert down.queues is None
     assert any("could not read the queues" in p for p in down.problems)
+
+
+def test_status_lists_the_benchmarks_marked_unstable_and_their_bars(
+    client: TestClient, db: Session,
+) -> None:
+    run = add_night(db, night(0), [make_record("dcgan", "eval", {"latency": [3.0]}),
+                                   make_record("dcgan", "train", {"latency": [9.0]})])
+    machine = db.scalar(select(Result.machine_id).where(Result.run_id == run.id))
+    for mode, unstable, spread in (("eval", True, 0.12), ("train", False, 0.02)):
+        db.add(BenchmarkStability(model="dcgan", mode=mode, device="cpu", compiler="eager",
+                                  machine_id=machine, repeats=5, medians_ms=[1.0] * 5, cv=0.01,
+                                  spread=spread, unstable=unstable, threshold=0.07))
+    db.flush()
+    body = client.get("/api/status").json()
+    assert body["judged"] == 2
+    assert [(u["benchmark"], u["spread"]) for u in body["unstable"]] == [("dcgan:eval:cpu", 0.12)]
+    assert body["unstable"][0]["alerts_from"] == pytest.approx(0.36)

@@ -18,8 +18,9 @@ def status(
 ) -> None:
     """Each machine class's last night, the open runs (overdue ones in red), the workers seen in
     the last hour, the filings pending (failing ones in red), the queue lengths, the stability
-    verdicts the nightly re-check changed in the last week, and the problems; exits 1 when there
-    is a problem, so a cron job can page."""
+    verdicts the nightly re-check changed in the last week, the benchmarks marked unstable now
+    (and from which regression each still alerts), and the problems; exits 1 when there is a
+    problem, so a cron job can page."""
     from service.config import get_settings
     from service.db import session_scope
     from service.status.service import system_status
@@ -27,7 +28,8 @@ def status(
     settings = get_settings()
     with session_scope() as session:
         state = system_status(session, broker_url=settings.broker_url,
-                              queue_prefix=settings.queue_prefix)
+                              queue_prefix=settings.queue_prefix,
+                              threshold_for=settings.threshold_for)
     if as_json:
         print(json.dumps(asdict(state), default=str, indent=1))
         raise typer.Exit(1 if state.problems else 0)
@@ -63,6 +65,11 @@ def status(
                           style="yellow" if change.to_verdict == "unstable" else None)
     for table in (classes, runs, workers, filings, queues, stability):
         console.print(table)
+    if state.unstable:
+        bars = ", ".join(f"{u.benchmark} from {u.alerts_from:+.0%}" if u.alerts_from is not None
+                         else f"{u.benchmark} never" for u in state.unstable)
+        console.print(f"[yellow]{len(state.unstable)} of {state.judged} benchmark verdicts are "
+                      f"unstable: shown, alerted only beyond their noise ({escape(bars)})[/]")
     for line in state.problems:
         console.print(f"[bold red]problem:[/] {line}")
     if not state.problems:

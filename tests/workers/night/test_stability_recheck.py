@@ -407,6 +407,12 @@ def test_suite_stability_stored_shows_each_verdict_with_its_source(database_url:
     assert "nightly re-check over 6 processes" in table.stdout
     assert "measured over 3 processes" in table.stdout
     assert "unstable (alerts from +45.0%)" in table.stdout
+    # The status says how much of the suite alerts only beyond its noise (not a problem).
+    status = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
+    assert ("1 of 2 benchmark verdicts are unstable: shown, alerted only beyond their noise "
+            "(ppo:eval:cpu from +45%)") in status.stdout
+    assert not any("unstable" in line for line in json.loads(
+        CliRunner().invoke(app, ["status", "--json"]).stdout)["problems"])
 
 
 def test_status_lists_the_last_weeks_stability_changes(session: Session) -> None:
@@ -425,3 +431,12 @@ def test_status_lists_the_last_weeks_stability_changes(session: Session) -> None
         ("dqn:eval:cpu", "unstable", "stable", date(2026, 10, 6), nights[-1].id),
         ("ppo:eval:cpu", "unknown", "unstable", date(2026, 10, 6), nights[-1].id)]
     assert system_status(session, now=datetime(2026, 11, 8, tzinfo=UTC)).stability_changes == []
+    # ppo is dark now (its six nights spread 31.6%): it alerts only from 3 times that, or from its
+    # threshold when that is higher; dqn's verdict counts as judged.
+    spread = (12.5 - 9.5) / 9.5
+    [ppo] = state.unstable
+    assert (ppo.benchmark, ppo.spread, state.judged) == ("ppo:eval:cpu", pytest.approx(spread), 2)
+    assert ppo.alerts_from == pytest.approx(3 * spread)
+    high = system_status(session, now=datetime(2026, 10, 8, tzinfo=UTC),
+                         threshold_for=lambda metric, name: 1.2 if name == "ppo:eval" else 0.07)
+    assert high.unstable[0].alerts_from == pytest.approx(1.2)
