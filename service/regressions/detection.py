@@ -69,10 +69,10 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   the level last accepted (a drift is not urgent; without the margin a grey-zone step judged
   night after night would cross the threshold by chance sooner or later).
 * **Verdicts.** Improvements are found by the same rule downwards, reported, never alerted.
-  Benchmarks marked unstable are shown, and alerted only beyond their noise (``UnstableRule``:
-  3 times their spread). Environment changes (another GPU, driver or ``benchmark_version``) are
-  not seen here: they start another series (another ``series_key``), whose first nights have
-  no baseline.
+  The latency of a benchmark marked unstable is shown, and alerted only beyond its noise
+  (``UnstableRule``: 3 times its spread). Environment changes (another GPU, driver or
+  ``benchmark_version``) are not seen here: they start another series (another
+  ``series_key``), whose first nights have no baseline.
 
 Offline (``detect_series(..., online=False)``, ``nightbench detect`` without ``--online``) sees
 the whole series and works as a change-point detector: at every night it compares the

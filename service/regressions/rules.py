@@ -109,9 +109,10 @@ DEFAULT_PARAMS = DetectorParams()
 class UnstableRule:
     """Whether a benchmark is marked unstable, and the change from which it alerts anyway.
 
-    A benchmark marked unstable is shown, and alerts only a regression of at least
+    A benchmark marked unstable is shown, and alerts only a latency regression of at least
     ``beyond`` (``DetectorParams.unstable_beyond``) times the spread of the verdict that marked
-    it unstable, and the threshold (``service/regressions/detection.py``).
+    it unstable, and the threshold (``service/regressions/detection.py``); the verdict judges
+    latency, so its peak memory alerts as on any benchmark (``service.regressions.service``).
 
     Attributes:
         unstable: the benchmark is marked unstable.

@@ -121,9 +121,10 @@ def assess_run(
         run: the run whose results are assessed.
         threshold_for: ``(metric, "model:mode") -> relative threshold``.
         baseline_nights: how many earlier nights the baseline may use.
-        unstable: benchmark names (``model:mode:device``) marked unstable: shown, and alerted
-            only beyond their noise; a mapping gives each one's spread (fraction; None: not
-            known, never alerted), ``assess_night``'s ``unstable_spread``.
+        unstable: benchmark names (``model:mode:device``) marked unstable: their latency is
+            shown, and alerted only beyond their noise; a mapping gives each one's spread
+            (fraction; None: not known, never alerted), ``assess_night``'s
+            ``unstable_spread``. The verdict judges latency: their peak memory alerts as any.
 
     Tonight's night is the run's result with its rounds of processes, when it has some
     (``NIGHTBENCH_NIGHT_PROCESSES``): the level is then the median of the per-process medians.
@@ -147,7 +148,8 @@ def assess_run(
         assessment = assess_night(
             nights, tonight, metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
-            unstable=result.benchmark in unstable,
+            # The verdict judges latency (its processes' medians); peak memory alerts as anywhere.
+            unstable=result.metric == "latency" and result.benchmark in unstable,
             unstable_spread=unstable.get(result.benchmark) if isinstance(unstable, Mapping)
             else None,
         )

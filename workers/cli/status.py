@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -66,12 +66,17 @@ def status(
     for table in (classes, runs, workers, filings, queues, stability):
         console.print(table)
     if state.unstable:
-        bars = ", ".join(f"{u.benchmark} from {u.alerts_from:+.0%}" if u.alerts_from is not None
-                         else f"{u.benchmark} never" for u in state.unstable)
-        console.print(f"[yellow]{len(state.unstable)} of {state.judged} benchmark verdicts are "
-                      f"unstable: shown, alerted only beyond their noise ({escape(bars)})[/]")
+        console.print(f"[yellow]{escape(_unstable_line(state))}[/]")
     for line in state.problems:
         console.print(f"[bold red]problem:[/] {line}")
     if not state.problems:
         console.print("[green]no problems[/]")
     raise typer.Exit(1 if state.problems else 0)
+
+
+def _unstable_line(state: Any) -> str:
+    """``"2 of 67 benchmark verdicts are unstable: ... (a:eval:cpu from +45%, ...)"``."""
+    bars = ", ".join(f"{u.benchmark} from {u.alerts_from:+.0%}" if u.alerts_from is not None
+                     else f"{u.benchmark} never" for u in state.unstable)
+    return (f"{len(state.unstable)} of {state.judged} benchmark verdicts are unstable: shown, "
+            f"alerted only beyond their noise ({bars})")

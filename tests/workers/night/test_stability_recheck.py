@@ -33,9 +33,11 @@ SETTINGS = Settings(stability_recheck_nights=10, stability_recheck_min_processes
 
 
 def _night(session: Session, day: int, levels: dict[str, float], *, kind: str = "nightly",
-           parent: Run | None = None, origin: str | None = None) -> Run:
-    """A run on night ``FIRST + day`` measuring each ``model:eval`` at its literal level (ms);
-    ``origin`` marks a replicate run (``"night"``: one of its parent's own rounds)."""
+           parent: Run | None = None, origin: str | None = None,
+           memory: dict[str, float] | None = None) -> Run:
+    """A run on night ``FIRST + day`` measuring each ``model:eval`` at its literal level (ms),
+    and at its ``memory`` peak (bytes) where given; ``origin`` marks a replicate run
+    (``"night"``: one of its parent's own rounds)."""
     specs = [BenchmarkSpec(model=m, mode="eval") for m in levels]
     run = runs.create_run(session, night=FIRST + timedelta(days=day), benchmarks=specs, kind=kind,
                           parent_run_id=parent.id if parent else None,
@@ -46,7 +48,9 @@ def _night(session: Session, day: int, levels: dict[str, float], *, kind: str = 
             "model": job.model, "mode": "eval", "device": "cpu", "benchmark_version": "v1",
             "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms",
                                              "samples": [level] * 5, "median": level,
-                                             "iqr": 0.0}]})
+                                             "iqr": 0.0}, *(
+                {"metric": "cpu_peak_mem", "unit": "bytes", "samples": [memory[job.model]] * 5,
+                 "median": memory[job.model], "iqr": 0.0} for _ in range(job.model in (memory or {})))]})
         runs.end_job(session, job=job, error=None)
     return run
 
@@ -153,6 +157,24 @@ def test_window_holding_a_real_step_is_not_called_unstable(session: Session) -> 
     assert loud.verdict == "regression" and loud.alertable
     # Against the baseline (the median of the nights, 13.0 ms): +38% shown, +100% alerted.
     assert (shown.change, loud.change) == pytest.approx((0.38, 1.0), abs=0.01)
+
+
+def test_a_dark_benchmark_still_alerts_its_peak_memory(session: Session) -> None:
+    # The verdict judges latency: ppo, dark at a 15% spread, only shows a +30% latency step
+    # (it alerts from +45%), but its +30% peak memory alerts as on any benchmark.
+    _measured(session, "ppo", unstable=True)
+    mib = 2.0**20
+    for day in range(10):
+        _night(session, day, {"ppo": 10.0}, memory={"ppo": 100 * mib})
+    run = _night(session, 10, {"ppo": 13.0}, memory={"ppo": 130 * mib})
+    assessed = regressions.assess_run(session, run=run, threshold_for=lambda m, b: 0.07,
+                                      baseline_nights=60, unstable=dark_names(session))
+    by_metric = {item.result.metric: item.assessment for item in assessed}
+    latency, memory = by_metric["latency"], by_metric["cpu_peak_mem"]
+    assert latency.verdict == "regression" and not latency.alertable
+    assert "it alerts from +45.0%" in latency.reason
+    assert memory.verdict == "regression" and memory.alertable
+    assert "unstable" not in memory.reason
 
 
 def test_ten_processes_are_allowed_the_spread_of_ten_not_of_five(session: Session) -> None:
