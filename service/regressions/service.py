@@ -9,7 +9,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput, NotFound
-from service.models import TRIAGE_STATES, Alert, AlertStatus, Confirmation, Regression, Result, Run
+from service.models import (
+    TRIAGE_STATES,
+    Alert,
+    AlertStatus,
+    BenchmarkStability,
+    Confirmation,
+    Regression,
+    Result,
+    Run,
+)
 from service.regressions import paired
 from service.regressions.detection import Assessment, Night, assess_night, confirm
 from service.series import (
@@ -108,6 +117,25 @@ def _first_result(assessment: Assessment, nights: list[Night], results: list[Res
     while i > 0 and nights[i].rerun:
         i -= 1
     return results[i]
+
+
+def unstable_spreads(session: Session) -> dict[tuple[str, str, str, str], float | None]:
+    """The spread of each benchmark's verdicts in force that are ``unstable``, on any machine.
+
+    Returns:
+        ``{(model, mode, device, compiler): spread}``: the largest spread ((max - min) / min of
+        the processes' medians, a fraction) of its unstable verdicts (one per machine); None
+        when none of them stored one. The detector alerts an unstable benchmark only on a
+        regression beyond a multiple of it (``DetectorParams.unstable_beyond``).
+    """
+    out: dict[tuple[str, str, str, str], float | None] = {}
+    for m, mo, d, c, spread in session.execute(select(
+            BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
+            BenchmarkStability.compiler, BenchmarkStability.spread,
+    ).where(BenchmarkStability.unstable.is_(True))):
+        known = [s for s in (out.get((m, mo, d, c)), spread) if s is not None]
+        out[(m, mo, d, c)] = max(known) if known else None
+    return out
 
 
 def assess_run(

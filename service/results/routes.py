@@ -11,6 +11,7 @@ import pandas as pd
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
+from sqlalchemy.orm import Session
 
 from service.api import (
     FilterText,
@@ -24,6 +25,8 @@ from service.benchmarks import benchmark_name
 from service.bisections.service import culprits_for_regressions
 from service.deps import SessionDep, SettingsDep
 from service.errors import InvalidInput
+from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
+from service.regressions.service import unstable_spreads
 from service.results import catalog
 from service.results import history as hist
 from service.results.charts import MAX_PANELS, history_svg
@@ -95,7 +98,7 @@ def model_history(
     if format == "csv":
         return Response(_csv(history, culprits), media_type="text/csv",
                         headers={"Content-Disposition": f'inline; filename="{_safe(model)}.csv"'})
-    return json_response(_payload(history, culprits))
+    return json_response(_payload(history, culprits, _alerts_from(session, history)))
 
 
 @router.get(
@@ -133,6 +136,7 @@ def model_page(
     history = hist.model_history(session, model=model, filters=hist.HistoryFilter(since=since),
                                  settings=settings)
     culprits = culprits_for_regressions(session, _regression_ids(history))
+    bars = _alerts_from(session, history)
     charts = []
     for s in history.series:
         last = len(s) - 1
@@ -146,6 +150,7 @@ def model_page(
             "baseline": _fmt(s.baseline[last], s.unit) if last >= 0 else "—",
             "change": f"{change * 100:+.1f}%" if change is not None else "—",
             "flags": int(s.regression.sum() + s.improvement.sum()),
+            "unstable": s.key in bars, "alerts_from": _pct(bars.get(s.key)),
         })
     flagged = [
         {"night": s.night[i], "benchmark": f"{model}:{s.benchmark}", "metric": s.metric,
@@ -163,6 +168,19 @@ def model_page(
         "json_url": url(f"/api/models/{model}/history", since=since),
         "csv_url": url(f"/api/models/{model}/history", since=since, format="csv"),
     })
+
+
+def _alerts_from(session: Session, history: hist.ModelHistory) -> dict[str, float | None]:
+    """``{series_key: bar}`` for the latency series of the model's benchmarks marked unstable:
+    the least regression each still alerts (a fraction; None: never), ``UnstableRule``."""
+    spreads = unstable_spreads(session)
+    return {s.key: UnstableRule(True, spreads[key], s.threshold, DEFAULT_PARAMS.unstable_beyond).bar
+            for s in history.series if s.metric == "latency"
+            and (key := (history.model, s.mode, s.device, s.compiler)) in spreads}
+
+
+def _pct(value: float | None) -> str:
+    return "never" if value is None else f"{value * 100:+.1f}%"
 
 
 def _regression_ids(history: hist.ModelHistory) -> list[int]:
@@ -189,7 +207,8 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def _payload(history: hist.ModelHistory, culprits: dict[int, str]) -> dict[str, Any]:
+def _payload(history: hist.ModelHistory, culprits: dict[int, str],
+             bars: dict[str, float | None]) -> dict[str, Any]:
     series = []
     for s in history.series:
         m = history.machines.get(s.machine_id) if s.machine_id is not None else None
@@ -205,6 +224,7 @@ def _payload(history: hist.ModelHistory, culprits: dict[int, str]) -> dict[str, 
                 "id": m.id, "device_class": m.device_class, "cpu_model": m.cpu_model,
                 "gpu_name": m.gpu_name, "driver": m.driver, "hostname": m.hostname},
             "threshold": s.threshold,
+            "unstable": s.key in bars, "alerts_from": bars.get(s.key),
             "chart_url": url(f"/api/models/{history.model}/history.svg", series=s.key),
             "points": points,
         })

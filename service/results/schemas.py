@@ -91,6 +91,12 @@ class SeriesRead(BaseModel):
     benchmark_version: str | None
     machine: MachineRead | None
     threshold: float
+    unstable: bool = Field(
+        False, description="a latency series of a benchmark marked unstable: shown, alerted "
+                           "only beyond its noise")
+    alerts_from: float | None = Field(
+        None, description="for an unstable one, the least regression it still alerts "
+                          "(fraction; null: never, or not unstable)")
     chart_url: str
     points: PointsRead
 

@@ -115,25 +115,6 @@ def unstable_benchmarks(session: Session, *, machine_id: int | None = None) -> s
     return {(m, mo, d, c) for m, mo, d, c in session.execute(query)}
 
 
-def unstable_spreads(session: Session) -> dict[BenchmarkKey, float | None]:
-    """The spread of each benchmark's verdicts in force that are ``unstable``, on any machine.
-
-    Returns:
-        ``{(model, mode, device, compiler): spread}``: the largest spread ((max - min) / min of
-        the processes' medians, a fraction) of its unstable verdicts (one per machine); None
-        when none of them stored one. The detector alerts an unstable benchmark only on a
-        regression beyond a multiple of it (``DetectorParams.unstable_beyond``).
-    """
-    out: dict[BenchmarkKey, float | None] = {}
-    for m, mo, d, c, spread in session.execute(select(
-            BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
-            BenchmarkStability.compiler, BenchmarkStability.spread,
-    ).where(BenchmarkStability.unstable.is_(True))):
-        known = [s for s in (out.get((m, mo, d, c)), spread) if s is not None]
-        out[(m, mo, d, c)] = max(known) if known else None
-    return out
-
-
 def list_stability(session: Session, *, machine_id: int | None = None) -> list[BenchmarkStability]:
     """Every stored verdict (of one machine, if given), by model, mode, device, compiler."""
     query = select(BenchmarkStability).order_by(

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Result
+from service.models import BenchmarkStability, Result
 from service.regressions.baseline import baseline_track
 from service.regressions.detection import DEFAULT_PARAMS, Night, assess_night
 from tests.api.conftest import add_night, flag, latency_series, make_record, night, rows
@@ -165,6 +165,23 @@ def test_model_page_lists_one_chart_per_series(client: TestClient, seeded) -> No
     assert r.text.count('<img class="chart"') == 3
     assert "resnet18:train:cpu" in r.text and "regression +" in r.text
     assert client.get("/models/nosuchmodel").status_code == 404
+
+
+def test_history_and_page_say_which_series_alert_only_beyond_their_noise(
+    client: TestClient, db: Session, seeded,
+) -> None:
+    machine = db.scalar(select(Result.machine_id).where(Result.mode == "train"))
+    db.add(BenchmarkStability(model="resnet18", mode="train", device="cpu", compiler="eager",
+                              machine_id=machine, repeats=5, medians_ms=[1.0] * 5, cv=0.04,
+                              spread=0.1, unstable=True, threshold=0.07))
+    db.flush()
+    body = client.get("/api/models/resnet18/history").json()
+    latency, memory = _series(body, "train", "latency"), _series(body, "train", "cpu_peak_mem")
+    assert (latency["unstable"], latency["alerts_from"]) == (True, pytest.approx(0.3))
+    assert (memory["unstable"], memory["alerts_from"]) == (False, None)  # the verdict is latency's
+    assert _series(body, "eval", "latency")["unstable"] is False
+    page = client.get("/models/resnet18").text
+    assert page.count("unstable: alerts from +30.0%") == 1
 
 
 # ---------------------------------------------------------------------------------------------

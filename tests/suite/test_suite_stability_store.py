@@ -11,12 +11,8 @@ from typer.testing import CliRunner
 
 from service.db import normalise_url
 from service.errors import InvalidInput
-from service.stability.service import (
-    list_stability,
-    record_stability,
-    unstable_benchmarks,
-    unstable_spreads,
-)
+from service.regressions.service import unstable_spreads
+from service.stability.service import list_stability, record_stability, unstable_benchmarks
 from suite.stability import d2
 from tests.suite.helpers import FIXTURE_MODELS
 

@@ -24,10 +24,14 @@ from service.models import Alert, Confirmation, Machine, Regression, Result, Run
 from service.regressions import paired
 from service.regressions.detection import MEMORY_METRICS, confirm
 from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
-from service.regressions.service import history_nights, process_count, result_night
+from service.regressions.service import (
+    history_nights,
+    process_count,
+    result_night,
+    unstable_spreads,
+)
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
-from service.stability.service import unstable_spreads
 from workers.issues.causes import (
     TORCH_CODE_URL,
     BisectionInput,

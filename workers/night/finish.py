@@ -232,6 +232,6 @@ def unstable_benchmarks(session) -> dict[str, float | None]:  # type: ignore[no-
     """Benchmark names marked unstable (by ``nightbench suite stability`` or the nightly
     re-check), each with the spread of its verdict (a fraction; None: not stored): shown, and
     alerted only on a regression beyond ``DetectorParams.unstable_beyond`` times it."""
-    from service.stability.service import unstable_spreads
+    from service.regressions.service import unstable_spreads
 
     return {benchmark_name(*key): spread for key, spread in unstable_spreads(session).items()}
