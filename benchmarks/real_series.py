@@ -31,12 +31,13 @@ agrees and its night lies in [e - 2, e + 28], raised on or after e; "within 3 ni
 ``raised_night - e <= 2``; false alarms per 100 series-nights on the no-change category), on
 flags from ``benchmarks.detection.nightbench_flags`` (``detect_series(..., online=True)``, the
 nightly replay), and again as the nightly alerts them: flags raised while the stability
-re-check had the benchmark dark withheld (``benchmarks.real_stability``). Beside it: the same
-figures by noise band (``sigma``), for regression and
-improvement flags apart (the nightly files regressions only), the flat segments' flags by the
-night's position in its segment (a young baseline or not), up-flags after a planted
-improvement (the issue of flags that follow a big improvement), and the flags raised on the
-unmodified real histories (unlabelled: real changes and false alarms together).
+re-check had the benchmark dark withheld, unless their change is ``--unstable-beyond`` (3)
+times the spread that darkened it (``benchmarks.real_stability``). Beside it: the same
+figures by noise band (``sigma``), for regression and improvement flags apart (the nightly
+files regressions only), the flat segments' flags by the night's position in its segment (a
+young baseline or not), up-flags after a planted improvement (the issue of flags that follow
+a big improvement), and the flags raised on the unmodified real histories (unlabelled: real
+changes and false alarms together).
 """
 
 from __future__ import annotations
