@@ -37,7 +37,8 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.models import Alert, Confirmation, Job, Regression, Result, Run
-from service.regressions.service import assess_run, history_nights
+from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
+from service.regressions.service import assess_run, history_nights, unstable_spreads
 from service.results.records import build_identity
 from service.runs.service import get_run, run_results
 from service.series import night_processes, round_results
@@ -145,7 +146,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
             verdict = {"reproduced": "regression", "not_reproduced": "not reproduced",
                        "pending": "flagged", "not_possible": "flagged"}[reg.confirmation]
             if not reg.alertable and reg.confirmation != Confirmation.NOT_REPRODUCED:
-                verdict = "regression (unstable)"
+                verdict = _unstable_verdict(reg, unstable_spreads(session))
         results.append({
             "benchmark": res.benchmark, "model": res.model, "mode": res.mode, "device": res.device,
             "compiler": res.compiler, "metric": res.metric, "unit": res.unit,
@@ -174,3 +175,12 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
         "environment_changes": run_environment_changes(session, run=run),
         "stability_changes": stability_changes(session, run_id=run.id),
     }
+
+
+def _unstable_verdict(reg: Regression, spreads: dict[tuple[str, str, str, str], float | None]
+                      ) -> str:
+    """``"regression (unstable, alerts from +45.0%)"``: a regression shown, not alerted."""
+    spread = spreads.get((reg.model, reg.mode, reg.device, reg.compiler))
+    bar = UnstableRule(True, spread, reg.threshold, DEFAULT_PARAMS.unstable_beyond).bar
+    return "regression (unstable)" if bar is None else (
+        f"regression (unstable, alerts from {bar * 100:+.1f}%)")

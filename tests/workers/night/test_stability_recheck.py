@@ -175,6 +175,13 @@ def test_a_dark_benchmark_still_alerts_its_peak_memory(session: Session) -> None
     assert "it alerts from +45.0%" in latency.reason
     assert memory.verdict == "regression" and memory.alertable
     assert "unstable" not in memory.reason
+    # The night's report says why the latency step is only shown, and from where it alerts.
+    regressions.record_regressions(session, run=run, assessed=assessed,
+                                   threshold_for=lambda m, b: 0.07)
+    report = run_report(session, run_id=run.id, settings=SETTINGS)
+    verdicts = {r["metric"]: r["verdict"] for r in report["results"]}
+    assert verdicts == {"latency": "regression (unstable, alerts from +45.0%)",
+                        "cpu_peak_mem": "flagged"}
 
 
 def test_ten_processes_are_allowed_the_spread_of_ten_not_of_five(session: Session) -> None:
