@@ -154,6 +154,13 @@ STABLE = UnstableRule(unstable=False, spread=None, threshold=0.07, beyond=0.0)
 """A benchmark not marked unstable (a confirmation re-run is judged as one)."""
 
 
+def alerts_from(spread: float | None, threshold: float,
+                params: DetectorParams = DEFAULT_PARAMS) -> float | None:
+    """The least latency regression (a fraction) a benchmark marked unstable at ``spread`` still
+    alerts: ``params.unstable_beyond`` times it and at least ``threshold``; None: never."""
+    return UnstableRule(True, spread, threshold, params.unstable_beyond).bar
+
+
 @dataclass(frozen=True)
 class Flag:
     """A raised change of one series of a batch (positions are column indices).

@@ -25,7 +25,7 @@ from service.benchmarks import benchmark_name
 from service.bisections.service import culprits_for_regressions
 from service.deps import SessionDep, SettingsDep
 from service.errors import InvalidInput
-from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
+from service.regressions.rules import alerts_from
 from service.regressions.service import unstable_spreads
 from service.results import catalog
 from service.results import history as hist
@@ -174,7 +174,7 @@ def _alerts_from(session: Session, history: hist.ModelHistory) -> dict[str, floa
     """``{series_key: bar}`` for the latency series of the model's benchmarks marked unstable:
     the least regression each still alerts (a fraction; None: never), ``UnstableRule``."""
     spreads = unstable_spreads(session)
-    return {s.key: UnstableRule(True, spreads[key], s.threshold, DEFAULT_PARAMS.unstable_beyond).bar
+    return {s.key: alerts_from(spreads[key], s.threshold)
             for s in history.series if s.metric == "latency"
             and (key := (history.model, s.mode, s.device, s.compiler)) in spreads}
 

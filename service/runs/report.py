@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.models import Alert, Confirmation, Job, Regression, Result, Run
-from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
+from service.regressions.rules import alerts_from
 from service.regressions.service import assess_run, history_nights, unstable_spreads
 from service.results.records import build_identity
 from service.runs.service import get_run, run_results
@@ -181,6 +181,6 @@ def _unstable_verdict(reg: Regression, spreads: dict[tuple[str, str, str, str], 
                       ) -> str:
     """``"regression (unstable, alerts from +45.0%)"``: a regression shown, not alerted."""
     spread = spreads.get((reg.model, reg.mode, reg.device, reg.compiler))
-    bar = UnstableRule(True, spread, reg.threshold, DEFAULT_PARAMS.unstable_beyond).bar
+    bar = alerts_from(spread, reg.threshold)
     return "regression (unstable)" if bar is None else (
         f"regression (unstable, alerts from {bar * 100:+.1f}%)")

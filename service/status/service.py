@@ -30,7 +30,7 @@ from service.models import (
 )
 from service.models.base import utcnow
 from service.queues import QUEUE_NAMES
-from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
+from service.regressions.rules import alerts_from
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
 
@@ -150,9 +150,8 @@ def unstable_now(session: Session, threshold_for: Callable[[str, str], float] | 
     for r in rows:
         if r.unstable:
             thr = threshold_for("latency", f"{r.model}:{r.mode}") if threshold_for else 0.07
-            bar = UnstableRule(True, r.spread, thr, DEFAULT_PARAMS.unstable_beyond).bar
             out.append(UnstableBenchmark(benchmark_name(r.model, r.mode, r.device, r.compiler),
-                                         r.machine_id, r.spread, bar))
+                                         r.machine_id, r.spread, alerts_from(r.spread, thr)))
     return out, len(rows)
 
 

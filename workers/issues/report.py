@@ -23,7 +23,7 @@ from service.errors import InvalidInput
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run
 from service.regressions import paired
 from service.regressions.detection import MEMORY_METRICS, confirm
-from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
+from service.regressions.rules import DEFAULT_PARAMS, alerts_from
 from service.regressions.service import (
     history_nights,
     process_count,
@@ -183,7 +183,7 @@ def _noise(session: Session, regression: Regression) -> str | None:
     if key not in spreads:
         return None
     spread, beyond = spreads[key], DEFAULT_PARAMS.unstable_beyond
-    bar = UnstableRule(True, spread, regression.threshold, beyond).bar
+    bar = alerts_from(spread, regression.threshold)
     if spread is None or bar is None:
         return "The benchmark is marked unstable (its processes spread too far to alert on)."
     cleared = (f"which this change ({regression.change:+.1%}) cleared"

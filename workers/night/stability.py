@@ -110,7 +110,7 @@ def stored_verdicts() -> list[dict[str, Any]]:
     from service.config import get_settings
     from service.db import session_scope
     from service.models import Machine
-    from service.regressions.rules import DEFAULT_PARAMS, UnstableRule
+    from service.regressions.rules import alerts_from
     from service.stability.service import list_stability
 
     settings = get_settings()
@@ -126,9 +126,7 @@ def stored_verdicts() -> list[dict[str, Any]]:
                 "setups": list(details.get("setups") or []), "cv": row.cv, "spread": row.spread,
                 "unstable": row.unstable, "source": details.get("source", "measured"),
                 "source_text": details.get("source_text"), "recheck": details.get("recheck"),
-                "alerts_from": UnstableRule(
-                    bool(row.unstable), row.spread,
-                    settings.threshold_for("latency", f"{row.model}:{row.mode}"),
-                    DEFAULT_PARAMS.unstable_beyond).bar,
+                "alerts_from": alerts_from(row.spread, settings.threshold_for(
+                    "latency", f"{row.model}:{row.mode}")) if row.unstable else None,
             })
     return out
