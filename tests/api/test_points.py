@@ -147,10 +147,10 @@ def test_history_response_is_the_same_packed_or_row_by_row(
                   torch_version=f"2.13.0.dev{i:02d}")
     settings = Settings()
     for f in (HistoryFilter(), HistoryFilter(since=_night(20)), HistoryFilter(until=_night(33))):
-        packed = _payload(hist.model_history(db, model=MODEL, filters=f, settings=settings), {})
+        packed = _payload(hist.model_history(db, model=MODEL, filters=f, settings=settings), {}, {})
         with monkeypatch.context() as m:
             m.setattr(hist, "read_points", row_points)
-            rows = _payload(hist.model_history(db, model=MODEL, filters=f, settings=settings), {})
+            rows = _payload(hist.model_history(db, model=MODEL, filters=f, settings=settings), {}, {})
         assert packed["series"] and _plain(packed) == _plain(rows)
 
 
