@@ -743,12 +743,19 @@ def test_a_bisect_driver_report_files_with_commit_details(
     assert f"--repo /tmp/tokpkg --good {infos[1].sha} --bad {culprit}" in body
 
 
+def _fourteen_nights_then_a_step(db: Session, beside: float | None = None) -> tuple[World, Night]:
+    """resnet18 eval at 10 ms for 14 nights from 2026-10-20, then +25% on 2026-11-03 (its
+    re-run beside the previous night's build at ``beside`` ms, when given)."""
+    world = World(db)
+    world.history([("resnet18", "eval")], 14, date(2026, 10, 20))
+    return world, world.regressed_night(date(2026, 11, 3), {("resnet18", "eval"): 12.5},
+                                        beside=beside)
+
+
 def test_confidence_is_the_detectors_confirmation_test_over_tonight_and_the_rerun(
     db: Session, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
 ) -> None:
-    world = World(db)
-    world.history([("resnet18", "eval")], 14, date(2026, 10, 20))
-    night = world.regressed_night(date(2026, 11, 3), {("resnet18", "eval"): 12.5})
+    _, night = _fourteen_nights_then_a_step(db)
     file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
     # Tonight and its re-run above all 14 baseline nights: the exact one-sided Mann-Whitney U
     # p-value of the detector's confirm() is 1 / C(16, 2) = 1/120.
@@ -760,11 +767,9 @@ def test_confidence_is_the_detectors_confirmation_test_over_tonight_and_the_reru
 def test_a_paired_confirmation_is_in_the_issue_and_its_confidence(
     db: Session, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
 ) -> None:
-    world = World(db)
-    world.history([("resnet18", "eval")], 14, date(2026, 10, 20))
     # The re-run (12.625 ms: +26.2%) beside the previous night's build at 10.1 ms: +25.0% that
     # evening.
-    night = world.regressed_night(date(2026, 11, 3), {("resnet18", "eval"): 12.5}, beside=10.1)
+    _, night = _fourteen_nights_then_a_step(db, beside=10.1)
     file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
     body = fake.issues[1]["body"]
     assert ("resnet18 eval cpu latency +26.2% (30 samples; +25.0% against the previous night's "
@@ -777,9 +782,7 @@ def test_a_paired_confirmation_is_in_the_issue_and_its_confidence(
 def test_a_paired_check_compares_the_medians_of_process_medians_on_both_sides(
     db: Session, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
 ) -> None:
-    world = World(db)
-    world.history([("resnet18", "eval")], 14, date(2026, 10, 20))
-    night = world.regressed_night(date(2026, 11, 3), {("resnet18", "eval"): 12.5}, beside=10.1)
+    world, night = _fourteen_nights_then_a_step(db, beside=10.1)
     confirm = db.scalars(select(Run).where(Run.parent_run_id == night.run.id,
                                            Run.kind == "confirm")).one()
     # The re-run's own rounds: two more processes of tonight's build at 11.11 ms. Its level is
