@@ -114,6 +114,16 @@ def test_cuda_request_without_cuda_is_not_implemented() -> None:
         load_model_class("resnet18")("train", "cuda")
 
 
+def test_lstm_lm_runs_the_resized_cuda_batches() -> None:
+    """On CUDA, lstm_lm's default batches are the ones measured steady from process to process
+    on an H200 (train 512, eval 1024: spread 0.2-0.4%, against 6-13% at 128 and 256;
+    docs/benchmarks.md, "GPU measurement setup"); CPU keeps its own."""
+    cls = load_model_class("lstm_lm")
+    assert cls.default_batch_size("train", "cuda") == 512
+    assert cls.default_batch_size("eval", "cuda") == 1024
+    assert (cls.default_batch_size("train", "cpu"), cls.default_batch_size("eval", "cpu")) == (8, 16)
+
+
 def test_unknown_compiler_is_not_implemented() -> None:
     bench = load_model_class("lstm_lm")("eval", "cpu", batch_size=1)
     with pytest.raises(NotImplementedError, match="compiler"):
