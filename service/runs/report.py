@@ -13,7 +13,8 @@ Shape of :func:`run_report` (also ``nightbench report --json``)::
      "environment_changes": ["build variant cpu → cu130: an environment change, not a regression",
                              ...],
      "stability_changes": [{"benchmark", "machine_id", "from", "to", "cv", "spread", "source"},
-                           ...]}
+                           ...],
+     "failed_processes": [{"benchmark", "process", "run_id", "error"}, ...]}
 
 ``environment_changes`` compares the build identity of tonight's results (``torch_variant``,
 ``requirements_hash``; ``service/results/records.py``) with the previous run's: such a change
@@ -23,7 +24,9 @@ with ``NIGHTBENCH_NIGHT_PROCESSES``; ``value`` is then the median of their media
 ``stability_changes`` lists the benchmarks whose stability verdict the
 night's re-check changed (:mod:`service.stability.recheck`): ``unstable`` → ``stable`` alerts
 again from the next night, ``stable`` → ``unstable`` is shown and alerted only on a regression
-beyond ``DetectorParams.unstable_beyond`` (3) times its spread.
+beyond ``DetectorParams.unstable_beyond`` (3) times its spread. ``failed_processes`` lists the
+processes that failed on benchmarks the night still measured in its other processes
+(:func:`service.runs.rounds.failed_processes`): process 1 is the night's own.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from service.models import Alert, Confirmation, Job, Regression, Result, Run
 from service.regressions.rules import alerts_from
 from service.regressions.service import assess_run, history_nights, unstable_spreads
 from service.results.records import build_identity
+from service.runs.rounds import failed_processes
 from service.runs.service import get_run, run_results
 from service.series import night_processes, round_results
 from service.stability.recheck import stability_changes
@@ -174,7 +178,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
         "alerts": [{"id": a.id, "kind": a.kind, "status": a.status, "summary": a.summary} for a in alerts],
         "environment_changes": run_environment_changes(session, run=run),
         "stability_changes": stability_changes(session, run_id=run.id),
-    }
+        "failed_processes": failed_processes(session, run_id=run.id)}
 
 
 def _unstable_verdict(reg: Regression, spreads: dict[tuple[str, str, str, str], float | None]

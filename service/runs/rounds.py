@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.benchmarks import benchmark_name
 from service.models import JOB_ENDED, RUN_OPEN, Job, Result, Run, RunKind
+from service.results.records import record_benchmark
+from service.results.service import store_record
 from service.runs.service import BenchmarkSpec, create_run, list_jobs
 from service.series import NIGHT_ROUND, PAIRED_ROUND, is_night_round, is_paired_round
 
@@ -155,3 +159,90 @@ def rounds_note(session: Session, *, run: Run) -> str | None:
     return (f"{wanted} processes per benchmark, the level of each the median of their medians "
             f"(rounds: runs {ids})" + (f"; fewer: {fewer}" if fewer else ""))
 
+
+
+def store_measured(session: Session, *, run: Run, job: Job | None, record: dict[str, Any]) -> list[Result]:
+    """Store a benchmark record of ``run``'s job (:func:`service.results.service.store_record`),
+    in the night when the record is a round's stand-in for the night's own failed process.
+
+    Detection, history and reports read a night's own results and add its rounds' processes to
+    them (:func:`service.series.night_samples`). A failed process in a round leaves the night
+    with one process fewer; but when it was the night's own process that failed, the night held
+    only an error for the benchmark, and the benchmark went unassessed however many rounds
+    measured it. So the first round that measures such a benchmark stands in: its results are
+    stored in the night, the night's error result moves to that round (where the failed
+    processes of rounds are kept), and the night's note says so. The same holds for a
+    confirmation run and its rounds. Nothing is deleted: both results keep their jobs.
+
+    Args:
+        session: the caller's session (this function only flushes).
+        run: the run of the job (a night, a round, any run).
+        job: the job that measured the record, if any.
+        record: the record (``suite/records.py`` shape).
+
+    Returns:
+        The stored results (one per metric), as :func:`~service.results.service.store_record`.
+
+    Raises:
+        InvalidInput: the record lacks ``model``, ``mode`` or ``device``, or a metric is
+            malformed.
+    """
+    target = _stand_in_for(session, run=run, record=record) or run
+    return store_record(session, run=target, job=job, record=record)
+
+
+def _stand_in_for(session: Session, *, run: Run, record: dict[str, Any]) -> Run | None:
+    """The night (``run``'s parent, locked) whose own failed process ``record`` stands in for,
+    with the night's error result moved to ``run``; None when the record goes to ``run``."""
+    if (record.get("error") or run.kind != RunKind.REPLICATE or run.parent_run_id is None
+            or not is_night_round(run.options)):
+        return None
+    model, mode, device, compiler = record_benchmark(record)
+
+    def rows(run_id: int) -> list[Result]:
+        return list(session.scalars(select(Result).where(
+            Result.run_id == run_id, Result.model == model, Result.mode == mode,
+            Result.device == device, Result.compiler == compiler)))
+
+    if rows(run.id):
+        return None  # a redelivered task: the round already holds this benchmark
+    night = lock_run(session, run_id=run.parent_run_id)
+    failed = rows(night.id)
+    if not failed or any(r.error is None for r in failed):
+        return None
+    for result in failed:
+        result.run_id = run.id
+    session.flush()
+    line = (f"{benchmark_name(model, mode, device, compiler)}: the night's own process failed "
+            f"({failed[0].error}); round {(run.options or {}).get('round')} (run {run.id}) "
+            f"measured it in its place")
+    night.note = f"{night.note}\n{line}" if night.note else line
+    return night
+
+
+def failed_processes(session: Session, *, run_id: int) -> list[dict[str, Any]]:
+    """The failed processes of the benchmarks run ``run_id`` measured in its other processes
+    (a failure in a round, or the night's own process a round stood in for).
+
+    A benchmark that no process measured is an error result of the night itself, reported as
+    such; these are the failures that only took a process from a benchmark's night. The
+    process is numbered by the job that ran it: 1 for the night's own, r for round r.
+
+    Returns:
+        ``[{"benchmark", "process", "run_id", "error"}, ...]`` in process order; ``run_id`` is
+        the run the error result is stored in. Empty for a run without rounds.
+    """
+    number = {run_id: 1, **{r.id: (r.options or {}).get("round") for r in
+                            night_rounds(session, run_id=run_id)}}
+    if len(number) == 1:
+        return []
+    measured = {benchmark_name(*row) for row in session.execute(
+        select(Result.model, Result.mode, Result.device, Result.compiler)
+        .where(Result.run_id == run_id, Result.error.is_(None)))}
+    failed = session.execute(
+        select(Result, Job.run_id).outerjoin(Job, Job.id == Result.job_id)
+        .where(Result.run_id.in_(number), Result.error.is_not(None)))
+    out = [{"benchmark": r.benchmark, "process": number.get(job_run or r.run_id),
+            "run_id": r.run_id, "error": r.error}
+           for r, job_run in failed if r.benchmark in measured]
+    return sorted(out, key=lambda e: (e["process"] or 0, e["benchmark"]))

@@ -234,6 +234,19 @@ def _print_processes(report: dict[str, Any]) -> None:
         console.print(f"tonight: median of per-process medians, {span} processes per benchmark")
 
 
+def _print_failures(report: dict[str, Any]) -> None:
+    """Print each benchmark no process measured tonight (``error``), then each failed process
+    of a benchmark the night measured in its other processes (``process failed``)."""
+    for res in report["results"]:
+        if res["error"]:
+            console.print(f"[bold magenta]error[/] {escape(res['benchmark'])}: {escape(res['error'])}",
+                          markup=True, highlight=False, soft_wrap=True)
+    for f in report.get("failed_processes", []):
+        console.print(f"[magenta]process failed[/] {escape(f['benchmark'])}, process {f['process']} "
+                      f"(the night reads its others): {escape(f['error'])}",
+                      markup=True, highlight=False, soft_wrap=True)
+
+
 def _print_report(run_id: int, *, as_json: bool = False) -> None:
     from service.db import session_scope
     from service.runs.report import run_report
@@ -267,10 +280,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
     console.print(f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing "
                   f"of {jobs['total']}")
     _print_processes(data)
-    for res in data["results"]:
-        if res["error"]:
-            console.print(f"[bold magenta]error[/] {escape(res['benchmark'])}: {escape(res['error'])}",
-                          markup=True, highlight=False, soft_wrap=True)
+    _print_failures(data)
     regs = [g for g in data["regressions"] if g["direction"] == "regression"]
     reproduced = [g for g in regs if g["confirmation"] == "reproduced"]
     if reproduced:

@@ -20,6 +20,7 @@ from service.config import Settings, get_settings
 from service.db import session_scope
 from service.models import JOB_ENDED, JobStatus
 from service.results import service as results
+from service.runs import rounds
 from service.runs import service as runs
 from workers import runner
 from workers.builds import torch_envs as environments
@@ -211,7 +212,7 @@ def measure_job(job_id: int, *, worker: str, command: SuiteCommand | None = None
         if job.status in JOB_ENDED:
             return None
         run = runs.get_run(session, run_id)
-        results.store_record(session, run=run, job=job, record=record)
+        rounds.store_measured(session, run=run, job=job, record=record)
         runs.end_job(session, job=job, error=record.get("error"))
     with session_scope() as session:
         return run_id if runs.begin_finishing(session, run_id=run_id) else None

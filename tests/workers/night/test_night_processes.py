@@ -12,7 +12,7 @@ from datetime import date, timedelta
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from service.config import Settings
 from service.db import session_scope
@@ -20,7 +20,7 @@ from service.models import Job, Regression, Result, Run
 from service.regressions import service as regressions
 from service.results.history import model_history
 from service.results.points import HistoryFilter
-from service.results.service import store_record
+from service.runs import rounds
 from service.runs import service as runs
 from service.runs.processes import claim_pending, request_processes
 from service.runs.report import run_report
@@ -52,7 +52,7 @@ def _measure(run_id: int, levels: dict[str, float | None], rng: random.Random) -
                 samples = [level * (1 + rng.uniform(-0.005, 0.005)) for _ in range(12)]
                 record["metrics"] = [{"metric": "latency", "unit": "ms", "samples": samples,
                                       "median": sorted(samples)[6], "iqr": 0.01}]
-            store_record(session, run=run, job=job, record=record)
+            rounds.store_measured(session, run=run, job=job, record=record)
             runs.end_job(session, job=job, error=record.get("error"))
         assert runs.begin_finishing(session, run_id=run_id)
 
@@ -261,6 +261,83 @@ def test_a_round_past_its_deadline_leaves_the_night_with_fewer_processes(
         report = run_report(session, run_id=night, settings=k2)
     [row] = [r for r in report["results"] if r["metric"] == "latency"]
     assert row["processes"] == 1 and row["verdict"] == "unchanged"
+
+
+def test_a_night_whose_own_process_failed_is_judged_on_its_rounds(database_url: str) -> None:
+    """The night's own process of a benchmark failed: the rounds that measured it stand in, so
+    a step in them is still caught (it went unassessed when the night held only the error)."""
+    rng = random.Random(11)
+    models = ["dqn", "ppo", "dcgan"]
+    _baseline(models, rng)
+    night = _run(8, models)
+    # dqn: first process failed, a +30% step in the other two; ppo: failed in rounds 1 and 2,
+    # +30% in round 3; dcgan: failed in round 1, unchanged after.
+    _measure(night, {"dqn": None, "ppo": None, "dcgan": None}, rng)
+    second = _round_of(finish(night, settings=K3), night)
+    _measure(second, {"dqn": 13.0, "ppo": None, "dcgan": 10.0}, rng)
+    third = _round_of(finish(second, settings=K3), night)
+    _measure(third, {"dqn": 13.1, "ppo": 13.0, "dcgan": 10.05}, rng)
+
+    finish(third, settings=K3)
+
+    found = _regressions(night)
+    assert set(found) == {"dqn", "ppo"}
+    assert all(confirmation == "pending" for confirmation, _ in found.values())
+    assert found["dqn"][1].endswith("Tonight: median of 2 processes.")
+    with session_scope() as session:
+        report = run_report(session, run_id=night, settings=K3)
+        note = session.get(Run, night).note
+        # Every result is kept: each failed process's error sits in the round that stood in.
+        errors = {(r.model, r.run_id) for r in session.scalars(
+            select(Result).where(Result.error.is_not(None)))}
+        job_runs = {r.model: session.get(Job, r.job_id).run_id for r in session.scalars(
+            select(Result).where(Result.run_id == night, Result.error.is_(None)))}
+    assert errors == {("dqn", second), ("dcgan", second), ("ppo", third), ("ppo", second)}
+    assert job_runs == {"dqn": second, "dcgan": second, "ppo": third}
+    rows = {r["model"]: r for r in report["results"] if r["metric"] == "latency"}
+    assert {m: (r["processes"], r["verdict"]) for m, r in rows.items()} == {
+        "dqn": (2, "flagged"), "ppo": (1, "flagged"), "dcgan": (2, "unchanged")}
+    assert rows["dqn"]["value"] == pytest.approx(13.0, rel=0.02)
+    assert report["run"]["jobs"]["error"] == 3
+    # Each failure, numbered by the process that failed (1: the night's own), where it is kept.
+    assert [(f["benchmark"], f["process"], f["run_id"]) for f in report["failed_processes"]] == [
+        ("dcgan:eval:cpu", 1, second), ("dqn:eval:cpu", 1, second), ("ppo:eval:cpu", 1, third),
+        ("ppo:eval:cpu", 2, second)]
+    assert note is not None
+    assert (f"dqn:eval:cpu: the night's own process failed (exited with code -11); round 2 "
+            f"(run {second}) measured it in its place") in note
+    assert "ppo:eval:cpu: the night's own process failed (exited with code -11); round 3" in note
+    assert "fewer: dcgan:eval:cpu 2, dqn:eval:cpu 2, ppo:eval:cpu 1" in note
+
+    # The next night reads this one in dqn's history: a second night at 13 confirms the step
+    # that began on it (without the stand-in, tonight would be the step's first night).
+    following = _run(9, ["dqn"])
+    _measure(following, {"dqn": 13.0}, rng)
+    with session_scope() as session:
+        [item] = regressions.assess_run(session, run=runs.get_run(session, following),
+                                        threshold_for=_threshold, baseline_nights=60)
+        assert item.assessment.confirmed and item.assessment.first_night == 8
+        assert item.first_result.run_id == night
+
+
+def test_a_redelivered_round_record_is_stored_once(database_url: str) -> None:
+    rng = random.Random(12)
+    _baseline(["dqn"], rng)
+    night = _run(8, ["dqn"])
+    _measure(night, {"dqn": None}, rng)
+    second = _round_of(finish(night, settings=K3), night)
+    record = {"model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
+              "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms",
+                                               "samples": [10.0] * 12, "median": 10.0}]}
+    with session_scope() as session:
+        run = runs.get_run(session, second)
+        [job] = runs.list_jobs(session, run_id=second)
+        first = rounds.store_measured(session, run=run, job=job, record=record)
+        again = rounds.store_measured(session, run=run, job=job, record=record)
+        assert [r.run_id for r in first] == [night]
+        assert [(r.run_id, r.error is not None) for r in again] == [(second, True)]
+        assert session.scalar(select(func.count()).select_from(Result).where(
+            Result.model == "dqn", Result.night == FIRST + timedelta(days=8))) == 2
 
 
 def test_a_young_series_shows_its_change_from_the_median_of_the_processes(

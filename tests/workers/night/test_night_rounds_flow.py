@@ -15,11 +15,12 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from service.db import session_scope
-from service.models import Result, Run
+from service.models import Job, Result, Run
 from service.runs.service import BenchmarkSpec
 from tests.conftest import WorkerPool, wait_until
 from workers.cli import app
 from workers.cli import progress as cli_progress
+from workers.night import jobs
 from workers.night import plan as nightly
 
 SPECS = [BenchmarkSpec(model="dqn", mode="eval")]  # a process measures it in about a second
@@ -55,6 +56,46 @@ def test_an_embedded_night_measures_its_rounds_before_it_finishes(
     out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
     assert out.exit_code == 0, out.output
     assert "median of per-process medians, 3 processes per benchmark" in " ".join(out.output.split())
+
+
+def test_an_embedded_night_whose_own_process_failed_is_measured_by_its_round(
+    configure: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The night's own process of dqn fails (as a crashed process's record reads); its round
+    measures dqn for real and stands in, so the night has dqn's result and is judged on it."""
+    configure(night_processes=2)
+    measure = jobs._run_in_build
+    started: list[str] = []
+
+    def first_crashes(spec: dict, **kwargs: object) -> dict:  # type: ignore[type-arg]
+        started.append(spec["model"])
+        if len(started) == 1:
+            return {**spec, "error": "exited with code -11 (SIGSEGV)"}
+        return measure(spec, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jobs, "_run_in_build", first_crashes)
+    run_id = nightly.create_night(night=date(2026, 6, 4), benchmarks=SPECS)
+
+    nightly.enqueue_jobs(run_id)
+
+    status, children = _family(run_id)
+    assert status == "complete" and started == ["dqn", "dqn"]
+    [(kind, round_status, number, measured)] = children
+    assert (kind, round_status, number, measured) == ("replicate", "complete", 2, 0)
+    with session_scope() as session:
+        [(error, job_run)] = session.execute(
+            select(Result.error, Job.run_id).join(Job, Job.id == Result.job_id)
+            .where(Result.model == "dqn", Result.error.is_not(None))).all()
+        night = session.scalars(select(Result).where(
+            Result.run_id == run_id, Result.metric == "latency")).one()
+        note = session.get(Run, run_id).note  # type: ignore[union-attr]
+    assert error.startswith("exited with code -11") and job_run == run_id
+    assert night.error is None and night.samples and night.series_key is not None
+    assert note is not None and "dqn:eval:cpu: the night's own process failed" in note
+    out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
+    assert out.exit_code == 0, out.output
+    assert ("process failed dqn:eval:cpu, process 1 (the night reads its others): exited with "
+            "code -11 (SIGSEGV)") in " ".join(out.output.split())
 
 
 def test_the_night_s_progress_bar_counts_every_round(
