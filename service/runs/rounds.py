@@ -11,7 +11,9 @@ run gets its rounds the same way. Detection reads the median of the per-process 
 
 These replicate runs are told from those a comparison asks for (:mod:`service.runs.processes`)
 by their origin: they carry no ``options["dispatch"]``, so the sweep never claims them (the
-night's ``night.finish`` sends their jobs), and only they count in the night's level.
+night's ``night.finish`` sends their jobs), and only they count in the night's level. When the
+night's own process of a benchmark failed, the first round that measures it stands in for it
+(:func:`store_measured`).
 """
 
 from __future__ import annotations
@@ -158,7 +160,6 @@ def rounds_note(session: Session, *, run: Run) -> str | None:
     ids = ", ".join(str(r.id) for r in rounds)
     return (f"{wanted} processes per benchmark, the level of each the median of their medians "
             f"(rounds: runs {ids})" + (f"; fewer: {fewer}" if fewer else ""))
-
 
 
 def store_measured(session: Session, *, run: Run, job: Job | None, record: dict[str, Any]) -> list[Result]:
