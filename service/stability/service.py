@@ -2,8 +2,8 @@
 
 A verdict comes from ``suite.stability.StabilityResult.to_json()``: K processes of one benchmark,
 the coefficient of variation and the max-min spread of their medians, and ``unstable`` when the
-spread reaches the threshold (TorchBench's 7%). The detector asks :func:`unstable_benchmarks`
-which benchmarks not to alert on. A verdict says where it came from in ``details``: ``source``
+spread reaches the threshold (TorchBench's 7%). The detector reads the unstable ones with their
+spreads through :func:`service.regressions.service.unstable_spreads` (alerted only beyond it). A verdict says where it came from in ``details``: ``source``
 (``measured`` here, ``nightly`` when the nightly re-check of :mod:`service.stability.recheck`
 changed it), ``source_text`` (``"measured over 5 processes ..."``), the measurement ``setups`` in
 force, and the latest re-check (``recheck``) beside it.
@@ -24,7 +24,6 @@ from service.models.stability import BenchmarkStability
 from service.results.records import get_or_create_machine
 from service.stability.recheck import SOURCE_MEASURED
 
-BenchmarkKey = tuple[str, str, str, str]  # (model, mode, device, compiler)
 _REQUIRED = ("model", "mode", "device", "repeats", "threshold")
 
 
@@ -100,19 +99,6 @@ def _measured_details(details: Mapping[str, Any] | None, result: Mapping[str, An
                source_text=f"measured over {int(result['repeats'])} processes "
                            "(nightbench suite stability)")
     return out
-
-
-def unstable_benchmarks(session: Session, *, machine_id: int | None = None) -> set[BenchmarkKey]:
-    """Benchmarks whose latest verdict is ``unstable`` (on ``machine_id``, or on any machine).
-
-    Returns:
-        ``(model, mode, device, compiler)`` keys.
-    """
-    query = select(BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
-                   BenchmarkStability.compiler).where(BenchmarkStability.unstable.is_(True))
-    if machine_id is not None:
-        query = query.where(BenchmarkStability.machine_id == machine_id)
-    return {(m, mo, d, c) for m, mo, d, c in session.execute(query)}
 
 
 def list_stability(session: Session, *, machine_id: int | None = None) -> list[BenchmarkStability]:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from service.db import normalise_url
 from service.errors import InvalidInput
 from service.regressions.service import unstable_spreads
-from service.stability.service import list_stability, record_stability, unstable_benchmarks
+from service.stability.service import list_stability, record_stability
 from suite.stability import d2
 from tests.suite.helpers import FIXTURE_MODELS
 
@@ -33,13 +33,13 @@ def test_verdicts_are_stored_replaced_and_queried(session: Session) -> None:
                                               _verdict("dqn", unstable=False),
                                               _verdict("ppo", unstable=False, env=ENV_B)])
     assert len(rows) == 3 and rows[0].machine_id != rows[2].machine_id
-    assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
-    assert unstable_benchmarks(session, machine_id=rows[2].machine_id) == set()
+    assert set(unstable_spreads(session)) == {("ppo", "eval", "cpu", "eager")}
+    assert [r.unstable for r in list_stability(session, machine_id=rows[2].machine_id)] == [False]
     assert unstable_spreads(session) == {("ppo", "eval", "cpu", "eager"): pytest.approx(0.15)}
     # A new measurement replaces the verdict of the same benchmark on the same machine.
     [again] = record_stability(session, results=[_verdict("ppo", unstable=False)])
     assert again.id == rows[0].id and again.unstable is False
-    assert unstable_benchmarks(session) == set()
+    assert set(unstable_spreads(session)) == set()
     assert len(list_stability(session)) == 3
     assert rows[1].torch_version == "2.13.0+cpu" and rows[1].medians_ms == [10.0, 10.1, 10.2]
 
@@ -78,7 +78,7 @@ def test_cli_measures_stores_and_prints(database_url: str, monkeypatch: pytest.M
     assert verdict["threshold"] == 0.07
     assert verdict["allowed_spread"] == pytest.approx(0.07 * d2(3) / d2(5))
     with Session(engine) as check:
-        assert unstable_benchmarks(check) == {("variable_latency", "eval", "cpu", "eager")}
+        assert set(unstable_spreads(check)) == {("variable_latency", "eval", "cpu", "eager")}
     assert "benchmark_stability" in inspect(engine).get_table_names()
     engine.dispose()
 

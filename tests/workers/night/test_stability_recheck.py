@@ -21,7 +21,7 @@ from service.runs import service as runs
 from service.runs.report import run_report
 from service.runs.service import BenchmarkSpec
 from service.stability.recheck import Process, RecheckWindow, step_first_result
-from service.stability.service import list_stability, record_stability, unstable_benchmarks
+from service.stability.service import list_stability, record_stability
 from suite.stability import allowed_spread, d2, summarize
 from workers.night.finish import unstable_benchmarks as dark_names
 from workers.night.recheck import judge, recheck_run
@@ -105,7 +105,7 @@ def test_unstable_benchmark_becomes_stable_by_its_own_nights_and_alerts_again(
 
     assert verdict.previous is True and verdict.unstable is False and verdict.changed
     assert verdict.spread == pytest.approx((10.1 - 9.95) / 9.95)
-    assert unstable_benchmarks(session) == set()
+    assert set(regressions.unstable_spreads(session)) == set()
     row = _row(session, "dqn")
     assert row.details["source"] == "nightly" and row.repeats == 6
     # The source names the spread allowed for 6 processes: the 7% rule scaled by d2(6) / d2(5).
@@ -141,7 +141,7 @@ def test_window_holding_a_real_step_is_not_called_unstable(session: Session) -> 
     # The same levels without a step on record are a 30% spread: unstable.
     assert ppo.unstable is True and ppo.changed
     assert ppo.spread == pytest.approx((13.05 - 9.98) / 9.98)
-    assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
+    assert set(regressions.unstable_spreads(session)) == {("ppo", "eval", "cpu", "eager")}
     # Dark, ppo still alerts a change beyond 3 times the 30.8% spread that darkened it (92.3%),
     # and shows a smaller one.
     assert dark_names(session) == {"ppo:eval:cpu": pytest.approx(ppo.spread)}
@@ -204,7 +204,7 @@ def test_ten_processes_are_allowed_the_spread_of_ten_not_of_five(session: Sessio
     assert dqn.source.endswith(": spread 8.0% < 9.3% allowed for 10 processes")
     assert ppo.spread == pytest.approx(0.095) and ppo.unstable is True and ppo.changed
     assert ppo.source.endswith(": spread 9.5% >= 9.3% allowed for 10 processes")
-    assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
+    assert set(regressions.unstable_spreads(session)) == {("ppo", "eval", "cpu", "eager")}
     # The re-check that changed nothing keeps the spread it allowed beside the measured verdict.
     recheck = _row(session, "dqn").details["recheck"]
     assert recheck["processes"] == 10 and recheck["allowed_spread"] == pytest.approx(dqn.allowed)
@@ -219,7 +219,7 @@ def test_five_processes_keep_torchbench_seven_percent(session: Session) -> None:
 
     assert verdict.spread == pytest.approx(0.072) and verdict.allowed == 0.07
     assert verdict.unstable is True and verdict.changed
-    assert unstable_benchmarks(session) == {("dqn", "eval", "cpu", "eager")}
+    assert set(regressions.unstable_spreads(session)) == {("dqn", "eval", "cpu", "eager")}
     row = _row(session, "dqn")
     assert row.details["source_text"].endswith(": spread 7.2% >= 7.0% allowed for 5 processes")
     assert row.details["allowed_spread"] == 0.07 and row.threshold == 0.07
@@ -259,7 +259,7 @@ def test_too_few_processes_leave_the_verdict_as_it_was(session: Session) -> None
 
     assert verdict.unstable is None and not verdict.changed
     assert verdict.source.endswith("fewer than 5, verdict kept")
-    assert unstable_benchmarks(session) == {("dqn", "eval", "cpu", "eager")}
+    assert set(regressions.unstable_spreads(session)) == {("dqn", "eval", "cpu", "eager")}
     row = _row(session, "dqn")
     assert row.details["source"] == "measured" and row.repeats == 3
     assert row.details["recheck"]["processes"] == 4 and row.details["recheck"]["unstable"] is None
@@ -307,7 +307,7 @@ def test_the_rounds_of_an_unsettled_candidate_night_do_not_darken(session: Sessi
     [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
 
     assert verdict.unstable is False and verdict.medians_ms == tuple(quiet)
-    assert unstable_benchmarks(session) == set()
+    assert set(regressions.unstable_spreads(session)) == set()
 
 
 def test_only_the_last_k_nights_count(session: Session) -> None:
@@ -315,7 +315,7 @@ def test_only_the_last_k_nights_count(session: Session) -> None:
     nights = _nights(session, {"dqn": [10.0, 14.0, 9.0, *([10.0, 10.02, 10.01] * 3), 10.0]})
     [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
     assert verdict.unstable is False and len(verdict.medians_ms) == 10
-    assert 14.0 not in verdict.medians_ms and unstable_benchmarks(session) == set()
+    assert 14.0 not in verdict.medians_ms and set(regressions.unstable_spreads(session)) == set()
 
 
 def test_unsettled_candidate_does_not_darken_but_a_dropped_blip_does(session: Session) -> None:
@@ -332,7 +332,7 @@ def test_unsettled_candidate_does_not_darken_but_a_dropped_blip_does(session: Se
 
     assert by_name["dqn:eval:cpu"].unstable is False and 13.0 not in by_name["dqn:eval:cpu"].medians_ms
     assert by_name["ppo:eval:cpu"].unstable is True and by_name["ppo:eval:cpu"].changed
-    assert unstable_benchmarks(session) == {("ppo", "eval", "cpu", "eager")}
+    assert set(regressions.unstable_spreads(session)) == {("ppo", "eval", "cpu", "eager")}
 
 
 def test_judge_keeps_darkening_and_undarkening_apart() -> None:
@@ -381,7 +381,7 @@ def test_finishing_a_night_rechecks_its_benchmarks(database_url: str) -> None:
     assert finish(last, settings=SETTINGS) == []  # nothing flagged: the run is complete
 
     with session_scope() as session:
-        assert unstable_benchmarks(session) == set()
+        assert set(regressions.unstable_spreads(session)) == set()
         run = session.get(Run, last)
         assert run is not None and run.status == "complete"
         assert [c["to"] for c in run_report(session, run_id=last, settings=SETTINGS)[
@@ -396,7 +396,7 @@ def test_recheck_off_leaves_every_verdict_as_it_was(session: Session) -> None:
     off = Settings(stability_recheck=False, stability_recheck_nights=10,
                    stability_recheck_min_processes=5)
     assert recheck_run(session, run=nights[-1], settings=off) == []
-    assert unstable_benchmarks(session) == {("dqn", "eval", "cpu", "eager")}
+    assert set(regressions.unstable_spreads(session)) == {("dqn", "eval", "cpu", "eager")}
     # The same nights with the re-check on change both verdicts: the switch is what held them.
     assert {v.benchmark for v in recheck_run(session, run=nights[-1], settings=SETTINGS)
             if v.changed} == {"dqn:eval:cpu", "ppo:eval:cpu"}
