@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -119,28 +119,58 @@ def _first_result(assessment: Assessment, nights: list[Night], results: list[Res
     return results[i]
 
 
-def unstable_spreads(session: Session) -> dict[tuple[str, str, str, str], float | None]:
-    """The spread of each benchmark's verdicts in force that are ``unstable``, on any machine.
+def unstable_spreads(
+    session: Session, *, by_machine: bool = False,
+) -> dict[tuple[Any, ...], float | None]:
+    """The spread of each benchmark's verdicts in force that are ``unstable``.
+
+    Args:
+        session: an open database session.
+        by_machine: key each verdict by its machine too. A benchmark noisy on one machine class
+            may be steady on another, and each series is judged by its own machine's verdict.
 
     Returns:
         ``{(model, mode, device, compiler): spread}``: the largest spread ((max - min) / min of
-        the processes' medians, a fraction) of its unstable verdicts (one per machine); None
-        when none of them stored one. The detector alerts an unstable benchmark only on a
-        regression beyond a multiple of it (``DetectorParams.unstable_beyond``).
+        the processes' medians, a fraction) of its unstable verdicts on any machine, or with
+        ``by_machine`` ``{(model, mode, device, compiler, machine_id): spread}``, one per
+        verdict; None when no spread was stored. The detector alerts an unstable benchmark
+        only on a regression beyond a multiple of it (``DetectorParams.unstable_beyond``).
     """
-    out: dict[tuple[str, str, str, str], float | None] = {}
-    for m, mo, d, c, spread in session.execute(select(
+    out: dict[tuple[Any, ...], float | None] = {}
+    for m, mo, d, c, machine, spread in session.execute(select(
             BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
-            BenchmarkStability.compiler, BenchmarkStability.spread,
+            BenchmarkStability.compiler, BenchmarkStability.machine_id, BenchmarkStability.spread,
     ).where(BenchmarkStability.unstable.is_(True))):
-        known = [s for s in (out.get((m, mo, d, c)), spread) if s is not None]
-        out[(m, mo, d, c)] = max(known) if known else None
+        key = (m, mo, d, c, machine) if by_machine else (m, mo, d, c)
+        known = [s for s in (out.get(key), spread) if s is not None]
+        out[key] = max(known) if known else None
     return out
+
+
+def unstable_for(
+    unstable: Collection[Any], benchmark: str, machine_id: int | None,
+) -> tuple[bool, float | None]:
+    """Whether a series is marked unstable, and the spread of its verdict.
+
+    Args:
+        unstable: ``(benchmark, machine_id)`` pairs or benchmark names (``model:mode:device``,
+            on any machine) marked unstable; a mapping gives each one's spread (a fraction,
+            None: not known).
+        benchmark: the series' benchmark name.
+        machine_id: the series' machine (None: not known; only a name then matches).
+
+    Returns:
+        ``(marked, spread)``; the pair is looked up before the name.
+    """
+    for key in ((benchmark, machine_id), benchmark):
+        if key in unstable:
+            return True, unstable[key] if isinstance(unstable, Mapping) else None
+    return False, None
 
 
 def assess_run(
     session: Session, *, run: Run, threshold_for: ThresholdFor, baseline_nights: int,
-    unstable: Collection[str] | Mapping[str, float | None] = frozenset(),
+    unstable: Collection[Any] = frozenset(),
 ) -> list[Assessed]:
     """Assess every alertable metric of every successful result of ``run`` against its baseline.
 
@@ -149,10 +179,12 @@ def assess_run(
         run: the run whose results are assessed.
         threshold_for: ``(metric, "model:mode") -> relative threshold``.
         baseline_nights: how many earlier nights the baseline may use.
-        unstable: benchmark names (``model:mode:device``) marked unstable: their latency is
-            shown, and alerted only beyond their noise; a mapping gives each one's spread
-            (fraction; None: not known, never alerted), ``assess_night``'s
-            ``unstable_spread``. The verdict judges latency: their peak memory alerts as any.
+        unstable: the series marked unstable, as :func:`unstable_for` reads them:
+            ``(benchmark, machine_id)`` pairs (each result is judged by its own machine's
+            verdict) or benchmark names (``model:mode:device``, any machine); a mapping gives
+            each one's spread (fraction; None: not known, never alerted), ``assess_night``'s
+            ``unstable_spread``. Their latency is shown, and alerted only beyond their noise;
+            the verdict judges latency: their peak memory alerts as any.
 
     Tonight's night is the run's result with its rounds of processes, when it has some
     (``NIGHTBENCH_NIGHT_PROCESSES``): the level is then the median of the per-process medians.
@@ -173,13 +205,13 @@ def assess_run(
         nights, history = _history(session, result=result, limit=baseline_nights)
         mine = rounds.get((run.id, result.series_key or ""), [])
         tonight = _night(result, len(nights), rounds=mine)
+        marked, spread = unstable_for(unstable, result.benchmark, result.machine_id)
         assessment = assess_night(
             nights, tonight, metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
             # The verdict judges latency (its processes' medians); peak memory alerts as anywhere.
-            unstable=result.metric == "latency" and result.benchmark in unstable,
-            unstable_spread=unstable.get(result.benchmark) if isinstance(unstable, Mapping)
-            else None,
+            unstable=result.metric == "latency" and marked,
+            unstable_spread=spread,
         )
         first = (_first_result(assessment, [*nights, tonight], [*history, result])
                  if assessment.confirmed else result)

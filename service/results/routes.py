@@ -171,12 +171,12 @@ def model_page(
 
 
 def _alerts_from(session: Session, history: hist.ModelHistory) -> dict[str, float | None]:
-    """``{series_key: bar}`` for the latency series of the model's benchmarks marked unstable:
-    the least regression each still alerts (a fraction; None: never), ``UnstableRule``."""
-    spreads = unstable_spreads(session)
+    """``{series_key: bar}`` for the latency series marked unstable on their own machine: the
+    least regression each still alerts (a fraction; None: never), ``UnstableRule``."""
+    spreads = unstable_spreads(session, by_machine=True)
     return {s.key: alerts_from(spreads[key], s.threshold)
             for s in history.series if s.metric == "latency"
-            and (key := (history.model, s.mode, s.device, s.compiler)) in spreads}
+            and (key := (history.model, s.mode, s.device, s.compiler, s.machine_id)) in spreads}
 
 
 def _pct(value: float | None) -> str:

@@ -150,7 +150,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
             verdict = {"reproduced": "regression", "not_reproduced": "not reproduced",
                        "pending": "flagged", "not_possible": "flagged"}[reg.confirmation]
             if not reg.alertable and reg.confirmation != Confirmation.NOT_REPRODUCED:
-                verdict = _unstable_verdict(reg, unstable_spreads(session))
+                verdict = _unstable_verdict(session, reg, res.machine_id)
         results.append({
             "benchmark": res.benchmark, "model": res.model, "mode": res.mode, "device": res.device,
             "compiler": res.compiler, "metric": res.metric, "unit": res.unit,
@@ -181,10 +181,11 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
         "failed_processes": failed_processes(session, run_id=run.id)}
 
 
-def _unstable_verdict(reg: Regression, spreads: dict[tuple[str, str, str, str], float | None]
-                      ) -> str:
-    """``"regression (unstable, alerts from +45.0%)"``: a regression shown, not alerted."""
-    spread = spreads.get((reg.model, reg.mode, reg.device, reg.compiler))
+def _unstable_verdict(session: Session, reg: Regression, machine_id: int | None) -> str:
+    """``"regression (unstable, alerts from +45.0%)"``: a regression shown, not alerted, by the
+    verdict of its series' machine."""
+    spreads = unstable_spreads(session, by_machine=True)
+    spread = spreads.get((reg.model, reg.mode, reg.device, reg.compiler, machine_id))
     bar = alerts_from(spread, reg.threshold)
     return "regression (unstable)" if bar is None else (
         f"regression (unstable, alerts from {bar * 100:+.1f}%)")

@@ -178,8 +178,10 @@ def _change(
 def _noise(session: Session, regression: Regression) -> str | None:
     """The sentence on a latency regression of a benchmark marked unstable (``Change.noise``),
     None otherwise (the verdict judges latency; peak memory alerts as on any benchmark)."""
-    key = (regression.model, regression.mode, regression.device, regression.compiler)
-    spreads = unstable_spreads(session) if regression.metric == "latency" else {}
+    result = session.get(Result, regression.result_id)
+    key = (regression.model, regression.mode, regression.device, regression.compiler,
+           result.machine_id if result is not None else None)
+    spreads = unstable_spreads(session, by_machine=True) if regression.metric == "latency" else {}
     if key not in spreads:
         return None
     spread, beyond = spreads[key], DEFAULT_PARAMS.unstable_beyond

@@ -228,10 +228,15 @@ def triage_step(run_id: int) -> Step:
     return Step("night.triage", (run_id,))
 
 
-def unstable_benchmarks(session) -> dict[str, float | None]:  # type: ignore[no-untyped-def]
-    """Benchmark names marked unstable (by ``nightbench suite stability`` or the nightly
-    re-check), each with the spread of its verdict (a fraction; None: not stored): shown, and
-    alerted only on a regression beyond ``DetectorParams.unstable_beyond`` times it."""
+def unstable_benchmarks(  # type: ignore[no-untyped-def]
+    session,
+) -> dict[tuple[str, int], float | None]:
+    """The benchmarks marked unstable (by ``nightbench suite stability`` or the nightly
+    re-check), each on the machine its verdict was measured on: ``{(benchmark name,
+    machine_id): spread}`` (a fraction; None: not stored). A series is shown, and alerted only
+    on a regression beyond ``DetectorParams.unstable_beyond`` times its spread, where its own
+    machine's verdict says unstable; the same benchmark on another machine alerts as any."""
     from service.regressions.service import unstable_spreads
 
-    return {benchmark_name(*key): spread for key, spread in unstable_spreads(session).items()}
+    return {(benchmark_name(*key[:4]), key[4]): spread
+            for key, spread in unstable_spreads(session, by_machine=True).items()}

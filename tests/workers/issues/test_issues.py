@@ -319,6 +319,21 @@ def test_the_issue_of_an_unstable_benchmark_says_its_spread_and_the_bar_it_clear
     assert f"The benchmark is marked unstable: its processes' medians {words}" in history
 
 
+def test_a_verdict_of_another_machine_says_nothing_in_the_issue(
+    db: Session, world: World, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings,
+) -> None:
+    night = world.regressed_night(date(2026, 11, 11), {("resnet18", "eval"): 12.5})
+    other = Machine(fingerprint="f" * 64, device_class="cpu", cpu_model="another-cpu")
+    db.add(other)
+    db.flush()
+    db.add(BenchmarkStability(model="resnet18", mode="eval", device="cpu", compiler="eager",
+                              machine_id=other.id, repeats=10, medians_ms=[10.0] * 10,
+                              cv=0.02, spread=0.1, unstable=True, threshold=0.07))
+    db.flush()
+    file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
+    assert "marked unstable" not in fake.issues[1]["body"]
+
+
 def test_filing_again_for_the_same_run_neither_files_nor_comments(
     db: Session, world: World, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
 ) -> None:

@@ -28,16 +28,17 @@ from workers.night.recheck import judge, recheck_run
 
 ENV = {"cpu_model": "recheck-cpu", "threads": 1, "torch_version": "2.13.0+cpu",
        "torch_git_version": "e" * 40}
+OTHER_MACHINE = {**ENV, "cpu_model": "another-cpu"}
 FIRST = date(2026, 10, 1)
 SETTINGS = Settings(stability_recheck_nights=10, stability_recheck_min_processes=5)
 
 
 def _night(session: Session, day: int, levels: dict[str, float], *, kind: str = "nightly",
            parent: Run | None = None, origin: str | None = None,
-           memory: dict[str, float] | None = None) -> Run:
+           memory: dict[str, float] | None = None, env: dict[str, object] = ENV) -> Run:
     """A run on night ``FIRST + day`` measuring each ``model:eval`` at its literal level (ms),
-    and at its ``memory`` peak (bytes) where given; ``origin`` marks a replicate run
-    (``"night"``: one of its parent's own rounds)."""
+    and at its ``memory`` peak (bytes) where given, on the machine of ``env``; ``origin`` marks
+    a replicate run (``"night"``: one of its parent's own rounds)."""
     specs = [BenchmarkSpec(model=m, mode="eval") for m in levels]
     run = runs.create_run(session, night=FIRST + timedelta(days=day), benchmarks=specs, kind=kind,
                           parent_run_id=parent.id if parent else None,
@@ -46,7 +47,7 @@ def _night(session: Session, day: int, levels: dict[str, float], *, kind: str = 
         level = levels[job.model]
         store_record(session, run=run, job=job, record={
             "model": job.model, "mode": "eval", "device": "cpu", "benchmark_version": "v1",
-            "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms",
+            "environment": env, "metrics": [{"metric": "latency", "unit": "ms",
                                              "samples": [level] * 5, "median": level,
                                              "iqr": 0.0}, *(
                 {"metric": "cpu_peak_mem", "unit": "bytes", "samples": [memory[job.model]] * 5,
@@ -89,6 +90,11 @@ def _step(session: Session, *, raised_on: Run, first_night: Run, model: str,
     session.flush()
 
 
+def _dark(session: Session) -> dict[str, float | None]:
+    """The benchmarks marked unstable on a machine, by name (one machine in these tests)."""
+    return {name: spread for (name, _machine), spread in dark_names(session).items()}
+
+
 def _row(session: Session, model: str):  # type: ignore[no-untyped-def]
     [row] = [r for r in list_stability(session) if r.model == model]
     return row
@@ -99,7 +105,7 @@ def test_unstable_benchmark_becomes_stable_by_its_own_nights_and_alerts_again(
 ) -> None:
     _measured(session, "dqn", unstable=True)
     nights = _nights(session, {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08]})
-    assert "dqn:eval:cpu" in dark_names(session)
+    assert "dqn:eval:cpu" in _dark(session)
 
     [verdict] = recheck_run(session, run=nights[-1], settings=SETTINGS)
 
@@ -144,7 +150,7 @@ def test_window_holding_a_real_step_is_not_called_unstable(session: Session) -> 
     assert set(regressions.unstable_spreads(session)) == {("ppo", "eval", "cpu", "eager")}
     # Dark, ppo still alerts a change beyond 3 times the 30.8% spread that darkened it (92.3%),
     # and shows a smaller one.
-    assert dark_names(session) == {"ppo:eval:cpu": pytest.approx(ppo.spread)}
+    assert _dark(session) == {"ppo:eval:cpu": pytest.approx(ppo.spread)}
     by_step = {}
     for day, level in ((10, 18.0), (11, 26.0)):
         run = _night(session, day, {"ppo": level})
@@ -182,6 +188,44 @@ def test_a_dark_benchmark_still_alerts_its_peak_memory(session: Session) -> None
     verdicts = {r["metric"]: r["verdict"] for r in report["results"]}
     assert verdicts == {"latency": "regression (unstable, alerts from +45.0%)",
                         "cpu_peak_mem": "flagged"}
+
+
+def test_a_benchmark_unstable_on_one_machine_alerts_on_another(session: Session) -> None:
+    # ppo's verdict (15% spread, unstable) was measured on ENV's machine. On a second machine
+    # class nothing says it is noisy, and the same +30% step alerts there; on its own machine
+    # it is shown, alerted only from +45%.
+    _measured(session, "ppo", unstable=True)
+    for day in range(10):
+        _night(session, day, {"ppo": 10.0})
+        _night(session, day, {"ppo": 10.0}, env=OTHER_MACHINE)
+    noisy = _night(session, 10, {"ppo": 13.0})
+    quiet = _night(session, 10, {"ppo": 13.0}, env=OTHER_MACHINE)
+    dark = dark_names(session)
+    assert list(dark.values()) == [pytest.approx(0.15)] and len(dark) == 1
+
+    def latency(run: Run, unstable: object) -> regressions.Assessed:
+        return next(item for item in regressions.assess_run(
+            session, run=run, threshold_for=lambda m, b: 0.07, baseline_nights=60,
+            unstable=unstable) if item.result.metric == "latency")
+
+    on_noisy, on_quiet = latency(noisy, dark), latency(quiet, dark)
+    assert on_noisy.result.machine_id != on_quiet.result.machine_id
+    assert on_noisy.assessment.verdict == "regression" and not on_noisy.assessment.alertable
+    assert "it alerts from +45.0%" in on_noisy.assessment.reason
+    assert on_quiet.assessment.verdict == "regression" and on_quiet.assessment.alertable
+    assert "unstable" not in on_quiet.assessment.reason
+    # By name alone (any machine), the noisy machine's verdict would silence the quiet one.
+    by_name = latency(quiet, _dark(session))
+    assert not by_name.assessment.alertable
+    # Each night's report and its series' history say the same, machine by machine.
+    for run, item in ((noisy, on_noisy), (quiet, on_quiet)):
+        regressions.record_regressions(session, run=run, assessed=[item],
+                                       threshold_for=lambda m, b: 0.07)
+    shown = {run.id: next(r["verdict"] for r in run_report(
+        session, run_id=run.id, settings=SETTINGS)["results"] if r["metric"] == "latency")
+        for run in (noisy, quiet)}
+    assert shown == {noisy.id: "regression (unstable, alerts from +45.0%)",
+                     quiet.id: "flagged"}
 
 
 def test_ten_processes_are_allowed_the_spread_of_ten_not_of_five(session: Session) -> None:
@@ -236,7 +280,7 @@ def test_ten_quiet_enough_processes_undarken_at_eight_and_a_half_percent(
 
     assert verdict.spread == pytest.approx(0.085) and len(verdict.medians_ms) == 10
     assert verdict.previous is True and verdict.unstable is False and verdict.changed
-    assert "dqn:eval:cpu" not in dark_names(session)
+    assert "dqn:eval:cpu" not in _dark(session)
     assert "spread 8.5% < 9.3% allowed for 10 processes" in (nights[-1].note or "")
 
 
