@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import mmap
 import platform
 import resource
@@ -21,12 +22,10 @@ from suite.harness import (
     run_benchmark,
 )
 from suite.process_memory import leak_check, page_faults_since
-from suite.registry import benchmark_version
-from tests.suite.helpers import metric, run_record
+from suite.registry import EXTRA_MODELS_ENV, benchmark_version
+from tests.suite.helpers import FIXTURE_MODELS, ROOT, metric, run_record, suite_env
 
 MIB = 1024 * 1024
-QUICK_CONFIG = HarnessConfig(warmup_iterations=1, warmup_seconds=0.0, min_iterations=5,
-                             min_seconds=0.05)
 
 
 def test_record_carries_samples_environment_and_version() -> None:
@@ -242,15 +241,27 @@ def test_peak_memory_is_per_process_with_a_big_neighbour() -> None:
     assert metric(record, "cpu_peak_mem_total")["median"] < 700 * MIB
 
 
-def test_memory_held_before_ready_is_not_the_benchmarks(fixture_models: object) -> None:
-    ballast = torch.ones(256 * MIB // 4)  # this process's own, allocated before the benchmark
-    try:
-        record = run_benchmark("steady_alloc", "eval", config=QUICK_CONFIG)
-    finally:
-        del ballast
-    assert record.error is None, record.error
-    _assert_known_peak(record.to_json())
-    assert record.metric("cpu_peak_mem_total").median >= 256 * MIB  # the whole peak counts it
+def test_memory_held_before_ready_is_not_the_benchmarks() -> None:
+    # A process of its own, as every benchmark is measured: 256 MiB allocated and touched before
+    # the benchmark is ready. (Run inside this test process, the reading depended on what the
+    # earlier tests had left with the allocator: once in CI the 32 MiB block read 0 above ready.)
+    code = (
+        "import json, torch\n"
+        "from suite.harness import HarnessConfig, run_benchmark\n"
+        "ballast = torch.ones(256 * 2**20 // 4)\n"
+        "record = run_benchmark('steady_alloc', 'eval', config=HarnessConfig(\n"
+        "    warmup_iterations=1, warmup_seconds=0.0, min_iterations=5, min_seconds=0.05))\n"
+        "print(json.dumps(record.to_json()))\n"
+        "del ballast\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT,
+                          env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS)}))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert record["error"] is None, record["error"]
+    _assert_known_peak(record)
+    assert metric(record, "cpu_peak_mem_total")["median"] >= 256 * MIB  # the whole peak counts it
 
 
 def test_in_process_runs_read_threads_fresh(fixture_models: object) -> None:
@@ -265,13 +276,11 @@ def test_in_process_runs_read_threads_fresh(fixture_models: object) -> None:
 
 
 def test_inductor_configuration_runs_on_cpu() -> None:
-    start = time.monotonic()
     proc, record = run_record("pyhpc_equation_of_state", "eval", "--compiler", "inductor",
                               "--batch-size", "8")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert record["compiler"] == "inductor" and record["error"] is None
     assert metric(record, "latency")["median"] > 0
-    assert time.monotonic() - start < 240
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
