@@ -6,7 +6,9 @@ one) and searches only when they differ by at least ``min_change`` (5%); otherwi
 (7%) or more, that answer is wrong, and the culprit goes unnamed. How often it happens depends
 on how precisely the endpoints are measured, so this runs the pure search
 (:mod:`workers.bisect.search`, the nightly's settings: 12 samples a probe, doubling to 48,
-2 processes a probe, no slots, as on Celery workers) over a one-commit range whose bad endpoint
+2 processes a probe, no slots, as on Celery workers, and the regression's direction known: the
+bad endpoint must measure slower; ``--either`` searches either direction, as a range given by
+hand) over a one-commit range whose bad endpoint
 is ``1 + step`` times slower, on simulated measurements with three sources of noise, all
 log-normal:
 
@@ -17,13 +19,14 @@ log-normal:
 * 2% between the iterations of one process.
 
 Reports, per step size and process noise, the share of bisections that end ``not_reproduced``,
-and the share that measure the endpoints less than half the threshold apart (the share a
-"paired confirmation" read off the bisection would wrongly withhold, for real steps).
+the share that measure the endpoints less than half the threshold apart (the share a
+"paired confirmation" read off the bisection would wrongly withhold, for real steps), and the
+share that name the commit as the culprit (for no step, a culprit that is not one).
 
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bisection_endpoints --trials 1000 \\
-        [--json out.json]
+        [--either] [--json out.json]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from workers.bisect.search import (  # noqa: E402
+    CULPRIT,
     NOT_REPRODUCED,
     ProbeResult,
     SearchConfig,
@@ -72,14 +76,20 @@ def probe_samples(level: float, samples: int, *, process_cv: float, round_cv: fl
 
 
 def endpoint_outcome(step: float, *, process_cv: float, round_cv: float,
-                     rng: np.random.Generator) -> tuple[bool, float | None]:
+                     rng: np.random.Generator, slower: bool | None = True
+                     ) -> tuple[str, float | None]:
     """One bisection of a one-commit range whose bad endpoint is ``1 + step`` times slower.
 
+    Args:
+        slower: ``SearchConfig.slower``: True, the nightly's (a slowdown is bisected); None,
+            either direction.
+
     Returns:
-        ``(not_reproduced, change)``: whether it ended ``not_reproduced``, and the endpoints'
-        measured change (fraction; None when not measured).
+        ``(status, change)``: how it ended (``culprit`` | ``inconclusive`` |
+        ``not_reproduced``), and the endpoints' measured change (fraction; None when not
+        measured).
     """
-    state = start(["0" * 40, "1" * 40], ["b"], SearchConfig())
+    state = start(["0" * 40, "1" * 40], ["b"], SearchConfig(slower=slower))
     while requests := next_probes(state):
         results = [ProbeResult(r.sha, r.purpose, {"b": probe_samples(
             10.0 * (1 + step if r.index == 1 else 1.0), r.samples, process_cv=process_cv,
@@ -89,18 +99,22 @@ def endpoint_outcome(step: float, *, process_cv: float, round_cv: float,
     if final is None:
         raise RuntimeError("the search stopped without an outcome")
     [track] = final.benchmarks
-    return track.status == NOT_REPRODUCED, track.change
+    return track.status, track.change
 
 
 def shares(step: float, *, process_cv: float, round_cv: float, trials: int,
-           rng: np.random.Generator) -> dict[str, float]:
-    """Over ``trials`` bisections: ``not_reproduced`` (share ending so) and ``under_half``
-    (share ending so, or measuring the endpoints less than half of 7% apart)."""
-    ended = [endpoint_outcome(step, process_cv=process_cv, round_cv=round_cv, rng=rng)
-             for _ in range(trials)]
+           rng: np.random.Generator, slower: bool | None = True) -> dict[str, float]:
+    """Over ``trials`` bisections: ``not_reproduced`` (share ending so), ``under_half``
+    (share ending so, or measuring the endpoints less than half of 7% apart) and ``culprit``
+    (share naming the commit)."""
+    ended = [endpoint_outcome(step, process_cv=process_cv, round_cv=round_cv, rng=rng,
+                              slower=slower) for _ in range(trials)]
+    nr = [status == NOT_REPRODUCED for status, _ in ended]
     return {
-        "not_reproduced": sum(nr for nr, _ in ended) / trials,
-        "under_half": sum(nr or (c is not None and c < THRESHOLD / 2) for nr, c in ended) / trials,
+        "not_reproduced": sum(nr) / trials,
+        "under_half": sum(n or (c is not None and c < THRESHOLD / 2)
+                          for n, (_, c) in zip(nr, ended, strict=True)) / trials,
+        "culprit": sum(status == CULPRIT for status, _ in ended) / trials,
     }
 
 
@@ -111,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-cv", type=float, nargs="+", default=list(PROCESS_CVS))
     parser.add_argument("--steps", type=float, nargs="+", default=list(STEPS))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--either", action="store_true",
+                        help="search either direction (a range given by hand), not a slowdown")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
@@ -121,21 +137,25 @@ def main(argv: list[str] | None = None) -> int:
             cells[f"{cv:g}"] = {}
             for step in args.steps:
                 cells[f"{cv:g}"][f"{step:g}"] = shares(
-                    step, process_cv=cv, round_cv=args.round_cv, trials=args.trials, rng=rng)
+                    step, process_cv=cv, round_cv=args.round_cv, trials=args.trials, rng=rng,
+                    slower=None if args.either else True)
                 progress.advance(bar)
-    table = Table(title=f"not reproduced / under half of 7% (round noise {args.round_cv:g}, "
-                        f"{args.trials} bisections a cell)")
+    table = Table(title=f"not reproduced / under half of 7% / culprit named (round noise "
+                        f"{args.round_cv:g}, {args.trials} bisections a cell, "
+                        f"{'either direction' if args.either else 'a slowdown'})")
     table.add_column("process noise")
     for step in args.steps:
         table.add_column(f"step {step:+.1%}", justify="right")
     for cv, row in cells.items():
         table.add_row(f"{float(cv):.0%}", *(
-            f"{row[f'{s:g}']['not_reproduced']:.3f} / {row[f'{s:g}']['under_half']:.3f}"
+            f"{row[f'{s:g}']['not_reproduced']:.3f} / {row[f'{s:g}']['under_half']:.3f} / "
+            f"{row[f'{s:g}']['culprit']:.3f}"
             for s in args.steps))
     Console().print(table)
     if args.json:
         args.json.write_text(json.dumps({"trials": args.trials, "round_cv": args.round_cv,
-                                         "seed": args.seed, "cells": cells}, indent=1))
+                                         "seed": args.seed, "either": args.either,
+                                         "cells": cells}, indent=1))
     return 0
 
 

@@ -24,9 +24,14 @@ def test_no_step_ends_not_reproduced_and_a_large_one_is_bisected() -> None:
     assert shares(0.0, process_cv=0.001, round_cv=0.001, trials=20, rng=rng)[
         "not_reproduced"] == 1.0
     big = shares(0.3, process_cv=0.001, round_cv=0.001, trials=20, rng=rng)
-    assert big == {"not_reproduced": 0.0, "under_half": 0.0}
-    not_reproduced, change = endpoint_outcome(0.3, process_cv=0.001, round_cv=0.001, rng=rng)
-    assert not not_reproduced and change is not None and 0.25 < change < 0.35
+    assert big == {"not_reproduced": 0.0, "under_half": 0.0, "culprit": 1.0}
+    status, change = endpoint_outcome(0.3, process_cv=0.001, round_cv=0.001, rng=rng)
+    assert status == "culprit" and change is not None and 0.25 < change < 0.35
+    # A speed-up is not the slowdown a nightly bisects; searched either way, it is named.
+    assert endpoint_outcome(-0.3, process_cv=0.001, round_cv=0.001, rng=rng)[0] == \
+        "not_reproduced"
+    assert endpoint_outcome(-0.3, process_cv=0.001, round_cv=0.001, rng=rng,
+                            slower=None)[0] == "culprit"
 
 
 def test_a_first_round_under_min_change_is_measured_again_not_concluded() -> None:
@@ -43,4 +48,5 @@ def test_main_writes_every_cell(tmp_path: Path) -> None:
                  "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert set(data["cells"]["0.01"]) == {"0", "0.1"}
-    assert set(data["cells"]["0.01"]["0.1"]) == {"not_reproduced", "under_half"}
+    assert set(data["cells"]["0.01"]["0.1"]) == {"not_reproduced", "under_half", "culprit"}
+    assert data["either"] is False

@@ -458,11 +458,9 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
         benchmarks = sorted({r.benchmark for r in regressions})
         jobs = {j.benchmark: j.queue
                 for j in session.scalars(select(Job).where(Job.run_id == run_id))}
-        config = SearchConfig(workers=settings.bisect_workers,
-                              initial_samples=settings.bisect_samples,
-                              max_samples=max(settings.bisect_max_samples, settings.bisect_samples))
         bisection = create_bisection(
-            session, commits=commits, benchmarks=benchmarks, provider=provider, config=config,
+            session, commits=commits, benchmarks=benchmarks, provider=provider,
+            config=night_search_config(settings),
             repo=provider.get("repo"), run_id=run_id, alert_id=regressions[0].alert_id,
             regression_ids=[r.id for r in regressions], queue=jobs.get(benchmarks[0], "cpu"),
         )
@@ -472,6 +470,14 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
     log.info("run %s: bisecting %d benchmark(s) over %d commit(s) in bisection %s",
              run_id, len(benchmarks), len(commits) - 1, bisection_id)
     return NightBisection(pending=True, steps=tuple(step(bisection_id)))
+
+
+def night_search_config(settings: Settings) -> SearchConfig:
+    """The search settings of a night's bisection: its latency regressions are slowdowns, so
+    the bad endpoint must measure slower (``SearchConfig.slower``)."""
+    return SearchConfig(workers=settings.bisect_workers, initial_samples=settings.bisect_samples,
+                        max_samples=max(settings.bisect_max_samples, settings.bisect_samples),
+                        slower=True)
 
 
 def _note(run: Run, text: str) -> None:

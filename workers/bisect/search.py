@@ -20,7 +20,9 @@ samples. Pinpoint reads the high threshold from tables simulated for a given eff
 multiples of the IQR; here it is simulated from the endpoints themselves: the 99th percentile of
 the p-values that samples drawn (with replacement) from the *other* endpoint would give. Every
 probe is recorded with its verdicts against both endpoints; the endpoints must be ``different``
-for the regression to count as reproduced, and their medians at least ``min_change`` apart.
+for the regression to count as reproduced, and their medians at least ``min_change`` apart,
+in the regression's direction where it is known (``SearchConfig.slower``: a nightly bisects a
+slowdown, and endpoints that measure faster are not it).
 Without slots, a smaller change first has the endpoints' samples doubled up to the cap, in
 further rounds: one round's samples share one moment of the host, and a real +7.5% step judged
 on one round was called not reproduced in about one bisection in four

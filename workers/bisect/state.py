@@ -40,6 +40,11 @@ class SearchConfig:
             again (the endpoints' samples doubled up to ``max_samples``, in rounds of their
             own) before that is concluded, as one round's samples share one moment of the host.
         verify: re-measure parent and culprit with fresh samples before naming the culprit.
+        slower: the direction of the regression bisected, when known: True, the bad endpoint
+            must measure slower (higher) than the good one, as for a nightly's latency
+            regression; an endpoint change the other way is then not the regression, and ends
+            ``not_reproduced`` (after the same doubling of samples as a change too small).
+            None: either direction counts (a range given by hand).
     """
 
     workers: int = 1
@@ -50,6 +55,7 @@ class SearchConfig:
     resamples: int = 200
     min_change: float = 0.05
     verify: bool = True
+    slower: bool | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:

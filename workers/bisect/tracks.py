@@ -158,6 +158,8 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
         outcome, reason = NOT_REPRODUCED, (
             f"the endpoints differ by {change:+.1%} with {len(good)} and "
             f"{len(bad)} samples, below the {cfg.min_change:.0%} that counts")
+    elif cfg.slower is not None and (change > 0) != cfg.slower:
+        outcome, reason = NOT_REPRODUCED, _wrong_way(change, len(good), len(bad), cfg.slower)
     elif not endpoints_apart(good, bad):
         outcome, reason = INCONCLUSIVE, (
             f"the endpoints' samples straddle the midpoint between them even "
@@ -208,7 +210,17 @@ def _paired_track(
         return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
                       reason=f"the endpoints differ by {change:+.1%} with {good_count} and "
                              f"{bad_count} samples, below the {cfg.min_change:.0%} that counts")
+    if cfg.slower is not None and (p_slower <= cfg.alpha) != cfg.slower:
+        return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
+                      reason=_wrong_way(change, good_count, bad_count, cfg.slower))
     return _search_track(state, benchmark, change, slower_is_bad=p_slower <= cfg.alpha)
+
+
+def _wrong_way(change: float, good_count: int, bad_count: int, slower: bool) -> str:
+    """The reason of an endpoint check whose change runs against the regression bisected."""
+    way = "faster" if slower else "slower"
+    return (f"the bad endpoint measures {way} than the good one ({change:+.1%} with {good_count} "
+            f"and {bad_count} samples): not the {'slowdown' if slower else 'speed-up'} bisected")
 
 
 def side_of(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.config import Settings
 from service.db import session_scope
 from service.models import Bisection, Probe
 from tests.conftest import WorkerPool, wait_until
@@ -33,6 +35,15 @@ def _measure_literally(session: Session, probe: Probe, culprit: int) -> None:
     probe.samples = {name: list(BAD_MS if probe.index >= culprit else GOOD_MS)
                      for name in probe.benchmarks}
     session.flush()
+
+
+def test_a_night_bisects_a_slowdown_with_its_settings() -> None:
+    config = bisecting.night_search_config(
+        Settings(bisect_workers=2, bisect_samples=16, bisect_max_samples=8))
+    assert config.slower is True  # a night's latency regressions: the bad end must be slower
+    assert (config.workers, config.initial_samples, config.max_samples) == (2, 16, 16)
+    # Stored with the bisection and read back as it was.
+    assert SearchConfig(**dataclasses.asdict(config)) == config
 
 
 def test_rounds_are_planned_once_and_the_state_replays_from_the_rows(session: Session) -> None:

@@ -284,6 +284,29 @@ def test_a_change_below_min_change_is_not_reproduced() -> None:
         assert sum(len(batch.values) for batch in batches) == samples
 
 
+def test_a_speed_up_is_not_the_slowdown_bisected() -> None:
+    # A nightly bisects a latency regression: endpoints whose bad end measures 20% faster are
+    # not that regression, paired by slot or not; a range given by hand (direction unknown)
+    # is searched either way, and names the commit that changed.
+    for paired, samples in ((True, 12), (False, SearchConfig().max_samples)):
+        state = simulate(8, step({"bench": 4}, effect=-0.2), noise=0.005, paired=paired,
+                         config=SearchConfig(slower=True))
+        result = outcome(state)
+        assert result is not None and result.kind == b.NOT_REPRODUCED, paired
+        (track,) = result.benchmarks
+        assert track.reason.startswith("the bad endpoint measures faster than the good one (-20")
+        assert f"with {samples} and {samples} samples): not the slowdown bisected" in track.reason
+        assert result.builds == 2  # nothing between the endpoints was built
+        either = outcome(simulate(8, step({"bench": 4}, effect=-0.2), noise=0.005,
+                                  paired=paired))
+        assert either is not None and either.kind == b.CULPRIT, paired
+        assert either.benchmarks[0].culprit == state.commits[4]
+    # The regression's own direction is bisected as before.
+    slower = outcome(simulate(8, step({"bench": 4}), noise=0.005, paired=False,
+                              config=SearchConfig(slower=True)))
+    assert slower is not None and slower.kind == b.CULPRIT
+
+
 def test_a_real_step_whose_first_round_reads_small_is_still_bisected() -> None:
     # +10% at commit 2 of 4; during the first round the host ran the bad endpoint 6% faster,
     # so that round alone reads about +3.4%: under min_change, but the step is real.
