@@ -101,13 +101,26 @@ def test_a_doubling_is_flagged_two_percent_is_not(
         run = session.get(Run, run_id)
         assert run is not None and run.status == "complete"
     outbox = [p.read_text() for p in (tmp_path / "nightbench" / "outbox").glob("*.md")]
-    # Latency: exactly the planted step is filed. Peak memory on this CPU host is multimodal
-    # from process to process; it is judged by its levels and their frequencies (tested on
-    # literal series elsewhere) and left out of this count, not out of the assertions above.
+    # Latency: the planted step is filed once, by the night that raised it. Peak memory on this
+    # CPU host is multimodal from process to process; it is judged by its levels and their
+    # frequencies (tested on literal series elsewhere) and left out here, not out of the
+    # assertions above.
     filed_latency = [t for t in outbox if " latency " in t.split("\n", 3)[2]]
-    assert len(filed_latency) == 1, [t.split("\n", 3)[2] for t in outbox]
-    assert "resnet18 eval cpu latency" in (filed_latency[0] if train_alerted
-                                          else filed_latency[0].split("\n", 3)[2])
+    titles = [t.split("\n", 3)[2] for t in outbox]
+    planted = [t for t in filed_latency if f"<!-- nightbench:run={run_id} -->" in t]
+    assert len(planted) == 1, titles
+    assert "resnet18 eval cpu latency" in (planted[0] if train_alerted
+                                          else planted[0].split("\n", 3)[2])
+    # A night and its re-run minutes later can both stray beyond the threshold on a shared
+    # host (once in CI, resnet18 train at +29.7% on the fifth night, before any work was
+    # injected, was reproduced and filed): the detector files what it measured twice, and this
+    # test cannot tell that from a change. What must hold for every latency issue filed: each
+    # of its changes was measured beyond the threshold and reproduced.
+    with session_scope() as session:
+        for r in session.scalars(select(Regression).where(
+                Regression.alert_id.is_not(None), Regression.metric == "latency",
+                Regression.direction == "regression")):
+            assert r.change >= r.threshold and r.confirmation == "reproduced", (r.reason, titles)
 
     # Triage from the CLI: listed, marked expected, bad input refused with the reason.
     from typer.testing import CliRunner
