@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
@@ -147,30 +147,9 @@ def unstable_spreads(
     return out
 
 
-def unstable_for(
-    unstable: Collection[Any], benchmark: str, machine_id: int | None,
-) -> tuple[bool, float | None]:
-    """Whether a series is marked unstable, and the spread of its verdict.
-
-    Args:
-        unstable: ``(benchmark, machine_id)`` pairs or benchmark names (``model:mode:device``,
-            on any machine) marked unstable; a mapping gives each one's spread (a fraction,
-            None: not known).
-        benchmark: the series' benchmark name.
-        machine_id: the series' machine (None: not known; only a name then matches).
-
-    Returns:
-        ``(marked, spread)``; the pair is looked up before the name.
-    """
-    for key in ((benchmark, machine_id), benchmark):
-        if key in unstable:
-            return True, unstable[key] if isinstance(unstable, Mapping) else None
-    return False, None
-
-
 def assess_run(
     session: Session, *, run: Run, threshold_for: ThresholdFor, baseline_nights: int,
-    unstable: Collection[Any] = frozenset(),
+    unstable: Mapping[tuple[str, int | None], float | None] | None = None,
 ) -> list[Assessed]:
     """Assess every alertable metric of every successful result of ``run`` against its baseline.
 
@@ -179,12 +158,11 @@ def assess_run(
         run: the run whose results are assessed.
         threshold_for: ``(metric, "model:mode") -> relative threshold``.
         baseline_nights: how many earlier nights the baseline may use.
-        unstable: the series marked unstable, as :func:`unstable_for` reads them:
-            ``(benchmark, machine_id)`` pairs (each result is judged by its own machine's
-            verdict) or benchmark names (``model:mode:device``, any machine); a mapping gives
-            each one's spread (fraction; None: not known, never alerted), ``assess_night``'s
-            ``unstable_spread``. Their latency is shown, and alerted only beyond their noise;
-            the verdict judges latency: their peak memory alerts as any.
+        unstable: the series marked unstable, ``{(benchmark, machine_id): spread}``
+            (``workers.night.finish.unstable_benchmarks``): each result is judged by its own
+            machine's verdict; the spread is a fraction (None: not known, never alerted),
+            ``assess_night``'s ``unstable_spread``. Their latency is shown, and alerted only
+            beyond their noise; the verdict judges latency: their peak memory alerts as any.
 
     Tonight's night is the run's result with its rounds of processes, when it has some
     (``NIGHTBENCH_NIGHT_PROCESSES``): the level is then the median of the per-process medians.
@@ -200,18 +178,19 @@ def assess_run(
         ).order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
     )
     out: list[Assessed] = []
+    dark = unstable or {}
     rounds = round_results(session, run_ids=[run.id])
     for result in results:
         nights, history = _history(session, result=result, limit=baseline_nights)
         mine = rounds.get((run.id, result.series_key or ""), [])
         tonight = _night(result, len(nights), rounds=mine)
-        marked, spread = unstable_for(unstable, result.benchmark, result.machine_id)
+        key = (result.benchmark, result.machine_id)
         assessment = assess_night(
             nights, tonight, metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
             # The verdict judges latency (its processes' medians); peak memory alerts as anywhere.
-            unstable=result.metric == "latency" and marked,
-            unstable_spread=spread,
+            unstable=result.metric == "latency" and key in dark,
+            unstable_spread=dark.get(key),
         )
         first = (_first_result(assessment, [*nights, tonight], [*history, result])
                  if assessment.confirmed else result)

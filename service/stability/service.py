@@ -3,7 +3,8 @@
 A verdict comes from ``suite.stability.StabilityResult.to_json()``: K processes of one benchmark,
 the coefficient of variation and the max-min spread of their medians, and ``unstable`` when the
 spread reaches the threshold (TorchBench's 7%). The detector reads the unstable ones with their
-spreads through :func:`service.regressions.service.unstable_spreads` (alerted only beyond it). A verdict says where it came from in ``details``: ``source``
+spreads, machine by machine, through :func:`service.regressions.service.unstable_spreads`
+(alerted only beyond it). A verdict says where it came from in ``details``: ``source``
 (``measured`` here, ``nightly`` when the nightly re-check of :mod:`service.stability.recheck`
 changed it), ``source_text`` (``"measured over 5 processes ..."``), the measurement ``setups`` in
 force, and the latest re-check (``recheck``) beside it.

@@ -36,6 +36,9 @@ def test_verdicts_are_stored_replaced_and_queried(session: Session) -> None:
     assert set(unstable_spreads(session)) == {("ppo", "eval", "cpu", "eager")}
     assert [r.unstable for r in list_stability(session, machine_id=rows[2].machine_id)] == [False]
     assert unstable_spreads(session) == {("ppo", "eval", "cpu", "eager"): pytest.approx(0.15)}
+    # Machine by machine: the verdict is ENV's machine's only.
+    assert unstable_spreads(session, by_machine=True) == {
+        ("ppo", "eval", "cpu", "eager", rows[0].machine_id): pytest.approx(0.15)}
     # A new measurement replaces the verdict of the same benchmark on the same machine.
     [again] = record_stability(session, results=[_verdict("ppo", unstable=False)])
     assert again.id == rows[0].id and again.unstable is False

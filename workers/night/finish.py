@@ -230,7 +230,7 @@ def triage_step(run_id: int) -> Step:
 
 def unstable_benchmarks(  # type: ignore[no-untyped-def]
     session,
-) -> dict[tuple[str, int], float | None]:
+) -> dict[tuple[str, int | None], float | None]:
     """The benchmarks marked unstable (by ``nightbench suite stability`` or the nightly
     re-check), each on the machine its verdict was measured on: ``{(benchmark name,
     machine_id): spread}`` (a fraction; None: not stored). A series is shown, and alerted only
