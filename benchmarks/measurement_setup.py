@@ -25,7 +25,7 @@ per setup the noise floor (median CV over benchmarks), its 90th percentile and t
 count. The load average before and after is printed beside the figures.
 
 ``--deadline-s`` starts no process after that many seconds (a lease on a GPU machine is short);
-the JSON is rewritten after every round, so what was measured is kept.
+the JSON is rewritten after every process, so what was measured is kept.
 
 Usage::
 
@@ -33,6 +33,14 @@ Usage::
         --models bert,dlrm --json setup.json
     .venv/bin/python -m benchmarks.measurement_setup --device cuda --modes train,eval \\
         --setups gpu,gpu_fixed_warmup --deadline-s 300 --json gpu.json
+    python3 -m benchmarks.measurement_setup --device cuda --models all --modes train,eval \\
+        --setups gpu --repeats 3 --overlap 4 --deadline-s 480 --json gpu-suite.json
+
+``--overlap N`` runs N processes at once under one device lock (``suite/device_lock.py``):
+they start, import torch and build their models side by side and warm up and time one at a
+time, which on a GPU (some 10 s to prepare, 3 s to measure) measures about N times as many
+processes in a short lease. The others' preparation runs beside the timed process, so the
+figures can only be noisier than one process at a time.
 """
 
 from __future__ import annotations
@@ -45,8 +53,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +64,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from suite.device_lock import DEVICE_LOCK_ENV
+from suite.registry import list_models
 from suite.stability import allowed_spread, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,13 +113,16 @@ SUBSET = ("bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equat
           "pyhpc_isoneutral_mixing,wavenet")
 
 
-def _run(model: str, mode: str, setup: str, device: str, out: Path) -> dict[str, Any] | None:
-    """One process: ``{"latency": median ms, "cpu_time": median ms, "warmup": {...},
-    "minor_faults_per_step": float, "major_faults": int}`` (CPU time on CPU only, the record's
-    warm-up on CUDA only, the timed steps' page faults where the record has them), None on an
-    error."""
+def _run(model: str, mode: str, setup: str, device: str, out: Path, *,
+         lock: str | None = None) -> dict[str, Any] | None:
+    """One process: ``{"latency": median ms, "cpu_time": median ms, "gpu_peak_mem": bytes,
+    "warmup": {...}, "minor_faults_per_step": float, "major_faults": int}`` (CPU time on CPU
+    only, GPU memory and the record's warm-up on CUDA only, the timed steps' page faults where
+    the record has them), None on an error. ``lock``: the device lock file the process measures under, if any."""
     env_extra, args = SETUPS[setup]
     env = {**os.environ, **env_extra, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    if lock is not None:
+        env[DEVICE_LOCK_ENV] = lock
     cmd = [*PREFIX.get(setup, []), sys.executable, "-m", "suite", "run", "--model", model, "--mode", mode,
            "--device", device, "--threads", "1", "--out", str(out), *args]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -117,9 +132,12 @@ def _run(model: str, mode: str, setup: str, device: str, out: Path) -> dict[str,
     if record.get("error"):
         return None
     got: dict[str, Any] = {m["metric"]: m["median"] for m in record["metrics"]
-                           if m["metric"] in ("latency", "cpu_time")}
+                           if m["metric"] in ("latency", "cpu_time", "gpu_peak_mem")}
     if device == "cuda":
         got["warmup"] = record.get("environment", {}).get("warmup")
+    if lock is not None:
+        got["lock_waited_s"] = (record.get("environment", {}).get("device_lock") or {}).get(
+            "waited_s")
     faults = record.get("environment", {}).get("page_faults") or {}
     if faults.get("minor_per_step") is not None:
         got["minor_faults_per_step"] = faults["minor_per_step"]
@@ -133,37 +151,54 @@ def _measure(args: argparse.Namespace, benchmarks: list[tuple[str, str]], setups
              ) -> tuple[dict[tuple[str, str, str], dict[str, list[Any]]],
                         dict[tuple[str, str, str], int]]:
     """Run the interleaved rounds; return the per-process values and error counts, keyed by
-    ``(model, mode, setup)``. ``write`` is called after every round (and at the deadline)."""
+    ``(model, mode, setup)``. ``write`` is called after every process (and at the deadline).
+
+    With ``args.overlap`` above 1, that many processes run at once and share one device lock
+    (:mod:`suite.device_lock`): they start, import and build side by side and warm up and time
+    one at a time, in the rounds' order as far as the lock's queue keeps it."""
     rng = random.Random(args.seed)
     console = Console(stderr=True)
     values: dict[tuple[str, str, str], dict[str, list[Any]]] = {}
     errors: dict[tuple[str, str, str], int] = {}
+    jobs = [(r, model, mode, setup) for r in range(args.repeats) for model, mode in benchmarks
+            for setup in rng.sample(setups, len(setups))]
     start = time.monotonic()
+    done = threading.Lock()
     with tempfile.TemporaryDirectory() as tmp, Progress(
             TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=console) as progress:
-        bar = progress.add_task("setups", total=args.repeats * len(benchmarks) * len(setups))
-        for r in range(args.repeats):
-            for model, mode in benchmarks:
-                for setup in rng.sample(setups, len(setups)):
-                    if args.deadline_s and time.monotonic() - start > args.deadline_s:
-                        console.print(f"[yellow]deadline of {args.deadline_s:g} s reached in "
-                                      f"round {r + 1}: stopping[/]")
-                        write(values, errors)
-                        return values, errors
-                    progress.update(bar, description=f"round {r + 1} {model}:{mode} {setup}")
-                    out = Path(tmp) / f"{model}-{mode}-{setup}-{r}.json"
-                    got = _run(model, mode, setup, args.device, out)
-                    key = (model, mode, setup)
-                    if got is None:
-                        errors[key] = errors.get(key, 0) + 1
-                    else:
-                        slot = values.setdefault(key, {})
-                        for metric, value in got.items():
-                            slot.setdefault(metric, []).append(value)
-                    progress.advance(bar)
-            write(values, errors)
+        bar = progress.add_task("setups", total=len(jobs))
+        lock = str(Path(tmp) / "device.lock") if args.overlap > 1 else None
+
+        def one(job: tuple[int, str, str, str]) -> None:
+            r, model, mode, setup = job
+            if args.deadline_s and time.monotonic() - start > args.deadline_s:
+                progress.update(bar, description=f"deadline of {args.deadline_s:g} s: skipped")
+                return
+            progress.update(bar, description=f"round {r + 1} {model}:{mode} {setup}")
+            got = _run(model, mode, setup, args.device,
+                       Path(tmp) / f"{model}-{mode}-{setup}-{r}.json", lock=lock)
+            key = (model, mode, setup)
+            with done:
+                if got is None:
+                    errors[key] = errors.get(key, 0) + 1
+                else:
+                    slot = values.setdefault(key, {})
+                    for metric, value in got.items():
+                        slot.setdefault(metric, []).append(value)
+                progress.advance(bar)
+                write(values, errors)
+
+        with ThreadPoolExecutor(max_workers=args.overlap) as pool:
+            list(pool.map(one, jobs))
     return values, errors
+
+
+def _every_benchmark(device: str, modes: list[str]) -> list[tuple[str, str]]:
+    """``(model, mode)`` for every suite model that runs on ``device`` in each of ``modes``
+    (its metadata's ``modes`` and ``devices``, less what it marks not implemented)."""
+    return [(m.name, mode) for m in list_models() if device in m.devices for mode in modes
+            if mode in m.modes and f"{mode}:{device}" not in m.not_implemented]
 
 
 def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
@@ -182,7 +217,8 @@ def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
         rows.append({"benchmark": f"{model}:{mode}", "setup": setup,
                      "median_ms": statistics.median(lat), "cv": cv, "spread": spread,
                      "cpu_time_cv": cpu_cv, "unstable": bool(unstable), "medians_ms": lat,
-                     "warmups": got.get("warmup"), "errors": errors.get((model, mode, setup), 0),
+                     "warmups": got.get("warmup"), "lock_waited_s": got.get("lock_waited_s"),
+                     "errors": errors.get((model, mode, setup), 0),
                      "minor_faults_per_step": (statistics.median(got["minor_faults_per_step"])
                                                if got.get("minor_faults_per_step") else None),
                      "major_faults": got.get("major_faults")})
@@ -236,7 +272,8 @@ def main() -> None:
     """Measure, print the tables, optionally write JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5, help="processes per benchmark and setup")
-    ap.add_argument("--models", default=SUBSET)
+    ap.add_argument("--models", default=SUBSET,
+                    help="comma-separated, or all: every suite model the device and modes allow")
     ap.add_argument("--modes", "--mode", dest="modes", default="eval",
                     help="train, eval or both (comma-separated)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -245,18 +282,23 @@ def main() -> None:
                          f"{DEFAULT_SETUPS['cuda']} on cuda)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no process after this many seconds")
+    ap.add_argument("--overlap", type=int, default=1,
+                    help="processes at once, warming up and timing one at a time under a "
+                         "device lock (suite/device_lock.py); figures can only be noisier")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    models = [m for m in args.models.split(",") if m]
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - {"train", "eval"}:
         ap.error(f"--modes: expected train and/or eval, got {args.modes}")
+    if args.overlap < 1:
+        ap.error(f"--overlap: at least 1 process, got {args.overlap}")
     setups = [s for s in (args.setups or DEFAULT_SETUPS[args.device]).split(",") if s]
     unknown = sorted(set(setups) - SETUPS.keys())
     if unknown:
         ap.error(f"--setups: unknown {', '.join(unknown)} (known: {', '.join(SETUPS)})")
-    benchmarks = [(model, mode) for model in models for mode in modes]
+    benchmarks = (_every_benchmark(args.device, modes) if args.models == "all"
+                  else [(m, mode) for m in args.models.split(",") if m for mode in modes])
     load_before = os.getloadavg()
 
     def write(values: dict[tuple[str, str, str], dict[str, list[Any]]],
@@ -267,6 +309,7 @@ def main() -> None:
                 "device": args.device, "repeats": args.repeats, "rows": rows,
                 "setups": _floors(rows, setups), "errors": {":".join(k): n for k, n in
                                                            errors.items()},
+                "processes": {":".join(k): v for k, v in values.items()},
                 "load_average_before": load_before, "load_average_now": os.getloadavg()},
                 indent=1))
 

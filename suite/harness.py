@@ -9,6 +9,9 @@ Method (after pyperf and TorchBench's ``torchbenchmark/util/experiment/metrics.p
   the peak *above* the library's own footprint (a torch wheel's ~220-510 MB, which would otherwise
   turn a change of wheel into a false memory regression); ``cpu_peak_mem_total`` keeps the whole
   peak. Both are this process's own figures (``VmHWM``), never machine-wide ones;
+- with ``NIGHTBENCH_SUITE_DEVICE_LOCK`` set, hold an exclusive lock on that file from here to
+  the end of the timed iterations (:mod:`suite.device_lock`: processes prepare at once and
+  measure one at a time);
 - warm up until both a minimum iteration count and a minimum time are reached (first-call
   allocations, autotuning and ``torch.compile`` happen there); on CUDA then until the time is
   steady (clocks settled), with ``cudnn.benchmark`` off (:mod:`suite.gpu_setup`);
@@ -44,6 +47,7 @@ from pathlib import Path
 import torch
 
 from suite import gpu_setup
+from suite.device_lock import device_lock
 from suite.environment import collect_environment
 from suite.process_memory import (
     LEAK_MIN_BYTES,
@@ -249,8 +253,11 @@ def run_benchmark(
         # What the model is, for the service's catalogue (not part of the machine fingerprint).
         record.environment["model_domain"] = model_domain(model)
         step = bench.train if mode == "train" else bench.eval
-        _measure(step=step, device=device, cfg=cfg, record=record,
-                 inject=_inject_fraction(model, mode, cfg.inject_work))
+        with device_lock() as waited:  # one warm-up and timing at a time, when asked
+            if waited is not None:
+                record.environment["device_lock"] = {"waited_s": round(waited, 3)}
+            _measure(step=step, device=device, cfg=cfg, record=record,
+                     inject=_inject_fraction(model, mode, cfg.inject_work))
     except Exception as exc:  # noqa: BLE001 - every failure becomes an error record, by design
         record.error = describe_failure(exc)
         record.metrics = []
