@@ -62,3 +62,14 @@ def test_no_lock_asked_for_is_no_lock_and_no_record_of_one(tmp_path: Path) -> No
         env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS)}))
     assert proc.returncode == 0, proc.stderr
     assert "device_lock" not in json.loads(proc.stdout)["environment"]
+
+
+def test_a_lock_that_cannot_be_opened_is_an_error_record_naming_it(tmp_path: Path) -> None:
+    lock = tmp_path / "no-such-dir" / "device.lock"
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "run", "--model", "steady_alloc", "--mode", "eval",
+         "--out", "-", *QUICK], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS), DEVICE_LOCK_ENV: str(lock)}))
+    assert proc.returncode == 1
+    error = json.loads(proc.stdout)["error"]
+    assert str(lock) in error and DEVICE_LOCK_ENV in error, error

@@ -7,6 +7,7 @@ imported when a command runs.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,6 +26,17 @@ from rich.table import Table
 from service.errors import NightbenchError
 from workers.cli.common import console, err_console
 from workers.cli.common import fail as _fail
+
+
+class Direction(StrEnum):
+    """The change ``nightbench bisect --direction`` hunts."""
+
+    slower = "slower"
+    either = "either"
+
+
+_DIRECTION_HELP = ("slower: only a slowdown is bisected, endpoints measuring the other way end not "
+                   "reproduced (as the nightly's bisection); either: a change of either sign")
 
 if TYPE_CHECKING:
     from workers.bisect.local_driver import ProbeHook, RoundHook
@@ -50,6 +62,7 @@ def bisect(
     max_samples: Annotated[int, typer.Option(min=3, help="cap when doubling samples")] = 48,
     min_change: Annotated[float, typer.Option(
         min=0.0, help="endpoints closer than this fraction count as not reproduced")] = 0.05,
+    direction: Annotated[Direction, typer.Option(help=_DIRECTION_HELP)] = Direction.either,
     provider: Annotated[str, typer.Option(
         help="build provider: checkout | python-overlay | wheel")] = "checkout",
     wheel_url: Annotated[str | None, typer.Option(
@@ -63,14 +76,14 @@ def bisect(
     keep_builds: Annotated[bool, typer.Option(help="leave the builds on disk")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
 ) -> None:
-    """Bisect GOOD..BAD of a local repository to the commit(s) that made benchmarks slower."""
+    """Bisect GOOD..BAD of a local repository to the commit(s) that changed benchmarks' latency."""
     from workers.bisect.local_driver import bisect_repository
     from workers.bisect.search import floor_builds
 
     try:
         config, commits, builder = _bisect_inputs(
             repo, good, bad, workers=workers, samples=samples, max_samples=max_samples,
-            min_change=min_change, provider=provider, install=install, wheel_url=wheel_url,
+            min_change=min_change, slower=direction is Direction.slower, provider=provider, install=install, wheel_url=wheel_url,
             package=package, base_sha=base_sha, work_dir=work_dir)
     except NightbenchError as exc:
         _fail(exc.message)
@@ -96,11 +109,11 @@ def bisect(
 
 def _bisect_inputs(
     repo: Path, good: str, bad: str, *, workers: int, samples: int, max_samples: int,
-    min_change: float, provider: str, install: str, wheel_url: str | None, package: str | None,
+    min_change: float, slower: bool, provider: str, install: str, wheel_url: str | None, package: str | None,
     base_sha: str | None, work_dir: Path | None,
 ) -> tuple[SearchConfig, list[CommitInfo], BuildProvider]:
     """The options of ``nightbench bisect`` checked: the search settings, the commit range and
-    the build provider.
+    the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``).
 
     Raises:
         NightbenchError: an option is out of range, the commit range or the provider is bad.
@@ -110,7 +123,8 @@ def _bisect_inputs(
     from workers.commits import local_commit_range
 
     config = SearchConfig(workers=workers, initial_samples=samples,
-                          max_samples=max(max_samples, samples), min_change=min_change)
+                          max_samples=max(max_samples, samples), min_change=min_change,
+                          slower=True if slower else None)
     commits = local_commit_range(repo, good, bad)
     builder = make_provider(provider, repo_path=repo, install_command=install,
                             wheel_url=wheel_url, package=package, base_sha=base_sha,

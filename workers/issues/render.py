@@ -382,7 +382,7 @@ def _reproduce_section(report: IssueReport, ordered: Sequence[Change]) -> str:
         benchmark_flags = " ".join(f"--benchmark {b}" for b in sorted(seen))
         lines.append(
             f"nightbench bisect --repo {report.bisect_repo} --good {pair[0]} --bad {pair[1]} "
-            f"{benchmark_flags} --install {shlex.quote(report.install_command)}"
+            f"{benchmark_flags} --direction slower --install {shlex.quote(report.install_command)}"
         )
     intro = (
         "With tonight's build installed, measure the benchmark"

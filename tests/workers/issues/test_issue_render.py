@@ -402,6 +402,7 @@ def test_reproduction_commands_are_copy_paste_ready() -> None:
     flags = dict(zip(bisect[2::2], bisect[3::2], strict=True))
     assert flags["--good"] == PARENT.sha and flags["--bad"] == CULPRIT.sha
     assert flags["--install"] == "python setup.py develop"
+    assert flags["--direction"] == "slower"  # as the nightly bisected it
     assert [bisect[i + 1] for i, a in enumerate(bisect) if a == "--benchmark"] == [
         "hf_Bert:train:cuda",
         "resnet50:eval:cuda:inductor",
