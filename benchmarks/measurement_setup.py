@@ -118,7 +118,8 @@ def _run(model: str, mode: str, setup: str, device: str, out: Path, *,
     """One process: ``{"latency": median ms, "cpu_time": median ms, "gpu_peak_mem": bytes,
     "warmup": {...}, "minor_faults_per_step": float, "major_faults": int}`` (CPU time on CPU
     only, GPU memory and the record's warm-up on CUDA only, the timed steps' page faults where
-    the record has them), None on an error. ``lock``: the device lock file the process measures under, if any."""
+    the record has them), None on an error. ``lock``: the device lock file the process
+    measures under, if any."""
     env_extra, args = SETUPS[setup]
     env = {**os.environ, **env_extra, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if lock is not None:

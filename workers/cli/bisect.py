@@ -83,8 +83,9 @@ def bisect(
     try:
         config, commits, builder = _bisect_inputs(
             repo, good, bad, workers=workers, samples=samples, max_samples=max_samples,
-            min_change=min_change, slower=direction is Direction.slower, provider=provider, install=install, wheel_url=wheel_url,
-            package=package, base_sha=base_sha, work_dir=work_dir)
+            min_change=min_change, slower=direction is Direction.slower, provider=provider,
+            install=install, wheel_url=wheel_url, package=package, base_sha=base_sha,
+            work_dir=work_dir)
     except NightbenchError as exc:
         _fail(exc.message)
         return
@@ -109,8 +110,8 @@ def bisect(
 
 def _bisect_inputs(
     repo: Path, good: str, bad: str, *, workers: int, samples: int, max_samples: int,
-    min_change: float, slower: bool, provider: str, install: str, wheel_url: str | None, package: str | None,
-    base_sha: str | None, work_dir: Path | None,
+    min_change: float, slower: bool, provider: str, install: str, wheel_url: str | None,
+    package: str | None, base_sha: str | None, work_dir: Path | None,
 ) -> tuple[SearchConfig, list[CommitInfo], BuildProvider]:
     """The options of ``nightbench bisect`` checked: the search settings, the commit range and
     the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``).
