@@ -44,6 +44,10 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   q their share of those nights (count / (known + 1)), ``q**m <= excursion_alpha`` (0.003;
   ``improvement_alpha``, 0.0005, downwards). A run holding a confirmation re-run is exempt
   from the excursions (another occasion) but not from the outlier rate (a draw, not a night).
+  Against the excursions a run's length is counted in calendar nights (the nights' dates or
+  ordinals): a night without a result (a failed job, a runner down) still passes, so a step
+  behind two-night excursions waits for its third night, not for its third night with data;
+  the outlier rate counts nights with data (draws); a re-run adds no night.
 * **A new level.** Fewer than ``visited`` (3) baseline nights may reach to within a quarter of
   the change of the run's lowest night: a bimodal benchmark's nights at its other mode, which
   the baseline visits regularly, are not a step. A short baseline (under 12 nights) allows
@@ -95,14 +99,13 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from service.regressions.baseline import band, has_baseline, window_nights, window_noise
-from service.regressions.document import MEMORY_METRICS, METRICS, parse_series
+from service.regressions.document import MEMORY_METRICS, METRICS, detect_document
 from service.regressions.robust import DetectionInputError, envelope, mann_whitney_greater
 from service.regressions.rules import MODE_SAME, STABLE, UnstableRule, multimodal
 from service.regressions.scan import (
@@ -126,13 +129,16 @@ class Night:
     """One night of a series.
 
     Attributes:
-        night: ordinal of the night (e.g. days since epoch); increasing along a history.
+        night: ordinal of the night (e.g. days since epoch); increasing along a history. A
+            gap between ordinals is a missing night (a run's length counts it) unless every
+            night of the history has a ``date``, which then counts instead.
         samples: that night's raw samples, or its per-process medians (ms, bytes); >= 1.
         expected: a maintainer marked the step starting at this night ``expected``: the
             baseline resets here.
         rerun: the samples come from a confirmation re-run of the previous night's build; it
             counts as one more night right after the night it re-ran.
-        date: the calendar night, when known: reasons name it instead of the ordinal.
+        date: the calendar night, when known: reasons name it instead of the ordinal, and a
+            run's length is counted in calendar nights (a night without a result counts).
     """
 
     night: int
@@ -212,11 +218,14 @@ def _night_level(night: Night, field: str, memory: bool) -> float:
 
 def _replay(nights: Sequence[Night], names: Sequence[str], memory: bool, threshold: float,
             p: DetectorParams):
-    """Online flags over one series of nights (re-runs count as nights)."""
+    """Online flags over one series of nights (re-runs count as nights; a run's length is
+    counted by the nights' dates when every night has one, else by their ordinals)."""
     lv = np.array([[_night_level(n, name, memory) for n, name in zip(nights, names, strict=True)]])
     exp, again = (np.array([[getattr(n, a) for n in nights]]) for a in ("expected", "rerun"))
+    dated = all(n.date is not None for n in nights)
+    clock = np.array([[n.date.toordinal() if dated and n.date else n.night for n in nights]])
     return detect_series(lv, memory=memory, threshold=threshold, expected=exp, online=True,
-                         params=p, rerun=again), lv[0]
+                         params=p, rerun=again, nights=clock), lv[0]
 
 
 def _fmt_change(x: float) -> str:
@@ -437,64 +446,10 @@ def confirm(
     Raises:
         DetectionInputError: as for ``assess_night``.
     """
-    again = Night(night=tonight.night, samples=tuple(rerun.samples), rerun=True)
+    again = Night(night=tonight.night, samples=tuple(rerun.samples), rerun=True,
+                  date=tonight.date)
     nights = [*history, tonight, again]
     names = [f"history[{i}]" for i in range(len(history))] + ["tonight", "rerun"]
     return _assess(nights, metric=metric, threshold=threshold, dark=STABLE, p=params,
                    raise_at={len(nights) - 2, len(nights) - 1}, names=names, confirming=True)
-
-
-# --------------------------------------------------------------------------------------------
-# `nightbench detect` documents
-
-
-def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
-    """Run detection over an exported document (the ``nightbench detect`` JSON).
-
-    Input: ``{"threshold": 0.07, "series": [{"id": str, "metric": "latency" | "gpu_peak_mem" |
-    "cpu_peak_mem", "nights": [{"night": int, "samples": [float, ...]}, ...]}]}``, nights oldest
-    first with increasing ``night``; one sample per night is allowed. ``threshold`` (default
-    0.07) may also be a mapping ``{metric: threshold}`` (metrics left out get 0.07), and a
-    series may carry its own ``"threshold"`` (a number or such a mapping), which wins. A night
-    may carry ``"expected": true`` (the baseline resets there).
-
-    Output: ``{"flags": [{"id", "night", "raised_night", "direction", "change", "p_value"}]}``
-    in input order of series, then by night: ``night`` is the first night at the new level,
-    ``raised_night`` the night on which the flag is raised (online: decided from nights up to
-    it only, each flag once; offline: the last night of the series), ``direction``
-    ``regression`` | ``improvement``, ``change`` relative (0.12 = +12%), ``p_value`` the
-    one-sided Mann-Whitney p-value for latency and null for peak memory.
-
-    Args:
-        doc: the parsed input document.
-        online: decide night by night as the nightly service does.
-
-    Returns:
-        The output document.
-
-    Raises:
-        DetectionInputError: malformed input; the message names the field
-            (e.g. ``series[2].nights[5].samples``).
-    """
-    parsed = parse_series(doc)
-    if not parsed:
-        return {"flags": []}
-    width = max(1, max(len(p[3]) for p in parsed))
-    levels = np.full((len(parsed), width), np.nan)
-    expected = np.zeros((len(parsed), width), dtype=bool)
-    for i, (_, _, _, _, lv, ex) in enumerate(parsed):
-        levels[i, : len(lv)] = lv
-        expected[i, : len(ex)] = ex
-    flags = detect_series(
-        levels, memory=np.array([p[1] for p in parsed]),
-        threshold=np.array([p[2] for p in parsed]), expected=expected, online=online)
-    out = []
-    for f in flags:
-        sid, memory, _, ordinals, _, _ = parsed[f.series]
-        out.append({
-            "id": sid, "night": ordinals[f.night], "raised_night": ordinals[f.raised_night],
-            "direction": f.direction, "change": round(f.change, 6),
-            "p_value": None if memory or f.p_value is None else float(f"{f.p_value:.6g}"),
-        })
-    return {"flags": out}
 

@@ -1,7 +1,7 @@
 """The detection document (``nightbench detect`` JSON): its metrics, and reading it with errors
 that name what was wrong.
 
-The document's shape is given in :func:`service.regressions.detection.detect_document`.
+The document's shape is given in :func:`detect_document`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from service.regressions.robust import DetectionInputError
+from service.regressions.scan import detect_series
 
 METRICS = ("latency", "gpu_peak_mem", "cpu_peak_mem")
 """The metrics detection judges: latency (ms), peak memory on GPU and CPU (bytes)."""
@@ -101,3 +104,57 @@ def _parse_night(n: Any, nw: str, memory: bool, previous: int | None) -> tuple[i
     if not isinstance(exp, bool):
         raise DetectionInputError(f"{nw}.expected: expected true or false")
     return night, float(statistics.median(samples)), exp
+
+
+def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
+    """Run detection over an exported document (the ``nightbench detect`` JSON).
+
+    Input: ``{"threshold": 0.07, "series": [{"id": str, "metric": "latency" | "gpu_peak_mem" |
+    "cpu_peak_mem", "nights": [{"night": int, "samples": [float, ...]}, ...]}]}``, nights oldest
+    first with increasing ``night``; one sample per night is allowed. ``threshold`` (default
+    0.07) may also be a mapping ``{metric: threshold}`` (metrics left out get 0.07), and a
+    series may carry its own ``"threshold"`` (a number or such a mapping), which wins. A night
+    may carry ``"expected": true`` (the baseline resets there).
+
+    Output: ``{"flags": [{"id", "night", "raised_night", "direction", "change", "p_value"}]}``
+    in input order of series, then by night: ``night`` is the first night at the new level,
+    ``raised_night`` the night on which the flag is raised (online: decided from nights up to
+    it only, each flag once; offline: the last night of the series), ``direction``
+    ``regression`` | ``improvement``, ``change`` relative (0.12 = +12%), ``p_value`` the
+    one-sided Mann-Whitney p-value for latency and null for peak memory.
+
+    Args:
+        doc: the parsed input document.
+        online: decide night by night as the nightly service does.
+
+    Returns:
+        The output document.
+
+    Raises:
+        DetectionInputError: malformed input; the message names the field
+            (e.g. ``series[2].nights[5].samples``).
+    """
+    parsed = parse_series(doc)
+    if not parsed:
+        return {"flags": []}
+    width = max(1, max(len(p[3]) for p in parsed))
+    levels = np.full((len(parsed), width), np.nan)
+    expected = np.zeros((len(parsed), width), dtype=bool)
+    clock = np.zeros((len(parsed), width))
+    for i, (_, _, _, ordinals, lv, ex) in enumerate(parsed):
+        levels[i, : len(lv)] = lv
+        expected[i, : len(ex)] = ex
+        clock[i, : len(ordinals)] = ordinals
+    flags = detect_series(
+        levels, memory=np.array([p[1] for p in parsed]),
+        threshold=np.array([p[2] for p in parsed]), expected=expected, online=online,
+        nights=clock)
+    out = []
+    for f in flags:
+        sid, memory, _, ordinals, _, _ = parsed[f.series]
+        out.append({
+            "id": sid, "night": ordinals[f.night], "raised_night": ordinals[f.raised_night],
+            "direction": f.direction, "change": round(f.change, 6),
+            "p_value": None if memory or f.p_value is None else float(f"{f.p_value:.6g}"),
+        })
+    return {"flags": out}

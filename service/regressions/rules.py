@@ -52,7 +52,9 @@ class DetectorParams:
         excursion_look: nights before an online run searched for the series' excursions
             (:func:`longest_excursion`); 0 turns the excursion rule off.
         excursion_cap: the longest excursion that makes a run wait (a run of 2 nights waits
-            for at most ``excursion_cap + 1`` nights).
+            for at most ``excursion_cap + 1`` nights; against the excursions they are
+            counted by the calendar, a missing night inside the run counting and a re-run
+            not: :func:`night_clock`).
         excursion_alpha: chance below which a run of m nights must lie as a chain of the
             series' single outlier nights: with q its rate of nights beyond the same
             distance in the run's direction among the ``excursion_look`` nights before
@@ -413,6 +415,57 @@ class Found:
     base_size: np.ndarray
     post_start: np.ndarray  # nights at the new level [post_start, post_start + post_size)
     post_size: np.ndarray
+
+
+def night_clock(levels: np.ndarray, order: np.ndarray, lengths: np.ndarray,
+                rerun: np.ndarray | None, nights: np.ndarray | None) -> np.ndarray:
+    """The night each compacted night was measured on: the clock by which a run's length is
+    held against the series' excursions (``DetectorParams.excursion_look``).
+
+    An excursion is a stretch of time on a straying host, and a step behind two-night
+    excursions waits for its third night; a night the benchmark has no result for (the job
+    failed, the runner was down) still passes, so a run of two nights with data around a
+    missing one has lasted three nights. A confirmation re-run measured its night's build
+    again on the same night: it takes that night's place on the clock.
+
+    Args:
+        levels: (series, nights) levels, NaN where missing.
+        order: (series, nights) the column of ``levels`` behind each compacted night.
+        lengths: (series,) nights with data per series.
+        rerun: (series, nights) re-run marks, or None.
+        nights: (series, nights) ordinal of each column's night (e.g. days since epoch), or
+            None: the column index (a NaN column is a missing night). A re-run column adds
+            no night whether it has an ordinal of its own or shares its night's.
+
+    Returns:
+        Shape (series, nights), float, compacted as ``order`` (past ``lengths``: arbitrary).
+
+    Raises:
+        DetectionInputError: ``nights`` not of the levels' shape, not finite, or decreasing
+            along a series' nights with data.
+    """
+    col = np.broadcast_to(np.arange(levels.shape[1]), levels.shape)
+    clock = (col.astype(np.float32) if nights is None else np.asarray(nights, dtype=float))
+    if clock.shape != levels.shape:
+        raise DetectionInputError(f"nights: expected shape {levels.shape}, got {clock.shape}")
+    if rerun is not None:
+        # A re-run's own step on the clock (a column, an ordinal of its own, or none when it
+        # shares its night's) is taken back from it and every column after it.
+        marks = np.asarray(rerun, dtype=bool) & ~np.isnan(levels)
+        step = np.diff(clock, axis=1, prepend=clock[:, :1])
+        clock = clock - np.cumsum(np.where(marks, step, 0), axis=1)
+    c = np.take_along_axis(clock, order, axis=1)
+    if nights is None:
+        return c
+    inside = col < lengths[:, None]
+    bad = inside & ~np.isfinite(c)
+    bad[:, 1:] |= inside[:, 1:] & (np.diff(c, axis=1) < 0)
+    if bad.any():
+        r, j = np.argwhere(bad)[0]
+        raise DetectionInputError(
+            f"nights: series {r} column {order[r, j]} is {float(c[r, j])!r}; night ordinals must "
+            "be finite and must not decrease along a series")
+    return c
 
 
 def segment_matrix(y: np.ndarray, rows, starts, ends) -> tuple[np.ndarray, np.ndarray]:

@@ -35,6 +35,7 @@ from service.regressions.rules import (
     from_log,
     longest_excursion,
     multimodal,
+    night_clock,
     quartile_nights,
     run_median,
     segment_matrix,
@@ -54,10 +55,12 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     """The full rule for runs ``y[row, n-m+1 : n+1]``.
 
     Against the recent window (kind 0) or the anchor (kind 1); returns (passes, upwards,
-    p-value). ``hist`` is ``(devs, origin, offset)``: segment row r starts ``offset[r]``
-    nights into row ``origin[r]`` of ``devs``, the first pass's nights against their baseline
-    (read by the excursion rule across resets). ``rerun``: same shape as ``y``, 1 at a
-    confirmation re-run of the night before it (0 or NaN elsewhere), or None without re-runs.
+    p-value). ``hist`` is ``(devs, origin, offset, clock)``: segment row r starts
+    ``offset[r]`` nights into row ``origin[r]`` of ``devs``, the first pass's nights against
+    their baseline (read by the excursion rule across resets); ``clock`` (same shape as ``y``)
+    the night each of ``y``'s nights was measured on (:func:`night_clock`). ``rerun``: same
+    shape as ``y``, 1 at a confirmation re-run of the night before it (0 or NaN elsewhere), or
+    None without re-runs.
     """
     s = n - m + 1
     k = np.where(kind == 0, np.minimum(s, p.window), p.window)
@@ -118,26 +121,30 @@ def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarra
     re-run after its first night is not held back by the excursions (consecutive nights on one
     slow host; the re-run measured one of the run's builds again, on another occasion) but is
     by the outlier rate: a re-run is one more draw of the host, and a night and its re-run both
-    beyond ``dist`` are a chance pair as two nights are. The cap counts nights, not re-runs: a
-    two-night run with a re-run in it has not outlasted anything by a third night.
+    beyond ``dist`` are a chance pair as two nights are. Neither length counts a re-run as a
+    night: a two-night run with a re-run in it has not outlasted anything by a third night.
+    An excursion is a stretch of time on a straying host, so the run's length against it is
+    counted by the calendar (:func:`night_clock`: a night without a result inside the run
+    counts); a chain of outliers is a count of draws, so the outlier rule, and the cap that
+    lifts it, count the run's nights with a result.
     """
-    rr = np.zeros(rows.size, dtype=bool)
-    nights = m
+    inside = np.zeros(rows.size, dtype=int)
     if rerun is not None:
-        inside = gather(rerun, rows, s + 1, m - 1, p.max_run) == 1
-        rr = inside.any(axis=1)
-        nights = m - inside.sum(axis=1)
-    devs, origin, offset = hist
+        inside = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).sum(axis=1)
+    rr = inside > 0
+    devs, origin, offset, clock = hist
+    nights = clock[rows, s + m - 1] - clock[rows, s] + 1  # by the calendar
+    with_data = m - inside  # nights with a result, re-runs not counted
     end = offset[rows] + s
     b = np.maximum(end - p.excursion_look, 0)
     dev = gather(devs, origin[rows], b, end - b, p.excursion_look)
     longest = np.where(rr, 0, longest_excursion(dev, dist, up))
     rate = excursion_rate(dev, dist, up)
-    # Runs past ``excursion_cap`` nights (re-runs not counted) always outlast: a step waits
-    # one night at most.
+    # Runs of more than ``excursion_cap`` nights with data (re-runs not counted) always
+    # outlast: a step waits one night with data at most.
     alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
-    return ((m > np.minimum(longest, p.excursion_cap))
-            & ((nights > p.excursion_cap) | (rate**m <= alpha)))
+    return ((nights > np.minimum(longest, p.excursion_cap))
+            & ((with_data > p.excursion_cap) | (rate**m <= alpha)))
 
 
 def _screen(
@@ -185,7 +192,7 @@ def _screen(
 def _judge_first(
     y: np.ndarray, level: np.ndarray, anchor: np.ndarray, r: np.ndarray, n: np.ndarray,
     combos: list[tuple[int, int]], thr: np.ndarray, memory: np.ndarray, p: DetectorParams,
-    hist: tuple[np.ndarray, np.ndarray, np.ndarray], rerun: np.ndarray | None,
+    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``.
 
@@ -215,7 +222,7 @@ def _judge_first(
 def _online_pass(
     y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray,
     memory: np.ndarray, p: DetectorParams, level: np.ndarray,
-    hist: tuple[np.ndarray, np.ndarray, np.ndarray], rerun: np.ndarray | None = None,
+    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None = None,
 ) -> Found:
     """First flag of every row, each row a segment starting at column 0 (its last reset).
 
@@ -370,7 +377,7 @@ def _flags(found: Found, y_lin: np.ndarray, order: np.ndarray, lengths: np.ndarr
 def detect_series(
     levels: np.ndarray, *, memory: bool | np.ndarray, threshold: float | np.ndarray = 0.07,
     expected: np.ndarray | None = None, online: bool, params: DetectorParams = DEFAULT_PARAMS,
-    rerun: np.ndarray | None = None,
+    rerun: np.ndarray | None = None, nights: np.ndarray | None = None,
 ) -> list[Flag]:
     """Detect regressions and improvements in a batch of series.
 
@@ -389,14 +396,19 @@ def detect_series(
             night before it (the same build measured again). Online, a run holding a re-run
             after its first night is not held back by the series' excursions
             (``DetectorParams.excursion_look``); offline it changes nothing. None: no re-runs.
+        nights: (series, nights) ordinal of the night each column was measured on (e.g. days
+            since epoch), non-decreasing along a series; None: the column index. Online, a
+            run's length is counted by it (``DetectorParams.excursion_cap``): a gap of ordinals
+            is a missing night, and a re-run takes its night's ordinal whatever is given.
 
     Returns:
         Flags sorted by series then night; ``night`` and ``raised_night`` are column indices
         of ``levels``. Offline, ``raised_night`` is the series' last night.
 
     Raises:
-        DetectionInputError: wrong shape (of ``levels`` or ``rerun``), a threshold outside
-            (0, 10), a non-positive latency or a negative memory level, or an infinite level.
+        DetectionInputError: wrong shape (of ``levels``, ``rerun`` or ``nights``), a threshold
+            outside (0, 10), a non-positive latency or a negative memory level, an infinite
+            level, or night ordinals that decrease.
     """
     lv, mem, thr_lin, exp = _check_batch(levels, memory, threshold, expected)
     if lv.size == 0:
@@ -407,7 +419,8 @@ def detect_series(
     thr = np.log1p(thr_lin)
     seg_rows, seg_starts, seg_ends = _segments(lengths, exp_c)
     if online:
-        raw = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params, rr)
+        clock = night_clock(lv, order, lengths, rerun, nights)
+        raw = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params, rr, clock)
     else:
         raw = offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
     found = Found(*(np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
@@ -416,7 +429,7 @@ def detect_series(
 
 
 def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels, devs,
-                    origin, offset, rerun) -> Found:
+                    origin, offset, rerun, clock) -> Found:
     """One pass over all segments, in blocks of rows.
 
     ``levels`` holds the first pass's baselines, (first segments, width) float32; a later
@@ -424,7 +437,8 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
     window lies wholly inside it, and computes only its first ``window`` nights afresh.
     ``devs`` (same shape) holds the first pass's nights against those baselines: a later
     segment's excursion rule reads the nights before its start there. ``rerun``: the re-run
-    marks of ``y`` (same shape, bool), or None.
+    marks of ``y`` (same shape, bool), or None; ``clock``: the night of each of ``y``'s
+    nights (same shape, :func:`night_clock`).
     """
     parts = []
     w = p.window
@@ -445,9 +459,11 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
         if origin is None:
             with np.errstate(invalid="ignore"):
                 devs[c0 : c0 + ym.shape[0], : ym.shape[1]] = ym - level
-            hist = (devs, np.arange(c0, c0 + ym.shape[0]), np.zeros(ym.shape[0], dtype=int))
+            start = (np.arange(c0, c0 + ym.shape[0]), np.zeros(ym.shape[0], dtype=int))
         else:
-            hist = (devs, origin[sl], offset[sl])
+            start = (origin[sl], offset[sl])
+        hist = (devs, *start, segment_matrix(clock, seg_rows[sl], seg_starts[sl],
+                                             seg_ends[sl])[0])
         again = None if rerun is None else segment_matrix(rerun, seg_rows[sl], seg_starts[sl],
                                                           seg_ends[sl])[0]
         f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level,
@@ -458,7 +474,7 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
                     for name in Found.__dataclass_fields__))
 
 
-def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun=None):
+def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
     out = []
     n_min = np.full(seg_rows.size, -1)
     width = max(int((seg_ends - seg_starts).max(initial=0)), 1)
@@ -467,7 +483,7 @@ def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun=None):
     origin = offset = None
     while seg_rows.size:
         found = _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels,
-                                devs, origin, offset, rerun)
+                                devs, origin, offset, rerun, clock)
         rows = seg_rows[found.rows]
         starts = seg_starts[found.rows]
         out.append(Found(rows, starts + found.first, starts + found.raised, found.up,

@@ -6,6 +6,8 @@ base, so each series can be read off the test.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import math
 import statistics
@@ -283,6 +285,103 @@ def test_a_night_and_its_rerun_are_a_chance_pair_on_a_series_with_frequent_outli
     # ...and a step far beyond the outliers is confirmed by its re-run at once.
     seen, raised = nightly_flow(OUTLIERS, [(40.0, 38.0)])
     assert seen == ["regression?", "rerun:regression"] and raised is not None
+
+
+def test_a_missing_night_inside_a_run_counts_toward_its_wait() -> None:
+    # A step behind the host's two-night excursions waits for its third night by the
+    # calendar: the job that failed on its second night does not make it wait for a third
+    # night with data.
+    n = len(BUSY_EXCURSION)
+    assert _online(BUSY_EXCURSION + [40.0, 41.0, 39.0, 42.0]) == [(22, 23), (n, n + 2)]
+    gappy = np.array([levels(BUSY_EXCURSION + [40.0, math.nan, 41.0, 39.0])])
+    flags = detect_series(gappy, memory=False, online=True)
+    assert [(f.night, f.raised_night) for f in flags] == [(22, 23), (n, n + 2)]
+    # The same gap given as night ordinals instead of a missing column.
+    days = np.array([list(range(n + 1)) + [n + 2, n + 3]], dtype=float)
+    compact = np.array([levels(BUSY_EXCURSION + [40.0, 41.0, 39.0])])
+    flags = detect_series(compact, memory=False, online=True, nights=days)
+    assert [(f.night, f.raised_night) for f in flags] == [(22, 23), (n, n + 1)]
+    assert [(f.night, f.raised_night) for f in detect_series(compact, memory=False, online=True)
+            ] == [(22, 23), (n, n + 2)]
+    # A gap before the step is no part of its run: it still waits for its third night.
+    early = np.array([levels(BUSY_EXCURSION[:-1] + [math.nan, BUSY_EXCURSION[-1], 40.0, 41.0,
+                                                     39.0])])
+    flags = detect_series(early, memory=False, online=True)
+    assert [(f.night, f.raised_night) for f in flags] == [(22, 23), (n + 1, n + 3)]
+
+
+def test_the_outlier_rule_counts_nights_with_data() -> None:
+    # Lone +14% nights at a rate of 10 in 61: two of them in a row come by chance
+    # ((10/61)**2 > 0.003), and a missing night between two is no third draw.
+    n = len(HEAVY)
+    assert _online(HEAVY + [25.0, 24.7, 25.2, 25.0]) == [(n, n + 2)]
+    gappy = np.array([levels(HEAVY + [25.0, math.nan, 24.7, 25.2, 25.0])])
+    flags = detect_series(gappy, memory=False, online=True)
+    assert [(f.night, f.raised_night) for f in flags if f.direction == "regression"] == [
+        (n, n + 3)]
+
+
+def test_the_nightly_counts_a_runs_nights_by_their_dates() -> None:
+    # assess_night: history with dates; the step's second result comes two days after its
+    # first (the night between failed), so it is raised, not held for another night.
+    day0 = datetime.date(2026, 9, 1)
+    history = [Night(i, (v,), date=day0 + datetime.timedelta(days=i))
+               for i, v in enumerate(levels(BUSY_EXCURSION + [40.0]))]
+    n = len(BUSY_EXCURSION)
+    second = Night(n + 1, (141.0,), date=day0 + datetime.timedelta(days=n + 2))
+    raised = assess_night(history, second, metric="latency")
+    assert raised.verdict == "regression" and raised.confirmed
+    assert raised.first_night == n and "since 2026-10-27" in raised.reason
+    # The next calendar night instead: a candidate held back by the host's excursion.
+    held = assess_night(history, dataclasses.replace(
+        second, date=day0 + datetime.timedelta(days=n + 1)), metric="latency")
+    assert held.verdict == "regression" and not held.confirmed
+    # Without dates the ordinals count: a gap between them is the missing night.
+    undated = [dataclasses.replace(night, date=None) for night in history]
+    assert assess_night(undated, dataclasses.replace(second, date=None, night=n + 2),
+                        metric="latency").confirmed
+    assert not assess_night(undated, dataclasses.replace(second, date=None),
+                            metric="latency").confirmed
+
+
+def test_night_ordinals_are_checked() -> None:
+    series = np.array([levels(quiet(20))])
+    days = np.arange(20, dtype=float)[None, :]
+    with pytest.raises(DetectionInputError, match="nights: expected shape"):
+        detect_series(series, memory=False, online=True, nights=days[:, 1:])
+    days[0, 12] = 3.0
+    with pytest.raises(DetectionInputError, match=r"nights: series 0 column 12 is 3\.0"):
+        detect_series(series, memory=False, online=True, nights=days)
+    # A decreasing ordinal on a missing night is no night at all.
+    series[0, 12] = math.nan
+    assert detect_series(series, memory=False, online=True, nights=days) == []
+    with pytest.raises(DetectionInputError, match="series\\[0\\].nights\\[3\\].night"):
+        detect_document(doc(("s", "latency", levels(quiet(5))), ordinals={"s": [0, 1, 2, 2, 3]}),
+                        online=True)
+
+
+def test_a_rerun_adds_no_night_whatever_its_ordinal() -> None:
+    # A re-run with an ordinal of its own (the Night API's positions) or its night's (the
+    # nightly's dates) is the same draw on the same night: the step waits alike.
+    n = len(HEAVY)
+    run = np.array([levels(HEAVY + [25.0, 25.5, 24.7, 25.2, 25.0])])
+    again = np.zeros(run.shape, dtype=bool)
+    again[0, n + 1] = True
+    own = np.array([list(range(n + 5))], dtype=float)
+    shared = np.array([list(range(n + 1)) + [n, n + 1, n + 2, n + 3]], dtype=float)
+    for days in (own, shared, None):
+        flags = detect_series(run, memory=False, online=True, rerun=again, nights=days)
+        assert [(f.night, f.raised_night) for f in flags] == [(n, n + 3)]
+
+
+def test_a_documents_night_ordinals_count_a_missing_night() -> None:
+    n = len(BUSY_EXCURSION)
+    values = levels(BUSY_EXCURSION + [40.0, 41.0, 39.0])
+    days = list(range(n + 1)) + [n + 2, n + 3]
+    flags = online_flags(values, ordinals={"s": days})
+    assert [(f["night"], f["raised_night"]) for f in flags] == [(22, 23), (n, n + 2)]
+    flags = online_flags(values)
+    assert [(f["night"], f["raised_night"]) for f in flags] == [(22, 23), (n, n + 2)]
 
 
 HEAVY = [14.0 + o if i % 6 == 2 else o for i, o in enumerate(quiet(60))]  # 10 lone outliers
