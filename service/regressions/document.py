@@ -111,10 +111,12 @@ def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
 
     Input: ``{"threshold": 0.07, "series": [{"id": str, "metric": "latency" | "gpu_peak_mem" |
     "cpu_peak_mem", "nights": [{"night": int, "samples": [float, ...]}, ...]}]}``, nights oldest
-    first with increasing ``night``; one sample per night is allowed. ``threshold`` (default
-    0.07) may also be a mapping ``{metric: threshold}`` (metrics left out get 0.07), and a
-    series may carry its own ``"threshold"`` (a number or such a mapping), which wins. A night
-    may carry ``"expected": true`` (the baseline resets there).
+    first with increasing ``night`` (a gap between ordinals is a night without a result: online,
+    a run's length against the series' excursions counts it); one sample per night is
+    allowed. ``threshold`` (default 0.07) may also be a mapping ``{metric: threshold}``
+    (metrics left out get 0.07), and a series may carry its own ``"threshold"`` (a number or
+    such a mapping), which wins. A night may carry ``"expected": true`` (the baseline resets
+    there).
 
     Output: ``{"flags": [{"id", "night", "raised_night", "direction", "change", "p_value"}]}``
     in input order of series, then by night: ``night`` is the first night at the new level,
