@@ -1,5 +1,5 @@
-"""The detection document (``nightbench detect`` JSON): its metrics, and reading it with errors
-that name what was wrong.
+"""The detection document (``nightbench detect`` JSON): its metrics, reading it with errors
+that name what was wrong, and detection over it (:func:`detect_document`).
 
 The document's shape is given in :func:`detect_document`.
 """

@@ -27,6 +27,12 @@ from service.errors import NightbenchError
 from workers.cli.common import console, err_console
 from workers.cli.common import fail as _fail
 
+if TYPE_CHECKING:
+    from workers.bisect.local_driver import ProbeHook, RoundHook
+    from workers.bisect.search import SearchConfig
+    from workers.builds.base import BuildProvider
+    from workers.commits import CommitInfo
+
 
 class Direction(StrEnum):
     """The change ``nightbench bisect --direction`` hunts."""
@@ -37,13 +43,6 @@ class Direction(StrEnum):
 
 _DIRECTION_HELP = ("slower: only a slowdown is bisected, endpoints measuring the other way end not "
                    "reproduced (as the nightly's bisection); either: a change of either sign")
-
-if TYPE_CHECKING:
-    from workers.bisect.local_driver import ProbeHook, RoundHook
-    from workers.bisect.search import SearchConfig
-    from workers.builds.base import BuildProvider
-    from workers.commits import CommitInfo
-
 
 
 def bisect(
