@@ -107,7 +107,7 @@ import numpy as np
 from service.regressions.baseline import band, has_baseline, window_nights, window_noise
 from service.regressions.document import MEMORY_METRICS, METRICS, detect_document
 from service.regressions.robust import DetectionInputError, envelope, mann_whitney_greater
-from service.regressions.rules import MODE_SAME, STABLE, UnstableRule, multimodal
+from service.regressions.rules import MODE_SAME, STABLE, UnstableRule, multimodal, night_clock
 from service.regressions.scan import (
     DEFAULT_PARAMS,
     DetectorParams,
@@ -222,10 +222,21 @@ def _replay(nights: Sequence[Night], names: Sequence[str], memory: bool, thresho
     counted by the nights' dates when every night has one, else by their ordinals)."""
     lv = np.array([[_night_level(n, name, memory) for n, name in zip(nights, names, strict=True)]])
     exp, again = (np.array([[getattr(n, a) for n in nights]]) for a in ("expected", "rerun"))
-    dated = all(n.date is not None for n in nights)
-    clock = np.array([[n.date.toordinal() if dated and n.date else n.night for n in nights]])
     return detect_series(lv, memory=memory, threshold=threshold, expected=exp, online=True,
-                         params=p, rerun=again, nights=clock), lv[0]
+                         params=p, rerun=again, nights=_calendar(nights)[None, :]), lv[0]
+
+
+def _calendar(nights: Sequence[Night]) -> np.ndarray:
+    """The night each of ``nights`` was measured on, shape (n,): their dates' ordinals when
+    every night has one, else their ordinals, a re-run standing on its night's
+    (:func:`service.regressions.rules.night_clock`, which raises DetectionInputError for
+    ordinals that decrease)."""
+    dated = all(n.date is not None for n in nights)
+    t = np.array([[n.date.toordinal() if dated and n.date else n.night for n in nights]],
+                 dtype=float)
+    again = np.array([[n.rerun for n in nights]])
+    return night_clock(np.ones_like(t), np.arange(t.shape[1])[None, :],
+                       np.array([t.shape[1]]), again, t)[0]
 
 
 def _fmt_change(x: float) -> str:
@@ -295,13 +306,21 @@ def _raised(f: Flag, nights: Sequence[Night], value: float, *, metric: str, memo
     p_txt = "" if f.p_value is None else f", p={f.p_value:.2g}"
     reason = (f"{'Regression' if regression else 'Improvement'} ({what}) of "
               f"{_fmt_change(f.change)} against a baseline of {_fmt_level(base, memory)} "
-              f"since {nights[f.night].label()}, persisting {len(nights) - f.night} "
-              f"nights{p_txt}.")
+              f"since {nights[f.night].label()}, {_persisting(nights, f.night)}{p_txt}.")
     loud, why = dark.judge(f.change) if regression else (False, "")
     return Assessment(
         verdict=f.direction, metric=metric, baseline=base, value=value,
         change=_relative(value, base), p_value=f.p_value, alertable=loud,
         reason=reason + why, confirmed=True, first_night=nights[f.night].night, step_change=f.change)
+
+
+def _persisting(nights: Sequence[Night], first: int) -> str:
+    """How long a step raised tonight has lasted since ``nights[first]``: calendar nights (a
+    night without a result counts, a re-run adds none), and its results when they differ."""
+    clock = _calendar(nights)
+    span, results = int(clock[-1] - clock[first]) + 1, len(nights) - first
+    text = f"persisting {span} night{'s' if span != 1 else ''}"
+    return text + (f" ({results} result{'s' if results != 1 else ''})" if results != span else "")
 
 
 def _baseline_start(nights: Sequence[Night], flags: Sequence[Flag]) -> int:

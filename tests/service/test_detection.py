@@ -332,6 +332,8 @@ def test_the_nightly_counts_a_runs_nights_by_their_dates() -> None:
     raised = assess_night(history, second, metric="latency")
     assert raised.verdict == "regression" and raised.confirmed
     assert raised.first_night == n and "since 2026-10-27" in raised.reason
+    # The reason counts the calendar too, and says how many results stand behind it.
+    assert "persisting 3 nights (2 results)" in raised.reason
     # The next calendar night instead: a candidate held back by the host's excursion.
     held = assess_night(history, dataclasses.replace(
         second, date=day0 + datetime.timedelta(days=n + 1)), metric="latency")
@@ -342,6 +344,23 @@ def test_the_nightly_counts_a_runs_nights_by_their_dates() -> None:
                         metric="latency").confirmed
     assert not assess_night(undated, dataclasses.replace(second, date=None),
                             metric="latency").confirmed
+    assert "persisting 3 nights (2 results)" in assess_night(
+        undated, dataclasses.replace(second, date=None, night=n + 2), metric="latency").reason
+
+
+def test_a_reason_counts_a_rerun_as_a_result_not_a_night() -> None:
+    # A +40% step behind no excursion, confirmed by the re-run of its first night: raised on
+    # that night, one night long with two results, dated or not.
+    day0 = datetime.date(2026, 9, 1)
+    values = levels(quiet(30) + [40.0])
+    for dated in (True, False):
+        history = [Night(i, (v,), date=day0 + datetime.timedelta(days=i) if dated else None)
+                   for i, v in enumerate(values)]
+        rerun = Night(30 if dated else 31, (141.0,), rerun=True,
+                      date=day0 + datetime.timedelta(days=30) if dated else None)
+        raised = assess_night(history, rerun, metric="latency")
+        assert raised.confirmed and raised.first_night == 30, raised.reason
+        assert "persisting 1 night (2 results)" in raised.reason, raised.reason
 
 
 def test_night_ordinals_are_checked() -> None:
