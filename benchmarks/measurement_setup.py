@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -202,6 +203,25 @@ def _every_benchmark(device: str, modes: list[str]) -> list[tuple[str, str]]:
             if mode in m.modes and f"{mode}:{device}" not in m.not_implemented]
 
 
+def _chosen(models: str, device: str, modes: list[str]) -> list[tuple[str, str]]:
+    """``(model, mode)`` pairs of a ``--models`` value: ``all`` (:func:`_every_benchmark`), or
+    comma-separated names, each in every one of ``modes`` or, written ``model:mode``, in that
+    mode alone (the benchmarks a table left unsteady, measured again).
+
+    Raises:
+        ValueError: an item names a mode other than train or eval, or no model.
+    """
+    if models == "all":
+        return _every_benchmark(device, modes)
+    chosen = []
+    for item in (i.strip() for i in models.split(",") if i.strip()):
+        name, _, mode = item.partition(":")
+        if not name or (mode and mode not in ("train", "eval")):
+            raise ValueError(f"{item!r}: expected model or model:train / model:eval")
+        chosen += [(name, mode)] if mode else [(name, m) for m in modes]
+    return chosen
+
+
 def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
           errors: dict[tuple[str, str, str], int]) -> list[dict[str, Any]]:
     """One row per benchmark and setup with two or more processes: median of the per-process
@@ -227,8 +247,8 @@ def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
 
 
 def _floors(rows: list[dict[str, Any]], setups: list[str]) -> dict[str, dict[str, Any]]:
-    """Per setup: the noise floor (median CV), its 90th percentile, the CPU-time floor and the
-    unstable benchmarks."""
+    """Per setup: the noise floor (median CV), its 90th percentile (numpy's linear
+    interpolation between ranks), the CPU-time floor and the unstable benchmarks."""
     floors = {}
     for setup in setups:
         mine = [r for r in rows if r["setup"] == setup]
@@ -238,7 +258,8 @@ def _floors(rows: list[dict[str, Any]], setups: list[str]) -> dict[str, dict[str
         cpu = sorted(r["cpu_time_cv"] for r in mine if r["cpu_time_cv"] is not None)
         floors[setup] = {
             "benchmarks": len(mine),
-            "noise_floor_cv": statistics.median(cvs), "cv_p90": cvs[int(0.9 * (len(cvs) - 1))],
+            "noise_floor_cv": statistics.median(cvs),
+            "cv_p90": float(np.percentile(cvs, 90)),
             "cpu_time_noise_floor_cv": statistics.median(cpu) if cpu else None,
             "unstable": [r["benchmark"] for r in mine if r["unstable"]]}
     return floors
@@ -274,7 +295,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5, help="processes per benchmark and setup")
     ap.add_argument("--models", default=SUBSET,
-                    help="comma-separated, or all: every suite model the device and modes allow")
+                    help="comma-separated, or all: every suite model the device and modes "
+                         "allow; model:mode takes that one mode of the model")
     ap.add_argument("--modes", "--mode", dest="modes", default="eval",
                     help="train, eval or both (comma-separated)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -298,8 +320,10 @@ def main() -> None:
     unknown = sorted(set(setups) - SETUPS.keys())
     if unknown:
         ap.error(f"--setups: unknown {', '.join(unknown)} (known: {', '.join(SETUPS)})")
-    benchmarks = (_every_benchmark(args.device, modes) if args.models == "all"
-                  else [(m, mode) for m in args.models.split(",") if m for mode in modes])
+    try:
+        benchmarks = _chosen(args.models, args.device, modes)
+    except ValueError as exc:
+        ap.error(f"--models: {exc}")
     load_before = os.getloadavg()
 
     def write(values: dict[tuple[str, str, str], dict[str, list[Any]]],

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -112,7 +113,7 @@ def main() -> int:
         "setups": sorted({s for r in results for s in r.setups}),
         "noise_floor_cv": floor,
         "cpu_time_noise_floor_cv": cpu_floor,
-        "cv_p90": cvs[int(0.9 * (len(cvs) - 1))] if cvs else None,
+        "cv_p90": float(np.percentile(cvs, 90)) if cvs else None,
         "unstable": unstable,
         "leak_suspected": sorted(leaks),
         "suite_wall_s_per_round": round_walls,

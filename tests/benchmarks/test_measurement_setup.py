@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.measurement_setup import _every_benchmark
+import pytest
+
+from benchmarks.measurement_setup import _chosen, _every_benchmark, _floors
 from suite.registry import EXTRA_MODELS_ENV, list_models
 from tests.suite.helpers import FIXTURE_MODELS, ROOT, suite_env
 
@@ -23,6 +25,27 @@ def test_all_is_every_model_the_device_and_modes_allow() -> None:
     assert not {n for n, _ in cuda} & set(cpu_only)
     assert _every_benchmark("cpu", ["eval"]) == [(n, "eval") for n, m in models.items()
                                                  if "cpu" in m.devices and "eval" in m.modes]
+
+
+def test_models_may_name_one_mode_each() -> None:
+    # The benchmarks a table left unsteady are model:mode pairs, measured again alone.
+    assert _chosen("bart:eval,dlrm,t5:train", "cuda", ["train", "eval"]) == [
+        ("bart", "eval"), ("dlrm", "train"), ("dlrm", "eval"), ("t5", "train")]
+    assert _chosen("all", "cpu", ["eval"]) == _every_benchmark("cpu", ["eval"])
+    for bad in ("bart:infer", ":eval"):
+        with pytest.raises(ValueError, match=bad):
+            _chosen(bad, "cpu", ["eval"])
+
+
+def test_p90_interpolates_between_ranks() -> None:
+    # Of two benchmarks, one steady and one at 15%: the 90th percentile lies near the noisy
+    # one (it took the rank below, the steady one, and read 0.64%).
+    rows = [{"setup": "jemalloc", "cv": cv, "cpu_time_cv": None, "unstable": cv > 0.1,
+             "benchmark": name} for name, cv in (("dlrm:eval", 0.15), ("ncf:train", 0.0064))]
+    floor = _floors(rows, ["jemalloc"])["jemalloc"]
+    assert floor["cv_p90"] == pytest.approx(0.0064 + 0.9 * (0.15 - 0.0064))
+    assert floor["noise_floor_cv"] == pytest.approx((0.15 + 0.0064) / 2)
+    assert floor["unstable"] == ["dlrm:eval"]
 
 
 def test_overlapped_processes_each_measure_under_the_lock(tmp_path: Path) -> None:
