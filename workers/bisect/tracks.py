@@ -372,13 +372,32 @@ def _verify_track(
     if more:
         return _Track(benchmark, "verifying", lo, hi, sides=sides, change=change,
                       verify_more=tuple((i, more) for i in targets))
+    start, end = _unverified_range(sides, lo, hi, n, parent_side, child_side)
     return _Track(
-        benchmark, INCONCLUSIVE, lo - 1 if lo > 0 else lo, hi, sides=sides, change=change,
+        benchmark, INCONCLUSIVE, start, end, sides=sides, change=change,
         reason=(f"verification failed: fresh samples put the parent {commits[lo][:10]} on the "
                 f"{parent_side} side and the candidate {commits[hi][:10]} on the {child_side} "
                 f"side (endpoints p={ends.p_value:.3g}, candidate against parent "
                 f"p={direct.p_value:.3g})"),
     )
+
+
+def _unverified_range(sides: Mapping[int, str], lo: int, hi: int, n: int, parent_side: str,
+                      child_side: str) -> tuple[int, int]:
+    """The interval ``(start, end]`` that may hold the culprit when the verification of
+    ``(lo, hi]`` did not confirm it.
+
+    It starts at the parent when its fresh samples put it on the good side, else at the last
+    commit the search judged good before it (or the good endpoint), and ends at the candidate when
+    its fresh samples put it on the bad side, else at the first commit the search judged bad after
+    it (or the bad endpoint): a candidate that measures good again means the search's bad
+    verdict on it was wrong and the culprit lies after it, never that the range ends there.
+    """
+    start = lo if parent_side == GOOD else max(
+        (i for i, s in sides.items() if s == GOOD and i < lo), default=0)
+    end = hi if child_side == BAD else min(
+        (i for i, s in sides.items() if s == BAD and i > hi), default=n)
+    return start, end
 
 
 def _fresh_checks(

@@ -354,6 +354,24 @@ def test_a_failed_verification_names_no_culprit() -> None:
 
 
 @pytest.mark.parametrize("paired", [True, False])
+def test_a_candidate_that_measures_good_again_leaves_the_culprit_inside_the_range(
+    paired: bool,
+) -> None:
+    # The search's rounds read commit 4 as bad (a straying moment of the host); fresh samples
+    # put it on the good side, where it is: the culprit is 5. The answer names none, and its
+    # range must reach past the candidate to the next commit judged bad, never stop at 4.
+    state = simulate(8, step({"bench": 4}), seed=2, paired=paired,
+                     fresh_override=lambda index, name: step({"bench": 5})(index, name))
+    result = outcome(state)
+    assert result is not None and result.kind == b.INCONCLUSIVE, result
+    (found,) = result.benchmarks
+    assert "verification failed" in found.reason and "candidate" in found.reason
+    assert found.culprit is None
+    assert state.commits[5] in found.range, found.range
+    assert state.commits[4] in found.range and state.commits[3] not in found.range, found.range
+
+
+@pytest.mark.parametrize("paired", [True, False])
 def test_a_slow_drift_does_not_mislead_the_search(paired: bool) -> None:
     state = simulate(32, step({"bench": 13}), seed=7, drift_per_round=0.004, paired=paired)
     assert culprit_indices(state) in ({"bench": 13}, {})
