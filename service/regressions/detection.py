@@ -13,6 +13,11 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   reset happens at a night a maintainer marked ``expected`` and at the first night of a step
   already raised, so one step is raised once. Fewer than ``min_baseline`` (4) earlier nights:
   ``no_baseline``, never an alert (new benchmarks, new series after an environment change).
+  After a raised step, a latency run may start on its fourth night (``min_run_baseline``, 3
+  nights before it: held to four, a step landing there had its own first night in the
+  baseline and was never raised), when it reaches three times the threshold
+  (``short_run_factor``) and stands the threshold beyond the level before the raised step
+  (a series back from a raised excursion is not a step).
 * **Noise.** The night-to-night noise of the series is the median absolute successive
   difference of the baseline levels, scaled to a standard deviation (1.4826 / sqrt 2): it
   ignores outlier nights, steps and slow drift (a robust form of von Neumann's successive
@@ -107,7 +112,7 @@ import numpy as np
 from service.regressions.baseline import band, has_baseline, window_nights, window_noise
 from service.regressions.document import MEMORY_METRICS, METRICS, detect_document
 from service.regressions.robust import DetectionInputError, envelope, mann_whitney_greater
-from service.regressions.rules import MODE_SAME, STABLE, UnstableRule, multimodal, night_clock
+from service.regressions.rules import MODE_SAME, multimodal, night_clock
 from service.regressions.scan import (
     DEFAULT_PARAMS,
     DetectorParams,
@@ -116,6 +121,7 @@ from service.regressions.scan import (
     from_log,
     to_log,
 )
+from service.regressions.unstable import STABLE, UnstableRule
 
 __all__ = ["METRICS", "MEMORY_METRICS", "VERDICTS", "Assessment", "DetectionInputError",
            "DetectorParams", "Flag", "Night", "assess_night", "confirm", "detect_document",

@@ -40,6 +40,17 @@ class DetectorParams:
     Attributes:
         window: earlier nights in a baseline (and nights per side offline).
         min_baseline: fewest earlier nights that make a baseline.
+        min_run_baseline: fewest nights since a raised step's first night before a latency
+            run that may raise another step (at most ``min_baseline``). A step landing on
+            the fourth night after a raised one has three nights before it: held to
+            ``min_baseline``, its own first night entered the baseline and it was never
+            raised. Such a run must also reach ``short_run_factor`` times the threshold and
+            stand the threshold beyond the level before the raised step (so a series coming
+            back from a raised excursion is not a step); at a series' start or after a night
+            marked expected, and for peak memory (judged by its envelope, without a p-value),
+            runs keep ``min_baseline``. Above ``min_baseline`` it is ``min_baseline``
+            (:attr:`run_baseline`).
+        short_run_factor: see ``min_run_baseline`` (3: +22.5% for a 7% threshold).
         max_run: longest run of recent nights (re-runs included) tested for persistence.
         alpha: one-sided significance level of the Mann-Whitney U test.
         z: standard-normal quantile by which a noisy change may fall short of the threshold.
@@ -78,6 +89,8 @@ class DetectorParams:
 
     window: int = 28
     min_baseline: int = 4
+    min_run_baseline: int = 3
+    short_run_factor: float = 3.0
     max_run: int = 7
     alpha: float = 0.01
     z: float = 1.645
@@ -94,73 +107,25 @@ class DetectorParams:
     unstable_beyond: float = 3.0
 
     def __post_init__(self) -> None:
-        if not (2 <= self.min_baseline <= self.window <= MWU_MAX and 2 <= self.max_run <= 16
+        if not (2 <= self.min_run_baseline and 2 <= self.min_baseline <= self.window <= MWU_MAX
+                and 2 <= self.max_run <= 16 and self.short_run_factor >= 1
                 and 2 <= self.drift_nights <= self.window and self.excursion_look >= 0
                 and self.excursion_cap >= 0 and 0 < self.excursion_alpha <= 1
                 and 0 < self.improvement_alpha <= 1 and self.unstable_beyond >= 0):
             raise DetectionInputError(
-                f"params: need 2 <= min_baseline <= window <= {MWU_MAX}, 2 <= max_run <= 16, "
+                f"params: need 2 <= min_run_baseline, 2 <= min_baseline <= window <= {MWU_MAX}, "
+                "2 <= max_run <= 16, short_run_factor >= 1, "
                 "2 <= drift_nights <= window, excursion_look >= 0, excursion_cap >= 0 and "
                 "0 < excursion_alpha <= 1, 0 < improvement_alpha <= 1 and unstable_beyond >= 0")
 
+    @property
+    def run_baseline(self) -> int:
+        """Fewest nights before a latency run after a raised step (``min_run_baseline``, at
+        most ``min_baseline``)."""
+        return min(self.min_run_baseline, self.min_baseline)
+
 
 DEFAULT_PARAMS = DetectorParams()
-
-
-@dataclass(frozen=True)
-class UnstableRule:
-    """Whether a benchmark is marked unstable, and the change from which it alerts anyway.
-
-    A benchmark marked unstable is shown, and alerts only a latency regression of at least
-    ``beyond`` (``DetectorParams.unstable_beyond``) times the spread of the verdict that marked
-    it unstable, and the threshold (``service/regressions/detection.py``); the verdict judges
-    latency, so its peak memory alerts as on any benchmark (``service.regressions.service``).
-
-    Attributes:
-        unstable: the benchmark is marked unstable.
-        spread: that verdict's spread ((max - min) / min of its processes' medians, a fraction);
-            None: not known (it then never alerts).
-        threshold: the series' threshold (fraction).
-        beyond: ``DetectorParams.unstable_beyond`` (0: never alerts).
-    """
-
-    unstable: bool
-    spread: float | None
-    threshold: float
-    beyond: float
-
-    @property
-    def bar(self) -> float | None:
-        """The least change an unstable benchmark alerts (fraction); None: it never does."""
-        if not self.unstable or self.spread is None or self.beyond <= 0:
-            return None
-        return max(self.threshold, self.beyond * self.spread)
-
-    def judge(self, change: float) -> tuple[bool, str]:
-        """Whether a regression of ``change`` (fraction, 0.12 = +12%) alerts, and the sentence
-        its reason adds (empty for a stable benchmark)."""
-        if not self.unstable:
-            return True, ""
-        bar = self.bar
-        if bar is None:
-            return False, " Benchmark marked unstable: shown, not alerted."
-        noise = (f"{self.beyond:g} times the {(self.spread or 0.0) * 100:.1f}% spread that "
-                 "marked it unstable")
-        if change >= bar:
-            return True, f" Benchmark marked unstable, alerted: the change is beyond {noise}."
-        return False, (f" Benchmark marked unstable: shown, not alerted (it alerts from "
-                       f"{bar * 100:+.1f}%, {noise}).")
-
-
-STABLE = UnstableRule(unstable=False, spread=None, threshold=0.07, beyond=0.0)
-"""A benchmark not marked unstable (a confirmation re-run is judged as one)."""
-
-
-def alerts_from(spread: float | None, threshold: float,
-                params: DetectorParams = DEFAULT_PARAMS) -> float | None:
-    """The least latency regression (a fraction) a benchmark marked unstable at ``spread`` still
-    alerts: ``params.unstable_beyond`` times it and at least ``threshold``; None: never."""
-    return UnstableRule(True, spread, threshold, params.unstable_beyond).bar
 
 
 @dataclass(frozen=True)

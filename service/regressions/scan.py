@@ -15,6 +15,7 @@ import numpy as np
 
 from service.regressions.baseline import pooled_noise, window_noise
 from service.regressions.offline import offline_batch
+from service.regressions.persist import outlasts, short_baseline_cut
 from service.regressions.robust import (
     DetectionInputError,
     gather,
@@ -31,9 +32,7 @@ from service.regressions.rules import (
     Flag,
     Found,
     cutoff,
-    excursion_rate,
     from_log,
-    longest_excursion,
     multimodal,
     night_clock,
     quartile_nights,
@@ -55,12 +54,12 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     """The full rule for runs ``y[row, n-m+1 : n+1]``.
 
     Against the recent window (kind 0) or the anchor (kind 1); returns (passes, upwards,
-    p-value). ``hist`` is ``(devs, origin, offset, clock)``: segment row r starts
+    p-value). ``hist`` is ``(devs, origin, offset, clock, before)``: segment row r starts
     ``offset[r]`` nights into row ``origin[r]`` of ``devs``, the first pass's nights against
-    their baseline (read by the excursion rule across resets); ``clock`` (same shape as ``y``)
-    the night each of ``y``'s nights was measured on (:func:`night_clock`). ``rerun``: same
-    shape as ``y``, 1 at a confirmation re-run of the night before it (0 or NaN elsewhere), or
-    None without re-runs.
+    their baseline (read by the excursion rule across resets), and of ``before``, those
+    baselines; ``clock`` (same shape as ``y``) the night each of ``y``'s nights was measured
+    on (:func:`night_clock`). ``rerun``: same shape as ``y``, 1 at a confirmation re-run of
+    the night before it (0 or NaN elsewhere), or None without re-runs.
     """
     s = n - m + 1
     k = np.where(kind == 0, np.minimum(s, p.window), p.window)
@@ -86,6 +85,8 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     # a change point is located with both sides known) let 3% steps with heavy-tailed nights
     # through on week-long runs.
     cut = np.where(kind == 0, np.maximum(cut, thr[rows]), cut)
+    cut = np.where((kind == 0) & (k < p.min_baseline),
+                   short_baseline_cut(cut, rows, ref, est, thr[rows], p, hist), cut)
     up = est > 0
     ok = (np.abs(est) >= cut) & np.where(up, lo - ref >= 0.5 * est, hi - ref <= 0.5 * est)
     # A step's first night is itself at the new level: the quartile rule must not let a run
@@ -99,7 +100,7 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     if step.size and p.excursion_look:
         dist = np.fmax(np.maximum(thr[rows[step]], 3.0 * noise[step]),
                        0.5 * np.where(up[step], lo[step] - ref[step], ref[step] - hi[step]))
-        ok[step] &= _outlasts(rows[step], s[step], m[step], up[step], dist, p, hist, rerun)
+        ok[step] &= outlasts(rows[step], s[step], m[step], up[step], dist, p, hist, rerun)
     pval = np.full(rows.size, np.nan)
     idx = np.nonzero(ok)[0]
     if idx.size:
@@ -108,43 +109,6 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
         ok[idx] = sig
         pval[idx] = pv
     return ok, up, pval
-
-
-def _outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray:
-    """Whether each run ``[s, s + m)`` of segment row ``rows`` outlasts the series' excursions
-    of at least ``dist`` (log) in its direction (``up``); see ``_judge`` for ``hist`` and
-    ``rerun``. Shape (runs,).
-
-    A run of up to ``excursion_cap`` nights must also be unlikely as a chain of the series'
-    single outlier nights of that size: ``q**m <= excursion_alpha`` (``improvement_alpha``
-    for a run downwards) with q from :func:`excursion_rate`. A run holding a confirmation
-    re-run after its first night is not held back by the excursions (consecutive nights on one
-    slow host; the re-run measured one of the run's builds again, on another occasion) but is
-    by the outlier rate: a re-run is one more draw of the host, and a night and its re-run both
-    beyond ``dist`` are a chance pair as two nights are. Neither length counts a re-run as a
-    night: a two-night run with a re-run in it has not outlasted anything by a third night.
-    An excursion is a stretch of time on a straying host, so the run's length against it is
-    counted by the calendar (:func:`night_clock`: a night without a result inside the run
-    counts); a chain of outliers is a count of draws, so the outlier rule, and the cap that
-    lifts it, count the run's nights with a result.
-    """
-    inside = np.zeros(rows.size, dtype=int)
-    if rerun is not None:
-        inside = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).sum(axis=1)
-    rr = inside > 0
-    devs, origin, offset, clock = hist
-    nights = clock[rows, s + m - 1] - clock[rows, s] + 1  # by the calendar
-    with_data = m - inside  # nights with a result, re-runs not counted
-    end = offset[rows] + s
-    b = np.maximum(end - p.excursion_look, 0)
-    dev = gather(devs, origin[rows], b, end - b, p.excursion_look)
-    longest = np.where(rr, 0, longest_excursion(dev, dist, up))
-    rate = excursion_rate(dev, dist, up)
-    # Runs of more than ``excursion_cap`` nights with data (re-runs not counted) always
-    # outlast: a step waits one night with data at most.
-    alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
-    return ((nights > np.minimum(longest, p.excursion_cap))
-            & ((with_data > p.excursion_cap) | (rate**m <= alpha)))
 
 
 def _screen(
@@ -178,7 +142,7 @@ def _screen(
                     up += d >= least[:, None]
                     down += d <= -least[:, None]
                 beyond = np.maximum(up, down) >= (m + 1) // 2
-        screen[:, m - 1 :] |= beyond & (col[:span] >= p.min_baseline)[None, :]
+        screen[:, m - 1 :] |= beyond & (col[:span] >= p.run_baseline)[None, :]
     if p.drift:
         # A drift needs the median of the last drift_nights nights beyond the threshold.
         med = run_median(y, p.drift_nights)
@@ -205,7 +169,10 @@ def _judge_first(
         todo = np.nonzero(best < 0)[0]
         if todo.size == 0:
             break
-        valid = n[todo] - run_m + 1 >= (p.min_baseline if run_kind == 0 else 2 * p.window)
+        # A latency step may stand on three nights since a reset, peak memory (judged by its
+        # envelope, with no p-value to hold a short baseline back) on ``min_baseline``.
+        least = np.where(memory[r[todo]], p.min_baseline, p.run_baseline)
+        valid = n[todo] - run_m + 1 >= (least if run_kind == 0 else 2 * p.window)
         todo = todo[valid]
         if todo.size == 0:
             continue
@@ -463,7 +430,7 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
         else:
             start = (origin[sl], offset[sl])
         hist = (devs, *start, segment_matrix(clock, seg_rows[sl], seg_starts[sl],
-                                             seg_ends[sl])[0])
+                                             seg_ends[sl])[0], levels)
         again = None if rerun is None else segment_matrix(rerun, seg_rows[sl], seg_starts[sl],
                                                           seg_ends[sl])[0]
         f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level,

@@ -25,8 +25,8 @@ from service.benchmarks import benchmark_name
 from service.bisections.service import culprits_for_regressions
 from service.deps import SessionDep, SettingsDep
 from service.errors import InvalidInput
-from service.regressions.rules import alerts_from
 from service.regressions.service import unstable_spreads
+from service.regressions.unstable import alerts_from
 from service.results import catalog
 from service.results import history as hist
 from service.results.charts import MAX_PANELS, history_svg

@@ -40,8 +40,8 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.models import Alert, Confirmation, Job, Regression, Result, Run
-from service.regressions.rules import alerts_from
 from service.regressions.service import assess_run, history_nights, unstable_spreads
+from service.regressions.unstable import alerts_from
 from service.results.records import build_identity
 from service.runs.rounds import failed_processes
 from service.runs.service import get_run, run_results

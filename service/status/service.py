@@ -30,7 +30,7 @@ from service.models import (
 )
 from service.models.base import utcnow
 from service.queues import QUEUE_NAMES
-from service.regressions.rules import alerts_from
+from service.regressions.unstable import alerts_from
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
 

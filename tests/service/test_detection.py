@@ -842,6 +842,45 @@ def test_new_benchmark_has_no_baseline_and_no_alert():
     assert online_flags(levels(quiet(2) + quiet(12, shift=50))) == []
 
 
+def test_a_step_on_the_fourth_night_after_a_reset_is_raised() -> None:
+    # An improvement raised at night 10 restarts the baseline; the slowdown that lands three
+    # nights later has three nights before it. Held to the four nights a candidate needs, its
+    # own first night entered the baseline and it was a "not reproduced" candidate every night
+    # after, never raised (a +126% step lost this way on a straying CI host).
+    before = quiet(10, shift=25) + quiet(3)
+    flags = online_flags(levels(before + quiet(10, shift=100)))
+    assert [(f["night"], f["direction"]) for f in flags] == [(10, "improvement"),
+                                                             (13, "regression")]
+    seen, raised = nightly_flow(before, [(100.0, 101.0), (99.0, 100.5), (101.0, 99.5)])
+    assert seen[0] == "no_baseline?", seen  # three nights: no verdict on the step's first night
+    assert raised is not None and raised.confirmed and raised.alertable, seen
+    assert raised.first_night == 13 and 0.9 <= raised.step_change <= 1.1, raised.reason
+    # A step under three times the threshold keeps waiting for four nights before it.
+    small = online_flags(levels(before + quiet(10, shift=15)))
+    assert [(f["night"], f["direction"]) for f in small] == [(10, "improvement")]
+    # With no level known before them (a new series settling after its first nights, or
+    # after a night marked expected), and for peak memory (judged without a p-value), runs
+    # keep the four nights before them.
+    assert online_flags(levels(quiet(3) + quiet(10, 60))) == []
+    shape = [80e6] * 10 + [50e6] * 3 + [130e6] * 10
+    assert [(f["night"], f["direction"]) for f in online_flags(shape)] == [
+        (10, "improvement"), (13, "regression")]
+    assert [(f["night"], f["direction"]) for f in online_flags(shape, metric="cpu_peak_mem")
+            ] == [(10, "improvement")]
+
+
+def test_a_series_back_from_a_raised_excursion_is_not_a_step() -> None:
+    # Three nights at -25% are raised as an improvement and restart the baseline; the series
+    # coming back to its level three nights later is not a +33% regression: it stands where
+    # it stood before the raised step. (Held to four nights, it was absorbed as well.)
+    flags = online_flags(levels(quiet(20) + [-25.0, -24.6, -25.2] + quiet(12)))
+    assert [(f["night"], f["direction"]) for f in flags] == [(20, "improvement")]
+    # The same three nights followed by a real slowdown beyond the old level is raised.
+    flags = online_flags(levels(quiet(20) + [-25.0, -24.6, -25.2] + quiet(12, shift=30)))
+    assert [(f["night"], f["direction"]) for f in flags] == [(20, "improvement"),
+                                                             (23, "regression")]
+
+
 def test_young_series_is_confirmed_by_a_rerun_with_the_t_test():
     # Four nights of baseline: no arrangement of ranks reaches 1% with two nights against four,
     # so the t-test on the change over the robust noise decides.
@@ -1038,6 +1077,11 @@ def test_detector_params_are_checked():
         DetectorParams(max_run=1)
     with pytest.raises(DetectionInputError, match="excursion_cap"):
         DetectorParams(excursion_cap=-1)
+    with pytest.raises(DetectionInputError, match="2 <= min_run_baseline"):
+        DetectorParams(min_run_baseline=1)
+    assert DetectorParams(min_baseline=2).run_baseline == 2  # never above min_baseline
+    with pytest.raises(DetectionInputError, match="short_run_factor >= 1"):
+        DetectorParams(short_run_factor=0.5)
     for alpha in (0.0, 1.5):
         with pytest.raises(DetectionInputError, match="excursion_alpha"):
             DetectorParams(excursion_alpha=alpha)

@@ -23,13 +23,14 @@ from service.errors import InvalidInput
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run
 from service.regressions import paired
 from service.regressions.detection import MEMORY_METRICS, confirm
-from service.regressions.rules import DEFAULT_PARAMS, alerts_from
+from service.regressions.rules import DEFAULT_PARAMS
 from service.regressions.service import (
     history_nights,
     process_count,
     result_night,
     unstable_spreads,
 )
+from service.regressions.unstable import alerts_from
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
 from workers.issues.causes import (

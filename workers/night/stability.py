@@ -110,7 +110,7 @@ def stored_verdicts() -> list[dict[str, Any]]:
     from service.config import get_settings
     from service.db import session_scope
     from service.models import Machine
-    from service.regressions.rules import alerts_from
+    from service.regressions.unstable import alerts_from
     from service.stability.service import list_stability
 
     settings = get_settings()

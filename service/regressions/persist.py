@@ -1,0 +1,71 @@
+"""What an online run must pass besides its magnitude and significance: outlasting the
+series' own excursions, and, judged on a short baseline after a raised step, standing beyond
+the level before it.
+
+The method and its sources are described in :mod:`service.regressions.detection`; the
+callers are in :mod:`service.regressions.scan` (``_judge``), whose ``hist`` tuple both read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.regressions.robust import gather
+from service.regressions.rules import DetectorParams, excursion_rate, longest_excursion
+
+
+def short_baseline_cut(cut, rows, ref, est, thr, p: DetectorParams, hist) -> np.ndarray:
+    """The magnitude cut of runs judged against fewer than ``min_baseline`` nights (down to
+    ``min_run_baseline``), whose baseline began at a raised step's first night.
+
+    Such a run must reach ``short_run_factor`` times the threshold, and its level (``ref +
+    est``, log) must stand the threshold beyond the level before that step in the run's
+    direction (the median of the ``window`` nights before it, from the first pass): a step
+    that lands a few nights after a raised one is raised; a series coming back from a raised
+    excursion of three nights is not a new step. Runs at the start of a series or after a
+    night marked expected (no level known before them) are never raised here (``inf``).
+    Shape (runs,).
+    """
+    origin, offset, before = hist[1], hist[2], hist[4]
+    pre = before[origin[rows], np.clip(offset[rows], 0, before.shape[1] - 1)]
+    with np.errstate(invalid="ignore"):
+        beyond = np.where(est > 0, ref + est - pre >= thr, pre - ref - est >= thr)
+    return np.where((offset[rows] > 0) & beyond, np.maximum(cut, p.short_run_factor * thr),
+                    np.inf)
+
+
+def outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray:
+    """Whether each run ``[s, s + m)`` of segment row ``rows`` outlasts the series' excursions
+    of at least ``dist`` (log) in its direction (``up``); see ``scan._judge`` for ``hist`` and
+    ``rerun``. Shape (runs,).
+
+    A run of up to ``excursion_cap`` nights must also be unlikely as a chain of the series'
+    single outlier nights of that size: ``q**m <= excursion_alpha`` (``improvement_alpha``
+    for a run downwards) with q from :func:`excursion_rate`. A run holding a confirmation
+    re-run after its first night is not held back by the excursions (consecutive nights on one
+    slow host; the re-run measured one of the run's builds again, on another occasion) but is
+    by the outlier rate: a re-run is one more draw of the host, and a night and its re-run both
+    beyond ``dist`` are a chance pair as two nights are. Neither length counts a re-run as a
+    night: a two-night run with a re-run in it has not outlasted anything by a third night.
+    An excursion is a stretch of time on a straying host, so the run's length against it is
+    counted by the calendar (:func:`night_clock`: a night without a result inside the run
+    counts); a chain of outliers is a count of draws, so the outlier rule, and the cap that
+    lifts it, count the run's nights with a result.
+    """
+    inside = np.zeros(rows.size, dtype=int)
+    if rerun is not None:
+        inside = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).sum(axis=1)
+    rr = inside > 0
+    devs, origin, offset, clock = hist[:4]
+    nights = clock[rows, s + m - 1] - clock[rows, s] + 1  # by the calendar
+    with_data = m - inside  # nights with a result, re-runs not counted
+    end = offset[rows] + s
+    b = np.maximum(end - p.excursion_look, 0)
+    dev = gather(devs, origin[rows], b, end - b, p.excursion_look)
+    longest = np.where(rr, 0, longest_excursion(dev, dist, up))
+    rate = excursion_rate(dev, dist, up)
+    # Runs of more than ``excursion_cap`` nights with data (re-runs not counted) always
+    # outlast: a step waits one night with data at most.
+    alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
+    return ((nights > np.minimum(longest, p.excursion_cap))
+            & ((with_data > p.excursion_cap) | (rate**m <= alpha)))
