@@ -46,3 +46,46 @@ def test_demo_refuses_a_folder_in_use(tmp_path: Path) -> None:
     (tmp_path / "something").write_text("x")
     with pytest.raises(InvalidInput, match="not empty"):
         run_demo(tmp_path)
+
+
+@pytest.mark.parametrize("first_reproduced", [True, False])
+def test_a_step_its_rerun_did_not_reproduce_gets_the_next_night(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, first_reproduced: bool
+) -> None:
+    # The nights themselves are measured by the end-to-end test above; here, what the demo
+    # plays after its bad night: nothing more when the re-run reproduced the step, else one
+    # more night at the bad commit over the same commit range (the nightly's "or the next
+    # night"), whose outcome the demo then reports.
+    from datetime import date, timedelta
+    from types import SimpleNamespace
+
+    from workers.demo import run as demo
+    from workers.night import plan
+
+    played: list[tuple[date, object, str]] = []
+
+    def create_night(*, night: date, benchmarks: object, commit_range: object = None) -> int:
+        played.append((night, commit_range, os.environ["PYTHONPATH"]))
+        return len(played)
+
+    def outcome(run_id: int) -> tuple[tuple[dict[str, object], ...], None]:
+        done = "reproduced" if first_reproduced or run_id > 3 else "not_reproduced"
+        return ({"benchmark": DEMO_BENCHMARK, "metric": "latency", "confirmation": done},), None
+
+    monkeypatch.setattr(plan, "create_night", create_night)
+    monkeypatch.setattr(plan, "queued_jobs", lambda run_id: [])
+    monkeypatch.setattr(demo, "_night_outcome", outcome)
+    commit_range = [{"sha": "b" * 40}]
+    said: list[str] = []
+    runs = demo._play_nights(
+        SimpleNamespace(good="a" * 40, bad="b" * 40), (tmp_path / "good", tmp_path / "bad"),
+        commit_range, baseline_nights=2, outer_path=None, say=said.append)
+    bad = 1 if first_reproduced else 2
+    assert runs == list(range(1, 3 + bad))
+    assert [p[2] for p in played] == [str(tmp_path / "good")] * 2 + [str(tmp_path / "bad")] * bad
+    assert [p[1] for p in played] == [None, None] + [commit_range] * bad
+    days = [p[0] for p in played]
+    assert all(b - a == timedelta(days=1) for a, b in zip(days, days[1:], strict=False))
+    assert days[-1] <= date.today()
+    assert ("not reproduced" in said[-1]) is not first_reproduced, said
+
