@@ -26,7 +26,7 @@ def short_baseline_cut(cut, rows, ref, est, thr, p: DetectorParams, hist) -> np.
     night marked expected (no level known before them) are never raised here (``inf``).
     Shape (runs,).
     """
-    origin, offset, before = hist[1], hist[2], hist[4]
+    _, origin, offset, _, before = hist
     pre = before[origin[rows], np.clip(offset[rows], 0, before.shape[1] - 1)]
     with np.errstate(invalid="ignore"):
         beyond = np.where(est > 0, ref + est - pre >= thr, pre - ref - est >= thr)
@@ -56,7 +56,7 @@ def outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray
     if rerun is not None:
         inside = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).sum(axis=1)
     rr = inside > 0
-    devs, origin, offset, clock = hist[:4]
+    devs, origin, offset, clock, _ = hist
     nights = clock[rows, s + m - 1] - clock[rows, s] + 1  # by the calendar
     with_data = m - inside  # nights with a result, re-runs not counted
     end = offset[rows] + s
