@@ -17,7 +17,12 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
   nights before it: held to four, a step landing there had its own first night in the
   baseline and was never raised), when it reaches three times the threshold
   (``short_run_factor``) and stands the threshold beyond the level before the raised step
-  (a series back from a raised excursion is not a step).
+  (a series back from a raised excursion is not a step). When the ``return_nights`` (3)
+  nights right after the night a step was raised on all stand within half the step of the
+  baseline it was raised against, the step did not persist (an excursion a re-run
+  reproduced): the reset is undone and the baseline from before it resumes, later runs
+  starting after the last of those nights. Otherwise the excursion's nights opened every
+  later baseline, and the next step of their size was a level the baseline had visited.
 * **Noise.** The night-to-night noise of the series is the median absolute successive
   difference of the baseline levels, scaled to a standard deviation (1.4826 / sqrt 2): it
   ignores outlier nights, steps and slow drift (a robust form of von Neumann's successive
@@ -102,6 +107,7 @@ which the history charts share.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from collections.abc import Sequence
@@ -299,8 +305,16 @@ def _assess(
     k = window_nights(len(nights) - 1 - start, p)
     if not has_baseline(k, p):
         return _no_baseline(nights, flags, start, k, metric=metric, value=value, p=p)
-    return _against_baseline(lv[start:], k, metric=metric, memory=memory, threshold=threshold,
-                             dark=dark, p=p, confirming=confirming)
+    out = _against_baseline(lv[start:], k, metric=metric, memory=memory, threshold=threshold,
+                            dark=dark, p=p, confirming=confirming)
+    back = [f for f in flags if f.resumed_night == len(nights) - 1]
+    if back:  # tonight is the last of the nights the series came back on
+        f = back[-1]
+        out = dataclasses.replace(out, reason=(
+            f"{out.reason} Back from the {f.direction} of {_fmt_change(f.change)} raised on "
+            f"{nights[f.raised_night].label()} for {p.return_nights} nights: it did not "
+            "persist, and the baseline from before it resumes."))
+    return out
 
 
 def _raised(f: Flag, nights: Sequence[Night], value: float, *, metric: str, memory: bool,
@@ -331,9 +345,10 @@ def _persisting(nights: Sequence[Night], first: int) -> str:
 
 def _baseline_start(nights: Sequence[Night], flags: Sequence[Flag]) -> int:
     """Index of the night the current baseline starts at: the last reset (marked expected, or
-    the first night of a raised step)."""
+    the first night of a raised step the series did not come back from: after one it came
+    back from, ``Flag.resumed_night``, the baseline from before it resumed)."""
     start = max((i for i, n in enumerate(nights) if n.expected), default=0)
-    return max([start, *(f.night for f in flags)])
+    return max([start, *(f.night for f in flags if f.resumed_night is None)])
 
 
 def _no_baseline(nights: Sequence[Night], flags: Sequence[Flag], start: int, k: int, *,

@@ -118,12 +118,15 @@ def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
     such a mapping), which wins. A night may carry ``"expected": true`` (the baseline resets
     there).
 
-    Output: ``{"flags": [{"id", "night", "raised_night", "direction", "change", "p_value"}]}``
+    Output: ``{"flags": [{"id", "night", "raised_night", "direction", "change", "p_value",
+    "resumed_night"}]}``
     in input order of series, then by night: ``night`` is the first night at the new level,
     ``raised_night`` the night on which the flag is raised (online: decided from nights up to
     it only, each flag once; offline: the last night of the series), ``direction``
     ``regression`` | ``improvement``, ``change`` relative (0.12 = +12%), ``p_value`` the
-    one-sided Mann-Whitney p-value for latency and null for peak memory.
+    one-sided Mann-Whitney p-value for latency and null for peak memory, ``resumed_night``
+    (online) the night the series came back from a step that did not persist, its baseline
+    from before the step resuming there (``DetectorParams.return_nights``), else null.
 
     Args:
         doc: the parsed input document.
@@ -158,5 +161,7 @@ def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
             "id": sid, "night": ordinals[f.night], "raised_night": ordinals[f.raised_night],
             "direction": f.direction, "change": round(f.change, 6),
             "p_value": None if memory or f.p_value is None else float(f"{f.p_value:.6g}"),
+            "resumed_night": (None if f.resumed_night is None
+                              else ordinals[f.resumed_night]),
         })
     return {"flags": out}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.regressions.robust import gather
+from service.regressions.robust import gather, row_median
 from service.regressions.rules import DetectorParams, excursion_rate, longest_excursion
 
 
@@ -69,3 +69,42 @@ def outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray
     alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
     return ((nights > np.minimum(longest, p.excursion_cap))
             & ((with_data > p.excursion_cap) | (rate**m <= alpha)))
+
+
+def came_back(y, rows, starts, ends, found, p: DetectorParams) -> np.ndarray:
+    """The night each raised step's series came back from it, or -1: it stood.
+
+    A step raised on a short run (a two-night excursion on a straying host, reproduced by its
+    re-run) restarts the baseline at its first night. When the ``return_nights`` nights with
+    data right after the night it was raised on each stand within half the step of the
+    baseline it was raised against (on either side: a night beyond the baseline the other way
+    is no return), the step did not persist: the baseline from before it resumes. Without
+    this, the excursion's nights were the first of every later baseline, a level visited at
+    the start of a short one, and the next real step of that size was not new for as long as
+    the window held them (online, never raised at all). Drifts (judged against the anchor)
+    stand.
+
+    Args:
+        y: (series, nights) compacted log levels.
+        rows: (n,) the row of ``y`` behind each flag of ``found``.
+        starts: (n,) the column of ``y`` each flag's segment starts at (positions in
+            ``found`` are relative to it).
+        ends: (n,) the column each segment ends before.
+        found: the flags (``rules.Found``), one per segment.
+        p: detector constants.
+
+    Returns:
+        Shape (n,): the night (relative to the segment's start) the series came back on, the
+        last of its ``return_nights``; -1 where it did not.
+    """
+    k = p.return_nights
+    if k == 0 or rows.size == 0:
+        return np.full(rows.size, -1)
+    width = int(max(found.post_size.max(initial=1), 1))
+    with np.errstate(invalid="ignore"):
+        base = row_median(gather(y, rows, starts + found.base_start, found.base_size, p.window))
+        level = row_median(gather(y, rows, starts + found.post_start, found.post_size, width))
+        after = gather(y, rows, starts + found.raised + 1, np.full(rows.size, k), k)
+        back = np.abs(after - base[:, None]) < 0.5 * np.abs(level - base)[:, None]
+    live = starts + found.raised + k < ends
+    return np.where(back.all(axis=1) & live & ~found.drift, found.raised + k, -1)

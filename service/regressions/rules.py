@@ -85,6 +85,11 @@ class DetectorParams:
             histories it lifts the recall of steps >= 10% within 3 nights from 0.60 to 0.68
             (of +100% steps from 0.62 to 0.92) for precision 0.922 -> 0.919
             (docs/benchmarks.md); 0 never alerts an unstable benchmark.
+        return_nights: online, a raised step's series is back when this many nights with
+            data right after the night it was raised on each stand within half the step of
+            the baseline it was raised against: the step did not persist, and the baseline
+            from before it resumes (``persist.came_back``; 3: two nights back are a step's
+            low nights as often). 0: a raised step always restarts the baseline.
     """
 
     window: int = 28
@@ -105,18 +110,21 @@ class DetectorParams:
     excursion_alpha: float = 0.003
     improvement_alpha: float = 0.0005
     unstable_beyond: float = 3.0
+    return_nights: int = 3
 
     def __post_init__(self) -> None:
         if not (2 <= self.min_run_baseline and 2 <= self.min_baseline <= self.window <= MWU_MAX
                 and 2 <= self.max_run <= 16 and self.short_run_factor >= 1
                 and 2 <= self.drift_nights <= self.window and self.excursion_look >= 0
                 and self.excursion_cap >= 0 and 0 < self.excursion_alpha <= 1
-                and 0 < self.improvement_alpha <= 1 and self.unstable_beyond >= 0):
+                and 0 < self.improvement_alpha <= 1 and self.unstable_beyond >= 0
+                and self.return_nights >= 0):
             raise DetectionInputError(
                 f"params: need 2 <= min_run_baseline, 2 <= min_baseline <= window <= {MWU_MAX}, "
                 "2 <= max_run <= 16, short_run_factor >= 1, "
                 "2 <= drift_nights <= window, excursion_look >= 0, excursion_cap >= 0 and "
-                "0 < excursion_alpha <= 1, 0 < improvement_alpha <= 1 and unstable_beyond >= 0")
+                "0 < excursion_alpha <= 1, 0 < improvement_alpha <= 1, unstable_beyond >= 0 "
+                "and return_nights >= 0")
 
     @property
     def run_baseline(self) -> int:
@@ -141,6 +149,9 @@ class Flag:
         p_value: one-sided Mann-Whitney U p-value (latency), None for peak memory.
         baseline: baseline level, same unit as the input levels.
         kind: ``step`` (recent window or two-window scan) or ``drift`` (anchor comparison).
+        resumed_night: online, the column of the night the series came back from the step
+            before a new baseline stood (``DetectorParams.return_nights``): the baseline from
+            before the step resumed there. None: the step stood (or offline).
     """
 
     series: int
@@ -151,6 +162,7 @@ class Flag:
     p_value: float | None
     baseline: float
     kind: str = "step"
+    resumed_night: int | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 
 from service.regressions.baseline import pooled_noise, window_noise
 from service.regressions.offline import offline_batch
-from service.regressions.persist import outlasts, short_baseline_cut
+from service.regressions.persist import came_back, outlasts, short_baseline_cut
 from service.regressions.robust import (
     DetectionInputError,
     gather,
@@ -156,9 +156,10 @@ def _screen(
 def _judge_first(
     y: np.ndarray, level: np.ndarray, anchor: np.ndarray, r: np.ndarray, n: np.ndarray,
     combos: list[tuple[int, int]], thr: np.ndarray, memory: np.ndarray, p: DetectorParams,
-    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None,
+    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None, s_min: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``.
+    """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``, its
+    run starting at night ``s_min[r]`` or later.
 
     Returns ``(index into combos or -1, direction up, p-value)`` per night.
     """
@@ -172,7 +173,8 @@ def _judge_first(
         # A latency step may stand on three nights since a reset, peak memory (judged by its
         # envelope, with no p-value to hold a short baseline back) on ``min_baseline``.
         least = np.where(memory[r[todo]], p.min_baseline, p.run_baseline)
-        valid = n[todo] - run_m + 1 >= (least if run_kind == 0 else 2 * p.window)
+        valid = ((n[todo] - run_m + 1 >= (least if run_kind == 0 else 2 * p.window))
+                 & (n[todo] - run_m + 1 >= s_min[r[todo]]))
         todo = todo[valid]
         if todo.size == 0:
             continue
@@ -189,14 +191,14 @@ def _judge_first(
 def _online_pass(
     y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray,
     memory: np.ndarray, p: DetectorParams, level: np.ndarray,
-    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None = None,
+    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None, s_min: np.ndarray,
 ) -> Found:
     """First flag of every row, each row a segment starting at column 0 (its last reset).
 
-    Only nights ``n > n_min[row]`` may raise; ``level`` is the baseline median before each
-    night (``prev_median(y, window)``); ``hist`` and ``rerun``: see ``_judge``. Returns
-    positions relative to the segment.
-    Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
+    Only nights ``n > n_min[row]`` may raise, on runs starting at ``s_min[row]`` or later
+    (0; a resumed segment's runs start after the night its series came back on);
+    ``level`` is the baseline median before each night (``prev_median(y, window)``); ``hist``
+    and ``rerun``: see ``_judge``. Returns positions relative to the segment. Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
     threshold from the baseline; for runs of 4+ nights, half of them that far, counted without
     a sort); the full rule then runs on the screened nights of each row in order, until the
     row's first flag.
@@ -227,7 +229,7 @@ def _online_pass(
             break
         r, n = cr[sel], cn[sel]
         best, best_up, best_pv = _judge_first(y, level, anchor, r, n, combos, thr, memory, p,
-                                              hist, rerun)
+                                              hist, rerun, s_min)
         hit = np.nonzero(best >= 0)[0]
         # the first hit of each row (hits are in row, then night order)
         _, first = np.unique(r[hit], return_index=True)
@@ -316,9 +318,10 @@ def _compact_marks(marks, lv: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def _flags(found: Found, y_lin: np.ndarray, order: np.ndarray, lengths: np.ndarray,
-           online: bool) -> list[Flag]:
+           online: bool, back: np.ndarray | None = None) -> list[Flag]:
     """``Found`` positions (compacted) as Flags in the input's columns, sorted by series and
-    night; offline, ``raised_night`` is each series' last night."""
+    night; offline, ``raised_night`` is each series' last night. ``back``: per flag, the
+    compacted night its series came back on (-1: none), or None."""
     # Report the baseline and the new level in the input's unit (exact bytes for memory).
     width = int(max(found.base_size.max(initial=1), found.post_size.max(initial=1)))
     rows = found.rows.astype(int)
@@ -336,7 +339,9 @@ def _flags(found: Found, y_lin: np.ndarray, order: np.ndarray, lengths: np.ndarr
             direction="regression" if found.up[i] else "improvement",
             change=v / b - 1 if b > 0 else (v - b) / 1.0,  # 0 bytes counts as 1 byte
             p_value=None if np.isnan(found.pval[i]) else float(found.pval[i]),
-            baseline=b, kind="drift" if found.drift[i] else "step"))
+            baseline=b, kind="drift" if found.drift[i] else "step",
+            resumed_night=(int(order[row, back[i]]) if back is not None and back[i] >= 0
+                           else None)))
     flags.sort(key=lambda f: (f.series, f.night, f.raised_night))
     return flags
 
@@ -385,18 +390,21 @@ def detect_series(
     y = to_log(y_lin, mem)
     thr = np.log1p(thr_lin)
     seg_rows, seg_starts, seg_ends = _segments(lengths, exp_c)
+    back = None
     if online:
         clock = night_clock(lv, order, lengths, rerun, nights)
-        raw = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params, rr, clock)
+        raw, resumed = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params, rr,
+                                     clock)
+        back = np.concatenate(resumed) if resumed else np.zeros(0, dtype=int)
     else:
         raw = offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
     found = Found(*(np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
                      for name in Found.__dataclass_fields__))
-    return _flags(found, y_lin, order, lengths, online)
+    return _flags(found, y_lin, order, lengths, online, back)
 
 
-def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels, devs,
-                    origin, offset, rerun, clock) -> Found:
+def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, s_min, thr, mem, p, levels,
+                    devs, origin, offset, rerun, clock) -> Found:
     """One pass over all segments, in blocks of rows.
 
     ``levels`` holds the first pass's baselines, (first segments, width) float32; a later
@@ -434,7 +442,7 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
         again = None if rerun is None else segment_matrix(rerun, seg_rows[sl], seg_starts[sl],
                                                           seg_ends[sl])[0]
         f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level,
-                         hist, again)
+                         hist, again, s_min[sl])
         f.rows = f.rows + c0
         parts.append(f)
     return Found(*(np.concatenate([getattr(f, name) for f in parts])
@@ -442,24 +450,35 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, level
 
 
 def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
-    out = []
+    """Online passes until no segment raises again: each raised step starts the next
+    segment (or, when the series came back from it, resumes the one it was raised in).
+    Returns the ``Found`` of each pass (positions in ``y``'s columns) and, per pass, the
+    column each flag's series came back on (-1: the step stood)."""
+    out, resumed = [], []
     n_min = np.full(seg_rows.size, -1)
+    s_min = np.zeros(seg_rows.size, dtype=int)
     width = max(int((seg_ends - seg_starts).max(initial=0)), 1)
     levels = np.full((seg_rows.size, width), np.nan, dtype=np.float32)
     devs = np.full((seg_rows.size, width), np.nan, dtype=np.float32)
     origin = offset = None
     while seg_rows.size:
-        found = _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, thr, mem, p, levels,
-                                devs, origin, offset, rerun, clock)
+        found = _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, s_min, thr, mem, p,
+                                levels, devs, origin, offset, rerun, clock)
         rows = seg_rows[found.rows]
         starts = seg_starts[found.rows]
+        ends = seg_ends[found.rows]
         out.append(Found(rows, starts + found.first, starts + found.raised, found.up,
                           found.pval, found.drift, starts + found.base_start, found.base_size,
                           starts + found.post_start, found.post_size))
-        # The baseline restarts at the first night of a raised step.
+        # The baseline restarts at the first night of a raised step, unless the series came
+        # back from it before a new baseline stood: the baseline before it resumes there.
+        back = came_back(y, rows, starts, ends, found, p)
+        resumed.append(np.where(back >= 0, starts + back, -1))
+        stood = back < 0
         origin = found.rows if origin is None else origin[found.rows]
-        offset = found.first if offset is None else offset[found.rows] + found.first
-        seg_rows, seg_ends = rows, seg_ends[found.rows]
-        seg_starts = starts + found.first
-        n_min = found.raised - found.first
-    return out
+        offset = (0 if offset is None else offset[found.rows]) + np.where(stood, found.first, 0)
+        seg_rows, seg_ends = rows, ends
+        seg_starts = starts + np.where(stood, found.first, 0)
+        n_min = np.where(stood, found.raised - found.first, back)
+        s_min = np.where(stood, 0, back + 1)
+    return out, resumed

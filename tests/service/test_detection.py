@@ -881,6 +881,53 @@ def test_a_series_back_from_a_raised_excursion_is_not_a_step() -> None:
                                                              (23, "regression")]
 
 
+def test_a_series_back_from_a_raised_excursion_resumes_its_baseline() -> None:
+    # Two nights at +18% and +12.5% are raised (a straying host a re-run reproduced) and
+    # restart the baseline; the series is back the three nights after. Held to the restarted
+    # baseline, the excursion's two nights opened every later baseline (a short one, which
+    # allows no such night) and the +10% step nine nights on was a level already visited:
+    # never raised. The baseline from before the excursion resumes instead.
+    excursion = quiet(20) + [18.0, 12.5] + quiet(9)
+    flags = online_flags(levels(excursion + quiet(8, shift=10)))
+    assert [(f["night"], f["raised_night"], f["direction"], f["resumed_night"])
+            for f in flags] == [(20, 21, "regression", 24), (31, 33, "regression", None)]
+    # The nightly's flow: the step is raised on its second night, from its own first night.
+    seen, raised = nightly_flow(excursion, [(10.0, 10.5), (9.8, 10.2), (10.3, 9.9)])
+    assert raised is not None and raised.confirmed and raised.alertable, seen
+    assert raised.first_night == 31 and 0.08 <= raised.step_change <= 0.12, raised.reason
+    # The third night back says so, and tonight's verdict is judged against the resumed
+    # baseline, not the nights since the excursion.
+    back = assess_night(nights(levels(quiet(20) + [18.0, 12.5] + quiet(2))), Night(24, (100.2,)),
+                        metric="latency")
+    assert back.verdict == "unchanged" and "over 24 nights" in back.reason, back.reason
+    assert ("Back from the regression of +15.2% raised on night 21 for 3 nights: it did not "
+            "persist") in back.reason
+    tonight = assess_night(nights(levels(quiet(20) + [18.0, 12.5] + quiet(3))),
+                           Night(25, (100.2,)), metric="latency")
+    assert tonight.verdict == "unchanged" and "over 25 nights" in tonight.reason, tonight.reason
+    assert "Back from" not in tonight.reason
+    # Two nights back are not enough: a step whose level comes back after two low nights is
+    # the same step, raised once.
+    twice = online_flags(levels(quiet(20) + [18.0, 18.0] + quiet(2) + quiet(10, shift=18)))
+    assert [(f["night"], f["resumed_night"]) for f in twice] == [(20, None)]
+    # Nights beyond the baseline the other way are no return: the slowdown landing the night
+    # after a raised improvement's first night back is raised from its own first night.
+    other = online_flags(levels(quiet(20) + quiet(2, shift=-12) + quiet(1) + quiet(8, shift=20)))
+    assert [(f["night"], f["direction"], f["resumed_night"]) for f in other] == [
+        (20, "improvement", None), (23, "regression", None)]
+    # A step still standing on the night after it was raised keeps its reset.
+    stood = online_flags(levels(quiet(20) + quiet(3, shift=-25) + quiet(12)))
+    assert [(f["night"], f["resumed_night"]) for f in stood] == [(20, None)]
+    # return_nights=0: a raised step always restarts the baseline (the step is lost).
+    off = online_flags_with(levels(excursion + quiet(8, shift=10)),
+                            DetectorParams(return_nights=0))
+    assert [(f.night, f.resumed_night) for f in off] == [(20, None)]
+
+
+def online_flags_with(values: list[float], params: DetectorParams) -> list:
+    return detect_series(np.array([values]), memory=False, online=True, params=params)
+
+
 def test_young_series_is_confirmed_by_a_rerun_with_the_t_test():
     # Four nights of baseline: no arrangement of ranks reaches 1% with two nights against four,
     # so the t-test on the change over the robust noise decides.
@@ -991,8 +1038,9 @@ def test_document_output_shape_offline_and_online():
         assert list(out) == ["flags"]
         assert [f["id"] for f in out["flags"]] == ["a", "b"]
         for f in out["flags"]:
-            assert list(f) == ["id", "night", "raised_night", "direction", "change", "p_value"]
-            assert f["night"] == 30
+            assert list(f) == ["id", "night", "raised_night", "direction", "change", "p_value",
+                               "resumed_night"]
+            assert f["night"] == 30 and f["resumed_night"] is None
             assert f["raised_night"] == (31 if online else 39)
             assert f["direction"] == "regression"
         assert out["flags"][0]["change"] == pytest.approx(0.2, abs=0.01)
@@ -1082,6 +1130,8 @@ def test_detector_params_are_checked():
     assert DetectorParams(min_baseline=2).run_baseline == 2  # never above min_baseline
     with pytest.raises(DetectionInputError, match="short_run_factor >= 1"):
         DetectorParams(short_run_factor=0.5)
+    with pytest.raises(DetectionInputError, match="return_nights >= 0"):
+        DetectorParams(return_nights=-1)
     for alpha in (0.0, 1.5):
         with pytest.raises(DetectionInputError, match="excursion_alpha"):
             DetectorParams(excursion_alpha=alpha)
