@@ -40,7 +40,10 @@ The rule (online, night by night; ``DetectorParams`` holds every constant):
 * **Persistence.** A flag needs a *run* of 2 to ``max_run`` (7) consecutive nights ending
   tonight (confirmation re-runs count as nights), each closer to the new level than to the
   baseline (from five nights on, all but the run's lowest quarter); its first night is the
-  first night at the new level. A one-night blip never forms such a run. The run may reach
+  first night at the new level (two nights earlier when the night before the run came out
+  back at the old level and the night before that at the run's level, consecutive nights:
+  a step whose second night came out low; the commit range starts from it,
+  ``persist.located_first``). A one-night blip never forms such a run. The run may reach
   back a week, so that on a noisy host a step the first nights could not yet tell from the
   noise is still judged against the baseline from before it as evidence accumulates (with
   3, a step whose first re-run came out low had its own nights in the baseline by the third

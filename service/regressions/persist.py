@@ -1,9 +1,11 @@
-"""What an online run must pass besides its magnitude and significance: outlasting the
-series' own excursions, and, judged on a short baseline after a raised step, standing beyond
-the level before it.
+"""The online rules of persistence: what a run must pass besides its magnitude and
+significance (outlasting the series' own excursions; judged on a short baseline after a
+raised step, standing beyond the level before it), where a raised step began, and whether
+the series came back from it.
 
 The method and its sources are described in :mod:`service.regressions.detection`; the
-callers are in :mod:`service.regressions.scan` (``_judge``), whose ``hist`` tuple both read.
+callers are in :mod:`service.regressions.scan` (``_judge``, ``_online_pass``,
+``_online_batch``), whose ``hist`` tuple the first two read.
 """
 
 from __future__ import annotations
@@ -108,3 +110,35 @@ def came_back(y, rows, starts, ends, found, p: DetectorParams) -> np.ndarray:
         back = np.abs(after - base[:, None]) < 0.5 * np.abs(level - base)[:, None]
     live = starts + found.raised + k < ends
     return np.where(back.all(axis=1) & live & ~found.drift, found.raised + k, -1)
+
+
+def located_first(y, rows, s, m, up, level, kind, s_min, clock,
+                  p: DetectorParams) -> np.ndarray:
+    """The first night of each raised run ``[s, s + m)`` of segment row ``rows``: ``s``, or
+    two nights earlier when the night before the run came out back at the old level and the
+    night before that stood at the new one.
+
+    A run's nights must stand at the new level, so a step whose second night came out low is
+    raised from its third night on; its first night is the one before the low night. Located
+    at the third, the commit range, which starts two nights before the first night to allow
+    for one such night (``service.regressions.service.range_start``), started after the
+    culprit. A night at the new level before a low one that was instead an outlier before the
+    step only widens the range. Here the low night is at most half the run's change from the
+    baseline before it (``level``, log), and the night before it within half the change of
+    the run's level (an outlier far beyond it is not that level); the three nights are
+    consecutive on ``clock`` (a night without a result between them: not moved); never
+    before ``s_min`` or ``min_baseline``, and not for drifts (``kind`` 1).
+
+    Returns:
+        Shape (runs,): the first night of each run, relative to its segment.
+    """
+    ref = level[rows, np.clip(s, 0, level.shape[1] - 1)]
+    with np.errstate(invalid="ignore"):
+        est = row_median(gather(y, rows, s, m, int(max(m.max(initial=1), 1)))) - ref
+        back1, back2 = (y[rows, np.clip(s - k, 0, y.shape[1] - 1)] - ref for k in (1, 2))
+        low = np.where(up, back1 < 0.5 * est, back1 > 0.5 * est)
+        high = np.abs(back2 - est) <= 0.5 * np.abs(est)  # at the run's level, not far beyond
+        nights = clock[rows, s] - clock[rows, np.clip(s - 2, 0, None)]
+    ok = ((kind == 0) & (s - 2 >= np.maximum(s_min[rows], p.min_baseline)) & low & high
+          & (nights == 2))
+    return np.where(ok, s - 2, s)

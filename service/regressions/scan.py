@@ -15,7 +15,7 @@ import numpy as np
 
 from service.regressions.baseline import pooled_noise, window_noise
 from service.regressions.offline import offline_batch
-from service.regressions.persist import came_back, outlasts, short_baseline_cut
+from service.regressions.persist import came_back, located_first, outlasts, short_baseline_cut
 from service.regressions.robust import (
     DetectionInputError,
     gather,
@@ -195,13 +195,13 @@ def _online_pass(
 ) -> Found:
     """First flag of every row, each row a segment starting at column 0 (its last reset).
 
-    Only nights ``n > n_min[row]`` may raise, on runs starting at ``s_min[row]`` or later
-    (0; a resumed segment's runs start after the night its series came back on);
-    ``level`` is the baseline median before each night (``prev_median(y, window)``); ``hist``
-    and ``rerun``: see ``_judge``. Returns positions relative to the segment. Whole-matrix work is kept to a screen that no flag can escape (a run's median at least the
-    threshold from the baseline; for runs of 4+ nights, half of them that far, counted without
-    a sort); the full rule then runs on the screened nights of each row in order, until the
-    row's first flag.
+    Only nights ``n > n_min[row]`` raise, on runs from ``s_min[row]`` on (a resumed segment:
+    after the night it came back on); ``level``: the baseline median before each night;
+    ``hist``, ``rerun``: see ``_judge``. Positions are relative to the segment. Whole-matrix
+    work is kept to a screen no flag escapes (a run's median at least the threshold from the
+    baseline; for runs of 4+ nights, half of them that far, counted without a sort); the full
+    rule then runs on each row's screened nights in order, until its first flag (whose first
+    night is :func:`persist.located_first`).
     """
     rows_n, cols = y.shape
     w = p.window
@@ -246,7 +246,8 @@ def _online_pass(
     s = n - run + 1
     size = np.where(kind == 0, np.minimum(s, w), w)
     b0 = np.where(kind == 0, s - size, 0)
-    return Found(r, s, n, up.astype(bool), pv, np.asarray(kind == 1), b0, size, s, run)
+    return Found(r, located_first(y, r, s, run, up, level, kind, s_min, hist[3], p), n,
+                 up.astype(bool), pv, np.asarray(kind == 1), b0, size, s, run)
 
 
 # --------------------------------------------------------------------------------------------

@@ -924,6 +924,30 @@ def test_a_series_back_from_a_raised_excursion_resumes_its_baseline() -> None:
     assert [(f.night, f.resumed_night) for f in off] == [(20, None)]
 
 
+def test_a_step_whose_second_night_came_out_low_begins_on_its_first_night() -> None:
+    # +10% from night 20, night 21 back at the old level: the run must stand at the new level,
+    # so it is raised from night 22 on; its first night is 20. Located at 22, the commit range
+    # (two nights before the first night) started at night 20's build, after the culprit.
+    flags = online_flags(levels(quiet(20) + [10.0, 0.5] + quiet(8, shift=10)))
+    assert [(f["night"], f["raised_night"]) for f in flags] == [(20, 23)]
+    # The nightly's flow: night 20 a candidate that could not be re-run, night 21 low, night
+    # 22 a candidate confirmed by its re-run: the first night is 20, not 22.
+    history = nights(levels(quiet(20) + [10.0, 0.5]))
+    tonight = Night(22, (110.2,))
+    assert assess_night(history, tonight, metric="latency").verdict == "regression"
+    raised = confirm(history, tonight, Night(22, (109.8,)), metric="latency")
+    assert raised.verdict == "regression" and raised.confirmed, raised.reason
+    assert raised.first_night == 20, raised.reason
+    # Two low nights are not one: a +15% outlier night two nights before the step is not its
+    # first night.
+    apart = online_flags(levels(quiet(20) + [15.0, 0.5, 0.2] + quiet(8, shift=10)))
+    assert [f["night"] for f in apart] == [23]
+    # A lone night at the new level right after the baseline's first nights is not moved to
+    # (fewer than min_baseline nights before it).
+    young = online_flags(levels(quiet(2) + [10.0, 0.5] + quiet(8, shift=10)))
+    assert all(f["night"] >= 4 for f in young), young
+
+
 def online_flags_with(values: list[float], params: DetectorParams) -> list:
     return detect_series(np.array([values]), memory=False, online=True, params=params)
 

@@ -124,3 +124,28 @@ def test_a_step_raised_on_its_second_night_is_searched_from_the_night_before_it(
     with session_scope() as session:
         start = regressions.range_start(session, run=runs.get_run(session, ids[9]))
         assert start is not None and start.id == ids[8]
+
+
+def test_a_step_whose_second_night_came_out_low_is_searched_from_before_its_first_night(
+    tmp_path: Path, configure: Callable[..., None],
+) -> None:
+    # Twenty nights at 10 ms, the culprit in night 21's build (12.8 ms), night 22 back at 10 ms
+    # (a low night), then 13 ms: the step is raised on night 24 from the run of nights 23 and
+    # 24, and its first night is 21, the night before the low one. Located at night 23, the
+    # range (two nights before the first night) started at night 21's build and did not hold
+    # the culprit.
+    shas = _make_repo(tmp_path / "src", 25)
+    configure(source_repo_path=tmp_path / "src")
+    rng = random.Random(7)
+    level = {21: 12.8, 22: 10.0, 23: 13.0, 24: 13.0}
+    ids = {day: _night_with_latency(day, shas[day], level.get(day, 10.0), rng)
+           for day in range(1, 25)}
+    with session_scope() as session:
+        raised = session.scalars(select(Regression).where(
+            Regression.confirmation == "reproduced")).all()
+        assert [r.run_id for r in raised] == [ids[24]], [(r.run_id, r.reason) for r in raised]
+        assert raised[0].first_night == date(2026, 9, 21), raised[0].reason
+        start = regressions.range_start(session, run=runs.get_run(session, ids[24]))
+        assert start is not None and start.id == ids[19]
+    commit_range = nightly.resolve_commit_range(ids[24])
+    assert commit_range is not None and shas[21] in [c["sha"] for c in commit_range]
