@@ -942,10 +942,9 @@ def test_a_step_whose_second_night_came_out_low_begins_on_its_first_night() -> N
     # first night.
     apart = online_flags(levels(quiet(20) + [15.0, 0.5, 0.2] + quiet(8, shift=10)))
     assert [f["night"] for f in apart] == [23]
-    # A lone night at the new level right after the baseline's first nights is not moved to
-    # (fewer than min_baseline nights before it).
-    young = online_flags(levels(quiet(2) + [10.0, 0.5] + quiet(8, shift=10)))
-    assert all(f["night"] >= 4 for f in young), young
+    # With min_baseline nights before the step, it begins on its first night too.
+    young = online_flags(levels(quiet(4) + [10.0, 0.5] + quiet(8, shift=10)))
+    assert [(f["night"], f["raised_night"]) for f in young] == [(4, 9)]
 
 
 def online_flags_with(values: list[float], params: DetectorParams) -> list:
