@@ -119,6 +119,11 @@ class Regression(TimestampMixin, Base):
     confirmation: Mapped[str] = mapped_column(String(16), default="pending")
     state: Mapped[str] = mapped_column(String(16), default="untriaged", index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    # The night the series was found back at its level from before this regression (the step
+    # did not persist, or a later improvement undid it), why, and when its issue was told.
+    back_night: Mapped[date | None] = mapped_column(Date)
+    back_reason: Mapped[str | None] = mapped_column(Text)
+    back_told_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
     )

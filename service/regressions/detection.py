@@ -191,6 +191,7 @@ class Assessment:
         first_night: the first night at the new level (``Night.night``) when raised.
         step_change: relative change of the new level (median of the persisting nights)
             against the baseline, when raised.
+        back_from: first night (``Night.night``) of a raised regression the series is back from.
     """
 
     verdict: str
@@ -206,6 +207,7 @@ class Assessment:
     confirmed: bool = False
     first_night: int | None = None
     step_change: float | None = None
+    back_from: int | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,7 +315,8 @@ def _assess(
     back = [f for f in flags if f.resumed_night == len(nights) - 1]
     if back:  # tonight is the last of the nights the series came back on
         f = back[-1]
-        out = dataclasses.replace(out, reason=(
+        up = f.direction == "regression"
+        out = dataclasses.replace(out, back_from=nights[f.night].night if up else None, reason=(
             f"{out.reason} Back from the {f.direction} of {_fmt_change(f.change)} raised on "
             f"{nights[f.raised_night].label()} for {p.return_nights} nights: it did not "
             "persist, and the baseline from before it resumes."))
@@ -489,8 +492,7 @@ def confirm(
     Raises:
         DetectionInputError: as for ``assess_night``.
     """
-    again = Night(night=tonight.night, samples=tuple(rerun.samples), rerun=True,
-                  date=tonight.date)
+    again = Night(tonight.night, tuple(rerun.samples), rerun=True, date=tonight.date)
     nights = [*history, tonight, again]
     names = [f"history[{i}]" for i in range(len(history))] + ["tonight", "rerun"]
     return _assess(nights, metric=metric, threshold=threshold, dark=STABLE, p=params,

@@ -41,6 +41,7 @@ def regression_payloads(session: Session, regressions: list[Regression]) -> list
         "p_value": r.p_value, "threshold": r.threshold, "alertable": r.alertable,
         "confirmation": r.confirmation, "state": r.state, "reason": r.reason,
         "culprit": culprits.get(r.id), "bisection_ids": bisections.get(r.id, []),
+        "back_night": r.back_night, "back_reason": r.back_reason,
         "created_at": r.created_at, "updated_at": r.updated_at,
         "chart_url": url(f"/api/models/{r.model}/history.svg", series=r.series_key),
     } for r in regressions]

@@ -42,6 +42,10 @@ class RegressionRead(BaseModel):
     reason: str
     culprit: str | None = Field(description="culprit commit named by a bisection")
     bisection_ids: list[int]
+    back_night: date | None = Field(None, description="the night the series was found back at "
+                                    "its level from before the regression (the step did not "
+                                    "persist, or a later improvement undid it)")
+    back_reason: str | None = Field(None, description="why it counts as back")
     created_at: datetime | None
     updated_at: datetime | None
     chart_url: str

@@ -79,6 +79,7 @@ class Assessed(NamedTuple):
     assessment: Assessment
     first_result: Result | None = None
     processes: int = 1
+    back_result: Result | None = None  # first night of the raised step the series is back from
 
 
 def _history(session: Session, *, result: Result, limit: int) -> tuple[list[Night], list[Result]]:
@@ -105,13 +106,14 @@ def history_nights(session: Session, *, result: Result, limit: int) -> list[Nigh
     return _history(session, result=result, limit=limit)[0]
 
 
-def _first_result(assessment: Assessment, nights: list[Night], results: list[Result]) -> Result | None:
-    """The result of the step's first night (``assessment.first_night``, an ordinal into
-    ``nights``/``results``, which end with tonight and, for a confirmation, its re-run).
+def _first_result(assessment: Assessment, nights: list[Night], results: list[Result],
+                  i: int | None = None) -> Result | None:
+    """The result of the step's first night (``assessment.first_night``, or ``i``: an ordinal
+    into ``nights``/``results``, which end with tonight and, for a confirmation, its re-run).
 
     A re-run stands for the night it re-ran (same build); None when nothing was raised.
     """
-    i = assessment.first_night
+    i = assessment.first_night if i is None else i
     if i is None or not 0 <= i < len(results):
         return None
     while i > 0 and nights[i].rerun:
@@ -168,9 +170,11 @@ def assess_run(
     (``NIGHTBENCH_NIGHT_PROCESSES``): the level is then the median of the per-process medians.
 
     Returns:
-        ``(result, assessment, first_result, processes)`` in a stable order; ``first_result``
-        is the result of the raised step's first night at the new level (tonight's for a
-        candidate); ``processes`` is how many processes tonight's level stands on.
+        ``(result, assessment, first_result, processes, back_result)`` in a stable order;
+        ``first_result`` is the result of the raised step's first night at the new level
+        (tonight's for a candidate); ``processes`` is how many processes tonight's level stands
+        on; ``back_result`` the first night's result of a raised step the series came back
+        from tonight (:mod:`service.regressions.back`), else None.
     """
     results = session.scalars(
         select(Result).where(
@@ -192,9 +196,12 @@ def assess_run(
             unstable=result.metric == "latency" and key in dark,
             unstable_spread=dark.get(key),
         )
-        first = (_first_result(assessment, [*nights, tonight], [*history, result])
-                 if assessment.confirmed else result)
-        out.append(Assessed(result, assessment, first, len(night_processes(result, mine)) or 1))
+        every = [*nights, tonight], [*history, result]
+        first = _first_result(assessment, *every) if assessment.confirmed else result
+        back = (None if assessment.back_from is None
+                else _first_result(assessment, *every, i=assessment.back_from))
+        out.append(Assessed(result, assessment, first, len(night_processes(result, mine)) or 1,
+                            back))
     return out
 
 
@@ -210,7 +217,7 @@ def record_regressions(
     """
     known = set(session.scalars(select(Regression.series_key).where(Regression.run_id == run.id)))
     alert = session.scalar(select(Alert).where(Alert.run_id == run.id, Alert.kind == "regression"))
-    for result, a, first, processes in assessed:
+    for result, a, first, processes, _back in assessed:
         if a.verdict not in ("regression", "improvement") or result.series_key in known:
             continue
         first = first or result

@@ -12,29 +12,14 @@ from sqlalchemy import select
 from service.db import session_scope
 from service.models import Alert, Regression, Run
 from service.regressions import service as regressions
-from service.results.service import store_record
 from service.runs import rounds
 from service.runs import service as runs
-from service.runs.service import BenchmarkSpec
 from service.series import series_history
-
-ENV = {"cpu_model": "test-cpu", "threads": 1, "torch_version": "2.13.0+cpu",
-       "torch_git_version": "f" * 40}
-SPEC = BenchmarkSpec(model="dqn", mode="eval")
+from tests.nights import SPEC, store_latency
 
 
 def _threshold(metric: str, benchmark: str) -> float:
     return 0.07
-
-
-def _store(session, run: Run, level_ms: float, rng: random.Random) -> None:  # type: ignore[no-untyped-def]
-    job = runs.list_jobs(session, run_id=run.id)[0]
-    samples = [level_ms * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
-    store_record(session, run=run, job=job, record={
-        "model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
-        "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms", "samples": samples,
-                                         "median": sorted(samples)[10], "iqr": 0.1}]})
-    runs.end_job(session, job=job, error=None)
 
 
 def _candidate_night(rng: random.Random) -> int:
@@ -42,7 +27,7 @@ def _candidate_night(rng: random.Random) -> int:
     for day in range(1, 10):
         with session_scope() as session:
             run = runs.create_run(session, night=date(2026, 9, day), benchmarks=[SPEC])
-            _store(session, run, 10.0 if day < 9 else 13.0, rng)
+            store_latency(session, run, 10.0 if day < 9 else 13.0, rng)
             run_id = run.id
     with session_scope() as session:
         run = session.get(Run, run_id)
@@ -60,7 +45,7 @@ def _rerun(session, parent_id: int, rerun_ms: float, rng: random.Random,  # type
     parent = session.get(Run, parent_id)
     confirm = runs.create_run(session, night=parent.night, benchmarks=[SPEC], kind="confirm",
                               parent_run_id=parent_id, options=options)
-    _store(session, confirm, rerun_ms, rng)
+    store_latency(session, confirm, rerun_ms, rng)
     return parent, confirm
 
 
@@ -113,7 +98,7 @@ def test_a_paired_re_run_is_judged_on_the_ratio_of_the_two_builds_measured_that_
             beside = rounds.create_paired_round(session, parent=confirm, torch_spec="torch==2.13.0",
                                                 rounds=2, deadline_s=None)
             if previous_ms is not None:
-                _store(session, beside, previous_ms, rng)
+                store_latency(session, beside, previous_ms, rng)
             else:
                 runs.end_job(session, job=runs.list_jobs(session, run_id=beside.id)[0],
                              error="build under test 'torch==2.13.0': no such build")

@@ -902,10 +902,11 @@ def test_a_series_back_from_a_raised_excursion_resumes_its_baseline() -> None:
     assert back.verdict == "unchanged" and "over 24 nights" in back.reason, back.reason
     assert ("Back from the regression of +15.2% raised on night 21 for 3 nights: it did not "
             "persist") in back.reason
+    assert back.back_from == 20  # the excursion's first night: its regression is back
     tonight = assess_night(nights(levels(quiet(20) + [18.0, 12.5] + quiet(3))),
                            Night(25, (100.2,)), metric="latency")
     assert tonight.verdict == "unchanged" and "over 25 nights" in tonight.reason, tonight.reason
-    assert "Back from" not in tonight.reason
+    assert "Back from" not in tonight.reason and tonight.back_from is None
     # Two nights back are not enough: a step whose level comes back after two low nights is
     # the same step, raised once.
     twice = online_flags(levels(quiet(20) + [18.0, 18.0] + quiet(2) + quiet(10, shift=18)))

@@ -38,6 +38,7 @@ from service.models import (
     Regression,
     Run,
 )
+from workers.issues import back
 from workers.issues.causes import BisectionInput, _Group, _groups
 from workers.issues.model import IssueReport, RenderedIssue, TrackedIssue
 from workers.issues.render import render_issue, render_recurrence
@@ -55,7 +56,8 @@ class FiledIssue:
         record_id: the :class:`~service.models.IssueRecord`.
         number: the issue number in its tracker.
         url: where to read it.
-        action: ``created`` | ``commented`` (recurrence) | ``adopted`` (found by its marker,
+        action: ``created`` | ``commented`` (recurrence) | ``told`` (its series is back:
+            :mod:`workers.issues.back`) | ``adopted`` (found by its marker,
             filed for this run by an attempt that did not get to record it).
         fingerprint: the fingerprint it carries.
         regression_ids: the regressions it now speaks for.
@@ -81,7 +83,9 @@ def file_alert(
 
     Safe to call again for the same alert (a retried task): issues already filed for it are
     found (in the database, or by their marker in the tracker) and neither filed nor commented
-    on twice. Only flushes; the caller commits.
+    on twice; once the alert is filed, a call only tells its open issues of the regressions
+    whose series is back since (:func:`workers.issues.back.tell_back`). Only flushes; the
+    caller commits.
 
     Args:
         session: database session.
@@ -105,13 +109,18 @@ def file_alert(
     if not regressions:
         return []
     tracker = tracker or make_tracker(settings)
-    filed = [
+    # A filed alert made pending again has news for its issues, nothing more to file: filing
+    # its groups again would file a fresh issue for one closed since.
+    filed = [] if alert.status == AlertStatus.FILED else [
         _file_group(session, tracker=tracker, run=run, alert=alert, group=group, report=report)
         for group, report in _reports(session, alert, run, regressions, bisection, settings)
     ]
     alert.status = AlertStatus.FILED
+    told = back.tell_back(session, tracker=tracker, regressions=regressions)
     session.flush()
-    return filed
+    return filed + [FiledIssue(record_id=record.id, number=record.number, url=record.url,
+                               action="told", fingerprint=record.fingerprint,
+                               regression_ids=(regression.id,)) for record, regression in told]
 
 
 def render_alert(
@@ -138,6 +147,8 @@ def render_alert(
         NotFound: no alert ``alert_id``.
     """
     alert, run = _alert_and_run(session, alert_id)
+    if alert.status == AlertStatus.FILED:  # what is left to do is a comment, kept in the database
+        return []
     regressions = _reproduced(session, alert_id)
     return [
         render_issue(report)

@@ -455,7 +455,8 @@ def _footer(report: IssueReport, fp: str) -> str:
         "---\n\n"
         f"<sub>Filed by nightbench{source}. Triage here: close this issue once fixed; close it "
         "with the label `invalid` (or as not planned) if it is noise; add the label `expected` to "
-        "accept the new level as the baseline. Recurrences are added as comments.</sub>\n\n"
+        "accept the new level as the baseline. Recurrences are added as comments, and so is "
+        "the night the series is back at its level from before the regression.</sub>\n\n"
         + (run_marker(report.run_id) + "\n" if report.run_id is not None else "")
         + marker(fp)
     )

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from service.benchmarks import benchmark_name
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import Run, RunKind
+from service.models import Alert, Run, RunKind
+from service.regressions import back
 from service.regressions import service as regressions
 from service.runs import rounds
 from service.runs import service as runs
@@ -30,6 +31,7 @@ from service.series import is_night_round, is_paired_round
 from workers.app import queue_for
 from workers.builds.torch_envs import CURRENT
 from workers.enqueue import Step
+from workers.issues.filing_state import reopen
 from workers.night.plan import job_steps
 from workers.night.recheck import recheck_run
 
@@ -126,6 +128,7 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
         )
         regressions.record_regressions(session, run=run, assessed=assessed,
                                        threshold_for=threshold_for(settings))
+        tell = _note_back(session, run=run, assessed=assessed)
         pending = regressions.pending_regressions(session, run_id=run_id)
         if run.kind == "ingest":
             # Results posted by runners: no re-run here; the next night confirms instead.
@@ -150,17 +153,32 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
             recheck_run(session, run=run, settings=settings)
             if not persisted:
                 runs.finish_run(session, run=run)
+    tell_steps = [Step("issues.retry_filing", ())] if tell else []
     if confirm_id is not None:
         log.info("run %s: %d benchmark(s) flagged; confirming in run %s%s", run_id,
                  len(benchmarks), confirm_id,
                  f", paired with the previous night's build in run {paired_id}" if paired_id else "")
         if paired_id is None:
-            return job_steps(confirm_id)
-        return interleaved(job_steps(confirm_id), job_steps(paired_id))
+            return job_steps(confirm_id) + tell_steps
+        return interleaved(job_steps(confirm_id), job_steps(paired_id)) + tell_steps
     if persisted:
         # Steps that already persisted over earlier nights need no re-run: straight to triage.
-        return [triage_step(run_id)]
-    return []
+        return [triage_step(run_id), *tell_steps]
+    return tell_steps
+
+
+def _note_back(session: Session, *, run: Run, assessed: list[regressions.Assessed]) -> list[int]:
+    """Record the regressions whose series is back tonight (:mod:`service.regressions.back`)
+    and make their filed alerts pending again, so the filing retry tells their issues
+    (:func:`workers.issues.filing_state.reopen`). Returns the alerts made pending."""
+    reopened = []
+    for regression in back.note_back(session, run=run, assessed=assessed):
+        log.info("run %s: %s %s is back at its level from before the regression of %s",
+                 run.id, regression.benchmark, regression.metric, regression.first_night)
+        alert = session.get(Alert, regression.alert_id) if regression.alert_id else None
+        if alert is not None and reopen(alert):
+            reopened.append(alert.id)
+    return reopened
 
 
 def _create_confirmation(session: Session, *, run: Run, specs: list[BenchmarkSpec],

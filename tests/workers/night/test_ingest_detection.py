@@ -11,30 +11,11 @@ from sqlalchemy import select
 
 from service.db import session_scope
 from service.models import Regression, Run
-from service.results.service import store_record
-from service.runs import service as runs
-from service.runs.service import BenchmarkSpec
-from workers.night import deadline as nightly
-
-ENV = {"cpu_model": "test-cpu", "threads": 1, "torch_version": "2.13.0+cpu",
-       "torch_git_version": "f" * 40}
+from tests.nights import ENV, posted_night
 
 
 def _posted_night(day: int, level_ms: float, rng: random.Random) -> int:
-    with session_scope() as session:
-        run = runs.create_run(session, night=date(2026, 8, day), kind="ingest",
-                              benchmarks=[BenchmarkSpec(model="dqn", mode="eval")])
-        job = runs.list_jobs(session, run_id=run.id)[0]
-        samples = [level_ms * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
-        store_record(session, run=run, job=job, record={
-            "model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
-            "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms", "samples": samples,
-                                             "median": sorted(samples)[10], "iqr": 0.1}]})
-        runs.end_job(session, job=job, error=None)
-        run.status = "detecting"  # what the ingest endpoint does once every benchmark is in
-        run_id = run.id
-    assert nightly.sweep_deadlines() == [run_id]
-    return run_id
+    return posted_night(date(2026, 8, day), level_ms, rng)
 
 
 def test_posted_runs_are_detected_and_filed(database_url: str, tmp_path: Path) -> None:

@@ -1,0 +1,117 @@
+"""A filed regression whose series is back at its level from before: its issue is told once.
+
+Nights are posted results (the ingest path: the deadline sweep detects, triages and files them,
+as for a runner's posts), filed on the local GitHub stand-in.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import date
+
+import pytest
+from sqlalchemy import select
+
+from service.db import session_scope
+from service.models import Alert, FilingState, Regression
+from tests.github_server import FakeGitHub
+from tests.nights import posted_night
+from tests.workers.issues.conftest import TOKEN
+from workers.issues import pending
+
+
+@pytest.fixture
+def github(configure: Callable[..., None], fake: FakeGitHub) -> FakeGitHub:
+    configure(github_repository="octo-org/perf", github_token=TOKEN,
+              github_api_url=fake.base_url)
+    return fake
+
+
+def _posted_night(day: int, level_ms: float, rng: random.Random) -> int:
+    return posted_night(date(2026, 10, day), level_ms, rng)
+
+
+def _nights(rng: random.Random, levels: dict[int, float]) -> None:
+    for day, level in sorted(levels.items()):
+        _posted_night(day, level, rng)
+
+
+def _filed() -> Regression:
+    with session_scope() as session:
+        (regression,) = session.scalars(select(Regression).where(
+            Regression.direction == "regression", Regression.confirmation == "reproduced"))
+        session.expunge(regression)
+        return regression
+
+
+def test_an_issue_is_told_once_when_its_step_did_not_persist(github: FakeGitHub) -> None:
+    # +30% on nights 9 and 10 (raised and filed on night 10), then 10 ms again: on night 13,
+    # the third night back, the issue is told; not before, and not again on night 14.
+    rng = random.Random(11)
+    _nights(rng, {day: 13.0 if day in (9, 10) else 10.0 for day in range(1, 13)})
+    assert len(github.issues) == 1 and github.comments[1] == []
+    assert _filed().back_night is None
+    _posted_night(13, 10.0, rng)
+    filed = _filed()
+    assert filed.back_night == date(2026, 10, 13) and filed.back_told_at is not None
+    assert "did not persist" in (filed.back_reason or ""), filed.back_reason
+    (comment,) = github.comments[1]
+    assert comment["body"].startswith(
+        "**Back at its level from before this regression on 2026-10-13**: `dqn:eval:cpu` latency")
+    assert "first night 2026-10-09" in comment["body"] and "measuring host" in comment["body"]
+    _posted_night(14, 10.0, rng)
+    assert len(github.comments[1]) == 1 and len(github.issues) == 1
+
+
+def test_an_issue_is_told_when_a_later_improvement_undoes_its_regression(
+    github: FakeGitHub,
+) -> None:
+    # The +30% step persists (nights 9 to 16) and is filed; a fix from night 17 brings the
+    # series back to 10 ms: the improvement, raised once it persisted, tells the issue.
+    rng = random.Random(12)
+    _nights(rng, {day: 13.0 if 9 <= day <= 16 else 10.0 for day in range(1, 22)})
+    filed = _filed()
+    assert filed.back_night is not None and date(2026, 10, 17) <= filed.back_night, filed
+    assert "a fix or a revert landed" in (filed.back_reason or ""), filed.back_reason
+    (comment,) = github.comments[1]
+    assert f"on {filed.back_night}**" in comment["body"] and "Improvement" in comment["body"]
+    assert len(github.issues) == 1
+
+
+def test_a_partial_fix_tells_nothing(github: FakeGitHub) -> None:
+    # Back to 12 ms from a +30% step is an improvement of -8%, not a return to 10 ms.
+    rng = random.Random(13)
+    _nights(rng, {day: 10.0 if day < 9 else 13.0 if day <= 16 else 12.0 for day in range(1, 22)})
+    with session_scope() as session:
+        raised = [r.reason for r in session.scalars(select(Regression).where(
+            Regression.direction == "improvement")) if r.reason.startswith("Improvement")]
+    assert raised, "the partial fix was not raised"
+    assert _filed().back_night is None and github.comments[1] == []
+
+
+def test_telling_waits_while_github_refuses_and_is_done_once(github: FakeGitHub) -> None:
+    rng = random.Random(11)
+    _nights(rng, {day: 13.0 if day in (9, 10) else 10.0 for day in range(1, 13)})
+    github.token = "ghp_rotated_token_not_ours"
+    _posted_night(13, 10.0, rng)  # the night completes; the tell waits
+    filed = _filed()
+    assert filed.back_night == date(2026, 10, 13) and filed.back_told_at is None
+    with session_scope() as session:
+        alert = session.get(Alert, filed.alert_id)
+        assert alert is not None and alert.filing_state == FilingState.FAILED_RETRYING
+    assert github.comments[1] == []
+    github.token = TOKEN
+    pending.retry_pending(force=True)
+    pending.retry_pending(force=True)
+    assert len(github.comments[1]) == 1 and len(github.issues) == 1
+    assert _filed().back_told_at is not None
+
+
+def test_an_issue_closed_meanwhile_is_not_told_nor_filed_again(github: FakeGitHub) -> None:
+    rng = random.Random(11)
+    _nights(rng, {day: 13.0 if day in (9, 10) else 10.0 for day in range(1, 13)})
+    github.close_issue(1, reason="not_planned")
+    _posted_night(13, 10.0, rng)
+    assert _filed().back_night == date(2026, 10, 13)
+    assert github.comments[1] == [] and len(github.issues) == 1
