@@ -18,6 +18,8 @@ filing then tells the regression's open issue once (:mod:`workers.issues.filing`
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Sequence
 from datetime import date, timedelta
@@ -36,71 +38,80 @@ FIRST_NIGHT_SLACK = timedelta(days=3)
 
 
 def note_back(session: Session, *, run: Run, assessed: Sequence[Assessed]) -> list[Regression]:
-    """Record, on each regressed series of ``run`` found back tonight, its regression's return.
+    """Record, on each regressed series of ``run`` found back tonight, its regressions' return.
 
     For each ``(result, assessment, ..., back_result)`` of ``run``'s results
-    (:func:`service.regressions.service.assess_run`): when the assessment
-    says the series came back from a raised step (``back_from``; ``back_result`` is the result
-    of that step's first night), or raises an improvement whose new level (``baseline *
-    (1 + step_change)``) lies within half the regression's step of the regression's baseline
-    (on the log scale), the series' latest reproduced regression before tonight that is not yet
-    back gets ``back_night`` (tonight) and ``back_reason``. For a step the series came back
-    from, that regression must have begun no earlier than ``FIRST_NIGHT_SLACK`` before the
-    step's first night: an older regression is another step.
+    (:func:`service.regressions.service.assess_run`), among the series' reproduced regressions
+    recorded before tonight and not yet back (latest first):
 
-    Idempotent: a regression already back is left as it is. Only flushes.
+    * when the assessment says the series came back from a raised step (``back_from``;
+      ``back_result`` is the result of that step's first night), the latest, provided it began
+      no earlier than ``FIRST_NIGHT_SLACK`` before that first night (an older one is another
+      step);
+    * when it raises an improvement, each regression its new level (``baseline * (1 +
+      step_change)``) undoes, latest first: a level at most half the regression's step above
+      the regression's baseline (log scale), a fix landing at or below it included.
+
+    Each gets ``back_night`` (tonight) and ``back_reason``. Idempotent: a regression already
+    back is left as it is. Only flushes.
 
     Returns:
         The regressions found back tonight.
     """
-    out = []
+    out: list[Regression] = []
     for result, assessment, *_, back_result in assessed:
         if result.series_key is None:
             continue
-        since = None
+        standing = _not_back(session, series_key=result.series_key, before=run.night)
         if assessment.back_from is not None and back_result is not None:
             since = back_result.night - FIRST_NIGHT_SLACK
-        elif not (assessment.verdict == "improvement" and assessment.confirmed):
-            continue
-        regression = _latest_open(session, series_key=result.series_key, before=run.night,
-                                  since=since)
-        if regression is None:
-            continue
-        if since is not None:
-            reason = (f"{assessment.reason} Unless a fix or a revert landed in these nights, "
-                      "the step was most likely the measuring host's, not a commit's.")
-        elif _undoes(assessment, regression):
-            reason = (f"{assessment.reason} Its new level is within half the step of the "
-                      f"baseline from before the regression: a fix or a revert landed.")
+            found = standing[:1] if standing and _first_night(session, standing[0]) >= since \
+                else []
+            why = ("Unless a fix or a revert landed in these nights, the step was most likely "
+                   "the measuring host's, not a commit's.")
+        elif assessment.verdict == "improvement" and assessment.confirmed:
+            found = list(itertools.takewhile(functools.partial(_undoes, assessment), standing))
+            why = ("Its new level is no more than half the step above the baseline from before "
+                   "the regression: a fix or a revert landed.")
         else:
             continue
-        regression.back_night, regression.back_reason = run.night, reason
-        out.append(regression)
+        for regression in found:
+            regression.back_night = run.night
+            regression.back_reason = f"{assessment.reason} {why}"
+            out.append(regression)
     session.flush()
     return out
 
 
-def _latest_open(session: Session, *, series_key: str, before: date,
-                 since: date | None) -> Regression | None:
-    """The series' latest reproduced regression recorded before night ``before`` and not yet
-    back (beginning on ``since`` or later when given)."""
-    query = (select(Regression).join(Run, Run.id == Regression.run_id).where(
+#: How many of a series' latest regressions not yet back an improvement is checked against.
+STANDING_LOOKBACK = 10
+
+
+def _not_back(session: Session, *, series_key: str, before: date) -> list[Regression]:
+    """The series' reproduced regressions recorded before night ``before`` and not yet back,
+    latest first (``STANDING_LOOKBACK`` at most)."""
+    return list(session.scalars(select(Regression).join(Run, Run.id == Regression.run_id).where(
         Regression.series_key == series_key, Regression.direction == "regression",
         Regression.confirmation == Confirmation.REPRODUCED, Regression.back_night.is_(None),
-        Run.night < before).order_by(Run.night.desc(), Regression.id.desc()).limit(1))
-    regression = session.scalar(query)
-    if regression is None or since is None:
-        return regression
-    first = regression.first_night or session.get(Run, regression.run_id).night  # type: ignore[union-attr]
-    return regression if first >= since else None
+        Run.night < before).order_by(Run.night.desc(), Regression.id.desc())
+        .limit(STANDING_LOOKBACK)))
+
+
+def _first_night(session: Session, regression: Regression) -> date:
+    """The regression's first night at the new level (its run's night for older rows)."""
+    if regression.first_night is not None:
+        return regression.first_night
+    run = session.get(Run, regression.run_id)
+    assert run is not None  # a regression's run is its parent row
+    return run.night
 
 
 def _undoes(improvement: Assessment, regression: Regression) -> bool:
-    """Whether a raised improvement's new level is within half ``regression``'s step of the
-    baseline from before it (on the log scale)."""
+    """Whether a raised improvement's new level is at most half ``regression``'s step above
+    the baseline from before it (on the log scale)."""
     if improvement.baseline is None or improvement.step_change is None:
         return False
     level = improvement.baseline * (1 + improvement.step_change)
     if level <= 0 or regression.baseline <= 0 or regression.change <= 0:
         return False
-    return abs(math.log(level / regression.baseline)) <= 0.5 * math.log1p(regression.change)
+    return math.log(level / regression.baseline) <= 0.5 * math.log1p(regression.change)

@@ -39,7 +39,6 @@ def render_back(regression: Regression) -> str:
         f"`{regression.benchmark}` {regression.metric} ({format_change(regression.change)} "
         f"against a baseline of {format_value(regression.baseline, regression.unit)}, first "
         f"night {first}).\n\n> {regression.back_reason or ''}\n\n"
-        "The detector's baseline for this series is the one from before the regression again. "
         "Close this issue as completed if a fix or a revert landed, or as not planned if "
         "nothing did (the step was not a commit's).\n")
 

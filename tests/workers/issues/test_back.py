@@ -79,6 +79,29 @@ def test_an_issue_is_told_when_a_later_improvement_undoes_its_regression(
     assert len(github.issues) == 1
 
 
+def test_a_fix_of_two_stacked_regressions_tells_both_issues(github: FakeGitHub) -> None:
+    # +30% from night 9, +20% more from night 17, each filed; a fix from night 25 takes the
+    # series back to 10 ms, below both regressions' baselines: both issues are told.
+    rng = random.Random(14)
+    level = {**{d: 10.0 for d in range(1, 9)}, **{d: 13.0 for d in range(9, 17)},
+             **{d: 15.6 for d in range(17, 25)}, **{d: 10.0 for d in range(25, 31)}}
+    _nights(rng, level)
+    with session_scope() as session:
+        filed = session.scalars(select(Regression).where(
+            Regression.direction == "regression", Regression.confirmation == "reproduced")
+            .order_by(Regression.id)).all()
+        assert [r.first_night for r in filed] == [date(2026, 10, 9), date(2026, 10, 17)]
+        assert all(r.back_night is not None and r.back_night >= date(2026, 10, 25)
+                   for r in filed), [(r.back_night, r.back_reason) for r in filed]
+    # Same build every night, no commit range: the second step is a recurrence comment on the
+    # first issue, which both regressions are reported in; each is told there once.
+    told = [c["body"] for n in github.issues for c in github.comments[n]
+            if c["body"].startswith("**Back at its level")]
+    assert len(told) == 2 and len(github.issues) == 1
+    assert sorted("first night 2026-10-09" in t for t in told) == [False, True], told
+    assert sorted("first night 2026-10-17" in t for t in told) == [False, True], told
+
+
 def test_a_partial_fix_tells_nothing(github: FakeGitHub) -> None:
     # Back to 12 ms from a +30% step is an improvement of -8%, not a return to 10 ms.
     rng = random.Random(13)
