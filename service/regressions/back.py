@@ -67,8 +67,8 @@ def note_back(session: Session, *, run: Run, assessed: Sequence[Assessed]) -> li
             since = back_result.night - FIRST_NIGHT_SLACK
             found = standing[:1] if standing and _first_night(session, standing[0]) >= since \
                 else []
-            why = ("Unless a fix or a revert landed in these nights, the step was most likely "
-                   "the measuring host's, not a commit's.")
+            why = ("Unless a fix or a revert landed in these nights, the step may not have been "
+                   "a commit's: a host that strays for a night or two looks like this.")
         elif assessment.verdict == "improvement" and assessment.confirmed:
             found = list(itertools.takewhile(functools.partial(_undoes, assessment), standing))
             why = ("Its new level is no more than half the step above the baseline from before "

@@ -391,17 +391,18 @@ def regressions_list(
         rows: list[dict[str, Any]] = [{
             "id": r.id, "run": r.run_id, "benchmark": r.benchmark, "metric": r.metric,
             "direction": r.direction, "change": r.change, "confirmation": r.confirmation,
-            "state": r.state,
+            "state": r.state, "back_night": r.back_night and r.back_night.isoformat(),
         } for r in session.scalars(stmt)]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
     table = Table(title="regressions")
-    for col in ("id", "run", "benchmark", "metric", "change %", "confirmation", "state"):
+    for col in ("id", "run", "benchmark", "metric", "change %", "confirmation", "state", "back"):
         table.add_column(col, no_wrap=col == "benchmark")
     for r in rows:
         table.add_row(str(r["id"]), str(r["run"]), r["benchmark"], r["metric"],
-                      f"{r['change'] * 100:+.1f}", r["confirmation"], r["state"])
+                      f"{r['change'] * 100:+.1f}", r["confirmation"], r["state"],
+                      r["back_night"] or "")
     console.print(table)
 
 

@@ -39,8 +39,8 @@ def render_back(regression: Regression) -> str:
         f"`{regression.benchmark}` {regression.metric} ({format_change(regression.change)} "
         f"against a baseline of {format_value(regression.baseline, regression.unit)}, first "
         f"night {first}).\n\n> {regression.back_reason or ''}\n\n"
-        "Close this issue as completed if a fix or a revert landed, or as not planned if "
-        "nothing did (the step was not a commit's).\n")
+        "If the step comes back, it is raised again. Close this issue as completed if a fix or "
+        "a revert landed; if nothing did, look at the chart before closing it as not planned.\n")
 
 
 def tell_back(

@@ -6,18 +6,21 @@ as for a runner's posts), filed on the local GitHub stand-in.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from datetime import date
 
 import pytest
 from sqlalchemy import select
+from typer.testing import CliRunner
 
 from service.db import session_scope
 from service.models import Alert, FilingState, Regression
 from tests.github_server import FakeGitHub
 from tests.nights import posted_night
 from tests.workers.issues.conftest import TOKEN
+from workers.cli import app
 from workers.issues import pending
 
 
@@ -59,9 +62,18 @@ def test_an_issue_is_told_once_when_its_step_did_not_persist(github: FakeGitHub)
     (comment,) = github.comments[1]
     assert comment["body"].startswith(
         "**Back at its level from before this regression on 2026-10-13**: `dqn:eval:cpu` latency")
-    assert "first night 2026-10-09" in comment["body"] and "measuring host" in comment["body"]
+    assert "first night 2026-10-09" in comment["body"], comment["body"]
+    assert "strays for a night or two" in comment["body"], comment["body"]
     _posted_night(14, 10.0, rng)
     assert len(github.comments[1]) == 1 and len(github.issues) == 1
+    # The triage list says it too.
+    listed = CliRunner().invoke(app, ["regressions", "list", "--json", "--state", "untriaged"])
+    assert listed.exit_code == 0, listed.output
+    assert [r["back_night"] for r in json.loads(listed.output)
+            if r["direction"] == "regression" and r["confirmation"] == "reproduced"] == [
+                "2026-10-13"]
+    table = CliRunner().invoke(app, ["regressions", "list", "--state", "untriaged"])
+    assert "2026-10-13" in table.output
 
 
 def test_an_issue_is_told_when_a_later_improvement_undoes_its_regression(
