@@ -948,6 +948,17 @@ def test_a_step_whose_second_night_came_out_low_begins_on_its_first_night() -> N
     assert [(f["night"], f["raised_night"]) for f in young] == [(4, 9)]
 
 
+def test_a_step_after_a_return_is_raised_again() -> None:
+    # What the issue of a regression whose series came back promises: if the step comes back,
+    # it is raised again, from its own first night.
+    for shift in (8.0, 10.0, 18.0):
+        for gap in (3, 6):  # the three nights back, then the step at once or three nights on
+            flags = online_flags(levels(quiet(20) + [18.0, 12.5] + quiet(gap)
+                                        + quiet(12, shift=shift)))
+            assert [(f["night"], f["raised_night"], f["resumed_night"]) for f in flags] == [
+                (20, 21, 24), (22 + gap, 24 + gap, None)], (shift, gap, flags)
+
+
 def online_flags_with(values: list[float], params: DetectorParams) -> list:
     return detect_series(np.array([values]), memory=False, online=True, params=params)
 
