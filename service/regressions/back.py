@@ -10,7 +10,7 @@ know either way without reading the history:
   A two-night excursion of a straying host that its re-run on the same host reproduced looks
   like this, and so does a regression reverted within days;
 * a later improvement was raised (it persisted, as improvements must) whose new level stands
-  within half the regression's step of the regression's baseline: a fix or a revert.
+  at most half the regression's step above the regression's baseline: a fix or a revert.
 
 :func:`note_back` records the night on the regression (``back_night``, ``back_reason``); the
 filing then tells the regression's open issue once (:mod:`workers.issues.filing`).

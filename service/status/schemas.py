@@ -69,6 +69,15 @@ class UnstableBenchmarkRead(BaseModel):
         description="least latency regression it still alerts (fraction); null: never")
 
 
+class FailingBenchmarkRead(BaseModel):
+    """A benchmark whose job failed on each of its last nights on a machine class."""
+    benchmark: str
+    queue: str
+    nights: int = Field(description="nights in a row it failed (nights not measured skipped)")
+    since: date = Field(description="the first night of the streak")
+    error: str = Field(description="the first line of its last error")
+
+
 class StatusRead(BaseModel):
     """The system's state and the problems to look at (empty when all is well)."""
     now: datetime
@@ -84,3 +93,5 @@ class StatusRead(BaseModel):
     unstable: list[UnstableBenchmarkRead] = Field(
         default_factory=list, description="benchmarks marked unstable now")
     judged: int = Field(0, description="stored stability verdicts (benchmark and machine)")
+    failing: list[FailingBenchmarkRead] = Field(
+        default_factory=list, description="benchmarks failing night after night")

@@ -35,6 +35,8 @@ from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
 
 WORKER_WINDOW = timedelta(hours=1)
+FAILING_NIGHTS = 2  # a benchmark failing this many nights in a row is a problem to tell
+FAILING_LOOKBACK = timedelta(days=30)  # nights searched for the streak
 STABILITY_WINDOW = timedelta(days=7)  # the status lists stability changes of the last week
 
 
@@ -119,6 +121,20 @@ class UnstableBenchmark:
 
 
 @dataclass(frozen=True)
+class FailingBenchmark:
+    """A benchmark whose job failed on each of its last ``nights`` nights on machine class
+    ``queue`` (nightly and posted runs; a night it was not measured on does not break the
+    streak), since night ``since``: its series has no point since, so a regression there goes
+    unseen. ``error``: the first line of its last error."""
+
+    benchmark: str
+    queue: str
+    nights: int
+    since: date
+    error: str
+
+
+@dataclass(frozen=True)
 class SystemStatus:
     """The whole answer; ``problems`` holds one line per thing a person should look at.
 
@@ -138,6 +154,7 @@ class SystemStatus:
     stability_changes: list[StabilityChange] = field(default_factory=list)
     unstable: list[UnstableBenchmark] = field(default_factory=list)
     judged: int = 0
+    failing: list[FailingBenchmark] = field(default_factory=list)
 
 
 def unstable_now(session: Session, threshold_for: Callable[[str, str], float] | None = None,
@@ -216,6 +233,39 @@ def pending_filings(session: Session, *, now: datetime) -> list[PendingFiling]:
     return out
 
 
+def failing_benchmarks(session: Session, *, today: date,
+                       at_least: int = FAILING_NIGHTS) -> list[FailingBenchmark]:
+    """Benchmarks whose job failed (``error``) on each of their last ``at_least`` or more nights
+    on a machine class, among the nightly and posted runs of the last ``FAILING_LOOKBACK``.
+
+    A night's job that ended ``done`` ends the streak; one ``missing`` (never reported) or
+    still open is skipped. Longest streak first.
+    """
+    rows = session.execute(
+        select(Job.model, Job.mode, Job.device, Job.compiler, Job.queue, Job.status, Job.error,
+               Run.night)
+        .join(Run, Run.id == Job.run_id)
+        .where(Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
+               Run.night >= today - FAILING_LOOKBACK,
+               Job.status.in_((JobStatus.DONE, JobStatus.ERROR)))
+        .order_by(Run.night.desc(), Job.id.desc())).all()
+    streaks: dict[tuple[str, str], list[tuple[date, str]]] = {}
+    ended: set[tuple[str, str]] = set()
+    for model, mode, device, compiler, queue, status, error, night in rows:
+        key = (benchmark_name(model, mode, device, compiler), queue)
+        if key in ended:
+            continue
+        if status == JobStatus.DONE:
+            ended.add(key)
+            continue
+        nights = streaks.setdefault(key, [])
+        if not nights or nights[-1][0] != night:  # one failed job a night counts once
+            nights.append((night, (error or "no error text").strip().splitlines()[0]))
+    out = [FailingBenchmark(benchmark=b, queue=q, nights=len(n), since=n[-1][0], error=n[0][1])
+           for (b, q), n in streaks.items() if len(n) >= at_least]
+    return sorted(out, key=lambda f: (-f.nights, f.queue, f.benchmark))
+
+
 def queue_lengths(broker_url: str | None, *, prefix: str = "") -> dict[str, int] | None:
     """Messages waiting in each Celery queue (Redis ``LLEN`` of its list), or None.
 
@@ -248,7 +298,8 @@ def system_status(session: Session, *, now: datetime | None = None,
                   threshold_for: Callable[[str, str], float] | None = None) -> SystemStatus:
     """Everything above, and the problems: a run past its deadline, an ingest run with none
     open for over a day, a machine class that has not measured for more than
-    ``stale_after_nights`` nights, an alert whose filing failed, a broker that cannot be read.
+    ``stale_after_nights`` nights, a benchmark failing ``FAILING_NIGHTS`` nights in a row
+    (:func:`failing_benchmarks`), an alert whose filing failed, a broker that cannot be read.
 
     Args:
         session: an open database session.
@@ -273,6 +324,11 @@ def system_status(session: Session, *, now: datetime | None = None,
     problems += [
         f"machine class {c.queue} last measured night {c.last_night} "
         f"({c.nights_behind} nights ago)" for c in classes if c.nights_behind > stale_after_nights]
+    failing = failing_benchmarks(session, today=now.date())
+    problems += [
+        f"benchmark {f.benchmark} on {f.queue} has failed {f.nights} nights in a row (since "
+        f"{f.since}): {f.error}; its series has no point since, so a regression there goes "
+        "unseen" for f in failing]
     filings = pending_filings(session, now=now)
     problems += [
         f"alert {f.alert_id} (run {f.run_id}, night {f.night}): filing its "
@@ -293,4 +349,4 @@ def system_status(session: Session, *, now: datetime | None = None,
     return SystemStatus(now=now, machine_classes=classes, open_runs=runs,
                         workers=workers_seen(session, now=now), problems=problems,
                         pending_filings=filings, queues=queues, stability_changes=changes,
-                        unstable=unstable, judged=judged)
+                        unstable=unstable, judged=judged, failing=failing)

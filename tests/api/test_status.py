@@ -57,6 +57,37 @@ def test_a_quiet_system_has_no_problems(db: Session) -> None:
     assert status.problems == [] and status.workers == []
 
 
+def test_status_tells_a_benchmark_failing_night_after_night(client: TestClient,
+                                                            db: Session) -> None:
+    # dcgan eval fails on nights 2 and 4 (night 3 it was not measured), after two good
+    # nights; dcgan train failed once, on night 2, and came back on night 3: only eval is told.
+    boom = "RuntimeError: CUDA error: an illegal memory access was encountered\nTraceback ..."
+    ok = {"latency": [3.0, 3.1]}
+    for i in (0, 1):
+        add_night(db, night(i), [make_record("dcgan", "eval", ok),
+                                 make_record("dcgan", "train", ok)])
+    add_night(db, night(2), [make_record("dcgan", "eval", {}, error=boom),
+                             make_record("dcgan", "train", {}, error="ValueError: once")])
+    add_night(db, night(3), [make_record("dcgan", "train", ok)])
+    add_night(db, night(4), [make_record("dcgan", "eval", {}, error=boom),
+                             make_record("dcgan", "train", ok)])
+    now = datetime.combine(night(5), datetime.min.time(), tzinfo=UTC)
+    status = system_status(db, now=now)
+    assert [(f.benchmark, f.queue, f.nights, f.since) for f in status.failing] == [
+        ("dcgan:eval:cpu", "cpu", 2, night(2))]
+    assert status.failing[0].error == "RuntimeError: CUDA error: an illegal memory access was " \
+                                      "encountered"
+    told = [p for p in status.problems if p.startswith("benchmark ")]
+    assert told == [f"benchmark dcgan:eval:cpu on cpu has failed 2 nights in a row (since "
+                    f"{night(2)}): {status.failing[0].error}; its series has no point since, so "
+                    "a regression there goes unseen"]
+    # Measured again, it is no longer a problem.
+    add_night(db, night(5), [make_record("dcgan", "eval", ok)])
+    assert system_status(db, now=now + timedelta(days=1)).failing == []
+    body = client.get("/api/status").json()
+    assert "failing" in body
+
+
 def test_status_lists_failing_filings_and_counts_the_queues(
     client: TestClient, db: Session) -> None:
     import redis

@@ -68,7 +68,7 @@ def status(
     if state.unstable:
         console.print(f"[yellow]{escape(_unstable_line(state))}[/]")
     for line in state.problems:
-        console.print(f"[bold red]problem:[/] {line}")
+        console.print(f"[bold red]problem:[/] {escape(line)}")
     if not state.problems:
         console.print("[green]no problems[/]")
     raise typer.Exit(1 if state.problems else 0)
