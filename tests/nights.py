@@ -30,12 +30,22 @@ def store_latency(session: Session, run: Run, level_ms: float, rng: random.Rando
     runs.end_job(session, job=job, error=None)
 
 
-def posted_night(night: date, level_ms: float, rng: random.Random) -> int:
+def posted_night(night: date, level_ms: float | None, rng: random.Random,
+                 error: str | None = None) -> int:
     """A night of results posted through the API (an ingest run), then the deadline sweep
-    that detects, triages and files it; returns the run's id."""
+    that detects, triages and files it; returns the run's id. With ``error``, the benchmark
+    failed that night (no samples)."""
     with session_scope() as session:
         run = runs.create_run(session, night=night, kind="ingest", benchmarks=[SPEC])
-        store_latency(session, run, level_ms, rng)
+        if error is None:
+            assert level_ms is not None
+            store_latency(session, run, level_ms, rng)
+        else:
+            job = runs.list_jobs(session, run_id=run.id)[0]
+            store_record(session, run=run, job=job, record={
+                "model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
+                "environment": ENV, "metrics": [], "error": error})
+            runs.end_job(session, job=job, error=error)
         run.status = "detecting"  # what the ingest endpoint does once every benchmark is in
         run_id = run.id
     assert deadline.sweep_deadlines() == [run_id]

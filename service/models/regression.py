@@ -35,7 +35,7 @@ class Confirmation(StrEnum):
 
 
 CONFIRMATIONS = tuple(Confirmation)
-ALERT_KINDS = ("regression", "missing_data")
+ALERT_KINDS = ("regression", "missing_data", "failing")
 
 
 class AlertStatus(StrEnum):

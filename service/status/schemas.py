@@ -45,7 +45,7 @@ class PendingFilingRead(BaseModel):
     pending_since: datetime | None
     age_s: float = Field(description="seconds since its filing became pending")
     next_attempt_at: datetime | None
-    kind: str = Field(default="regression", description="regression or missing_data")
+    kind: str = Field(default="regression", description="regression, missing_data or failing")
 
 
 class StabilityChangeRead(BaseModel):
@@ -70,7 +70,7 @@ class UnstableBenchmarkRead(BaseModel):
 
 
 class FailingBenchmarkRead(BaseModel):
-    """A benchmark whose job failed on each of its last nights on a machine class."""
+    """A benchmark that ran on a machine class, then failed on each of its last nights there."""
     benchmark: str
     queue: str
     nights: int = Field(description="nights in a row it failed (nights not measured skipped)")

@@ -9,6 +9,7 @@ posted by runners): the one name dispatch, workers and the deployment share.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -35,8 +36,9 @@ from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
 
 WORKER_WINDOW = timedelta(hours=1)
+_KIND_WORDS = {"missing_data": "missing-data ", "failing": "failing-benchmark "}
 FAILING_NIGHTS = 2  # a benchmark failing this many nights in a row is a problem to tell
-FAILING_LOOKBACK = timedelta(days=30)  # nights searched for the streak
+FAILING_LOOKBACK = timedelta(days=90)  # nights searched for the streak and the good night
 STABILITY_WINDOW = timedelta(days=7)  # the status lists stability changes of the last week
 
 
@@ -77,7 +79,8 @@ class WorkerSeen:
 class PendingFiling:
     """An alert whose issue is not filed yet: ``pending``, or ``failed_retrying`` after an error.
 
-    ``kind``: ``regression``, or ``missing_data`` (its issue, or the comment that its data came).
+    ``kind``: ``regression``, ``missing_data`` (its issue, or the comment that its data came),
+    or ``failing`` (a benchmark failing night after night).
 
     ``age_s``: seconds since its filing became pending; ``next_attempt_at``: when the retry
     tries again (backoff).
@@ -125,7 +128,7 @@ class FailingBenchmark:
     """A benchmark whose job failed on each of its last ``nights`` nights on machine class
     ``queue`` (nightly and posted runs; a night it was not measured on does not break the
     streak), since night ``since``: its series has no point since, so a regression there goes
-    unseen. ``error``: the first line of its last error."""
+    unseen. ``error``: what its last error says failed (:func:`error_summary`)."""
 
     benchmark: str
     queue: str
@@ -233,20 +236,35 @@ def pending_filings(session: Session, *, now: datetime) -> list[PendingFiling]:
     return out
 
 
-def failing_benchmarks(session: Session, *, today: date,
-                       at_least: int = FAILING_NIGHTS) -> list[FailingBenchmark]:
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def error_summary(error: str | None) -> str:
+    """The line of an error text that says what failed: the last line naming an exception
+    (``RuntimeError: ...``; a traceback ends with it), else the first non-empty line."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    named = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return named[-1] if named else (lines[0] if lines else "no error text")
+
+
+def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING_NIGHTS,
+                       until: date | None = None) -> list[FailingBenchmark]:
     """Benchmarks whose job failed (``error``) on each of their last ``at_least`` or more nights
-    on a machine class, among the nightly and posted runs of the last ``FAILING_LOOKBACK``.
+    on a machine class, among the nightly and posted runs of the ``FAILING_LOOKBACK`` before
+    ``today`` (nights after ``until`` left out when given: a night judged as it stood).
 
     A night's job that ended ``done`` ends the streak; one ``missing`` (never reported) or
-    still open is skipped. Longest streak first.
+    still open is skipped. Only a benchmark that ran (``done``) before its streak counts: one
+    that never ran on the machine class in the lookback (a configuration it does not support, a
+    TorchBench model whose requirements are missing) is in each night's report, and would
+    otherwise be a problem, and an issue, from its second night on. Longest streak first.
     """
     rows = session.execute(
         select(Job.model, Job.mode, Job.device, Job.compiler, Job.queue, Job.status, Job.error,
                Run.night)
         .join(Run, Run.id == Job.run_id)
         .where(Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
-               Run.night >= today - FAILING_LOOKBACK,
+               Run.night >= today - FAILING_LOOKBACK, Run.night <= (until or date.max),
                Job.status.in_((JobStatus.DONE, JobStatus.ERROR)))
         .order_by(Run.night.desc(), Job.id.desc())).all()
     streaks: dict[tuple[str, str], list[tuple[date, str]]] = {}
@@ -260,9 +278,9 @@ def failing_benchmarks(session: Session, *, today: date,
             continue
         nights = streaks.setdefault(key, [])
         if not nights or nights[-1][0] != night:  # one failed job a night counts once
-            nights.append((night, (error or "no error text").strip().splitlines()[0]))
+            nights.append((night, error_summary(error)))
     out = [FailingBenchmark(benchmark=b, queue=q, nights=len(n), since=n[-1][0], error=n[0][1])
-           for (b, q), n in streaks.items() if len(n) >= at_least]
+           for (b, q), n in streaks.items() if len(n) >= at_least and (b, q) in ended]
     return sorted(out, key=lambda f: (-f.nights, f.queue, f.benchmark))
 
 
@@ -332,7 +350,7 @@ def system_status(session: Session, *, now: datetime | None = None,
     filings = pending_filings(session, now=now)
     problems += [
         f"alert {f.alert_id} (run {f.run_id}, night {f.night}): filing its "
-        f"{'missing-data ' if f.kind == 'missing_data' else ''}issue failed "
+        f"{_KIND_WORDS.get(f.kind, '')}issue failed "
         f"{f.attempts} time(s), pending {f.age_s / 3600:.1f} h: {f.last_error}; the issue waits "
         f"in the outbox, retried at {f.next_attempt_at} (or now: nightbench issues retry)"
         for f in filings if f.state == FilingState.FAILED_RETRYING]

@@ -61,7 +61,8 @@ def test_status_tells_a_benchmark_failing_night_after_night(client: TestClient,
                                                             db: Session) -> None:
     # dcgan eval fails on nights 2 and 4 (night 3 it was not measured), after two good
     # nights; dcgan train failed once, on night 2, and came back on night 3: only eval is told.
-    boom = "RuntimeError: CUDA error: an illegal memory access was encountered\nTraceback ..."
+    boom = ("Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: CUDA error: "
+            "an illegal memory access was encountered\n")
     ok = {"latency": [3.0, 3.1]}
     for i in (0, 1):
         add_night(db, night(i), [make_record("dcgan", "eval", ok),

@@ -36,7 +36,7 @@ from service.db import session_scope
 from service.errors import InfrastructureError, InvalidInput, NotFound, TrackerAccessDenied
 from service.models import FILING_UNFILED, Alert, FilingState
 from service.models.base import utcnow
-from workers.issues import causes, filing, missing
+from workers.issues import causes, failing, filing, missing
 from workers.issues.causes import BisectionInput
 from workers.issues.filing_state import BACKOFF_FIRST, BACKOFF_MAX, backoff, mark_pending
 from workers.issues.model import RenderedIssue
@@ -100,7 +100,7 @@ def file_durably(
     if alert.filing_state == FilingState.FILED:
         return FilingAttempt(alert_id, FilingState.FILED, None, ())
     mark_pending(alert, now=now)
-    if bisection is None and alert.kind != MISSING_DATA:
+    if bisection is None and alert.kind not in (MISSING_DATA, failing.FAILING):
         bisection = causes.night_bisection_input(session, run_id=alert.run_id)
     try:
         tracker = tracker or make_tracker(settings)
@@ -188,15 +188,17 @@ def _file(
     tracker: IssueTracker,
     bisection: BisectionInput | None,
 ) -> list[_Filed]:
-    """File ``alert`` by its kind: a regression's issues (:func:`workers.issues.filing.file_alert`)
-    or a missing-data notice and its arrival comments (:func:`workers.issues.missing.file_missing_alert`).
+    """File ``alert`` by its kind: a regression's issues (:func:`workers.issues.filing.file_alert`),
+    a missing-data notice and its arrival comments (:func:`workers.issues.missing.file_missing_alert`)
+    or a benchmark failing night after night (:func:`workers.issues.failing.file_failing_alert`).
 
     Raises:
         InfrastructureError, InvalidInput: the tracker failed (the caller's savepoint undoes it).
     """
-    if alert.kind == MISSING_DATA:
-        issues = missing.file_missing_alert(
-            session, alert_id=alert.id, settings=settings, tracker=tracker)
+    if alert.kind in (MISSING_DATA, failing.FAILING):
+        file_kind = (missing.file_missing_alert if alert.kind == MISSING_DATA
+                     else failing.file_failing_alert)
+        issues = file_kind(session, alert_id=alert.id, settings=settings, tracker=tracker)
         return [_Filed(str(i.fingerprint), i.url) for i in issues]
     filed = filing.file_alert(
         session, alert_id=alert.id, settings=settings, tracker=tracker, bisection=bisection)
@@ -210,6 +212,8 @@ def _render(
     alert = session.get(Alert, alert_id)
     if alert is not None and alert.kind == MISSING_DATA:
         return missing.render_missing_alert(session, alert_id=alert_id, settings=settings)
+    if alert is not None and alert.kind == failing.FAILING:
+        return failing.render_failing_alert(session, alert_id=alert_id, settings=settings)
     return filing.render_alert(session, alert_id=alert_id, settings=settings, bisection=bisection)
 
 

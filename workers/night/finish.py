@@ -8,7 +8,9 @@ measured in k rounds before that (:mod:`service.runs.rounds`): each round's ``ni
 sends the next. Reproduced regressions go on to ``night.triage`` (:mod:`workers.night.triage`).
 Once the night is settled (detection with nothing to re-run, or the confirmation applied), the
 stability of each benchmark is re-checked from its own recent processes
-(:mod:`workers.night.recheck`), for the next nights' detection.
+(:mod:`workers.night.recheck`), for the next nights' detection. Detection also records the
+regressions whose series is back (:mod:`service.regressions.back`, told on their issues) and the
+benchmarks failing night after night (:mod:`workers.issues.failing`, filed as issues).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from service.series import is_night_round, is_paired_round
 from workers.app import queue_for
 from workers.builds.torch_envs import CURRENT
 from workers.enqueue import Step
+from workers.issues import failing
 from workers.issues.filing_state import reopen
 from workers.night.plan import job_steps
 from workers.night.recheck import recheck_run
@@ -128,7 +131,10 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
         )
         regressions.record_regressions(session, run=run, assessed=assessed,
                                        threshold_for=threshold_for(settings))
-        tell = _note_back(session, run=run, assessed=assessed)
+        # News for filed issues (a series back), or a benchmark failing night after night:
+        # the filing retry tells or files it now.
+        file_now = bool(_note_back(session, run=run, assessed=assessed))
+        file_now |= failing.note_failing(session, run=run) is not None
         pending = regressions.pending_regressions(session, run_id=run_id)
         if run.kind == "ingest":
             # Results posted by runners: no re-run here; the next night confirms instead.
@@ -153,7 +159,7 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
             recheck_run(session, run=run, settings=settings)
             if not persisted:
                 runs.finish_run(session, run=run)
-    tell_steps = [Step("issues.retry_filing", ())] if tell else []
+    tell_steps = [Step("issues.retry_filing", ())] if file_now else []
     if confirm_id is not None:
         log.info("run %s: %d benchmark(s) flagged; confirming in run %s%s", run_id,
                  len(benchmarks), confirm_id,

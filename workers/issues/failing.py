@@ -1,0 +1,211 @@
+"""A benchmark failing night after night as an issue: its series has no point while it fails.
+
+A benchmark whose job errors (an exception in the model, a CUDA fault, a build that cannot
+import it) leaves its series without a point: a regression there goes unseen, and a torch
+change that breaks a model is itself what the nightly exists to catch. On the night a
+benchmark's failures reach ``FAILING_NIGHTS`` nights in a row on a machine class
+(:func:`service.status.service.failing_benchmarks`), the nightly stores a ``failing`` alert
+with its filing pending (:func:`note_failing`), filed like any alert through the durable
+filing (:mod:`workers.issues.pending`: outbox, retry with backoff, status) by
+:func:`file_failing_alert`: one issue per benchmark and streak (the fingerprint names the
+benchmark, the machine class and the streak's first night, so later nights of the same streak
+find the same issue), with the error, the nights, the last good night's build and the commit
+range between it and the first failing night.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import textwrap
+from datetime import date
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.errors import NotFound
+from service.models import Alert, AlertStatus, Job, JobStatus, Run, RunKind
+from service.status.service import (
+    FAILING_NIGHTS,
+    FailingBenchmark,
+    error_summary,
+    failing_benchmarks,
+)
+from workers.issues.filing_state import mark_pending
+from workers.issues.markers import marker, run_marker
+from workers.issues.model import RenderedIssue, TrackedIssue
+from workers.issues.tracker import IssueTracker
+
+log = logging.getLogger(__name__)
+FAILING = "failing"
+LABELS = ("nightbench", "benchmark-failure")
+ERROR_LINES = 40  # the last lines of the error the issue quotes
+
+
+def failing_fingerprint(queue: str, benchmark: str, since: date) -> str:
+    """16 hex digits naming "``benchmark`` failing on ``queue`` since ``since``"."""
+    return hashlib.sha256(f"{FAILING}\0{queue}\0{benchmark}\0{since}".encode()).hexdigest()[:16]
+
+
+def failing_labels(settings: Settings) -> tuple[str, ...]:
+    """The deployment's first label (the one the tracker's marker lookup lists by), then
+    ``LABELS``."""
+    return tuple(dict.fromkeys([*settings.github_labels[:1], *LABELS]))
+
+
+def newly_failing(session: Session, *, run: Run) -> list[FailingBenchmark]:
+    """The benchmarks of ``run`` (a nightly or posted run) whose failures reach exactly
+    ``FAILING_NIGHTS`` nights in a row with tonight's (nights up to ``run.night``)."""
+    if run.kind not in (RunKind.NIGHTLY, RunKind.INGEST):
+        return []
+    failed = {(j.benchmark, j.queue) for j in session.scalars(select(Job).where(
+        Job.run_id == run.id, Job.status == JobStatus.ERROR))}
+    if not failed:
+        return []
+    return [f for f in failing_benchmarks(session, today=run.night, until=run.night)
+            if (f.benchmark, f.queue) in failed and f.nights == FAILING_NIGHTS]
+
+
+def note_failing(session: Session, *, run: Run) -> Alert | None:
+    """Store ``run``'s ``failing`` alert, its filing pending and due now, when a benchmark's
+    failures reach ``FAILING_NIGHTS`` nights in a row tonight (:func:`newly_failing`); the
+    filing step or its retry files it. Idempotent. Only flushes.
+
+    Returns:
+        The alert, or None when nothing newly fails tonight.
+    """
+    if not newly_failing(session, run=run):
+        return None
+    alert = session.scalar(select(Alert).where(Alert.run_id == run.id, Alert.kind == FAILING))
+    if alert is None:
+        alert = Alert(run_id=run.id, kind=FAILING, status=AlertStatus.OPEN)
+        session.add(alert)
+    mark_pending(alert)
+    names = ", ".join(f.benchmark for f in newly_failing(session, run=run))
+    alert.summary = f"failing {FAILING_NIGHTS} nights in a row: {names}"
+    session.flush()
+    log.warning("run %s: %s", run.id, alert.summary)
+    return alert
+
+
+def render_failing_alert(session: Session, *, alert_id: int,
+                         settings: Settings) -> list[RenderedIssue]:
+    """The issues the ``failing`` alert ``alert_id`` files, rendered, filing nothing (empty
+    once filed).
+
+    Raises:
+        NotFound: no such alert, or its run is gone.
+    """
+    alert, run = _alert_and_run(session, alert_id)
+    if alert.status == AlertStatus.FILED:
+        return []
+    return [_render(session, run, f, settings) for f in newly_failing(session, run=run)]
+
+
+def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
+                       tracker: IssueTracker) -> list[TrackedIssue]:
+    """File the ``failing`` alert ``alert_id``: one issue per benchmark (the tracker returns the
+    open issue carrying the same fingerprint instead of filing it twice). Only flushes; the
+    caller (:func:`workers.issues.pending.file_durably`) commits, or rolls back on failure.
+
+    Raises:
+        NotFound: no such alert, or its run is gone.
+        InfrastructureError: the tracker kept failing.
+    """
+    issues = render_failing_alert(session, alert_id=alert_id, settings=settings)
+    filed = [tracker.create(issue) for issue in issues]
+    for issue in filed:
+        log.warning("alert %s: failing benchmark filed as %s", alert_id, issue.url)
+    alert, _run = _alert_and_run(session, alert_id)
+    alert.status = AlertStatus.FILED
+    session.flush()
+    return filed
+
+
+def _alert_and_run(session: Session, alert_id: int) -> tuple[Alert, Run]:
+    alert = session.get(Alert, alert_id)
+    if alert is None or alert.kind != FAILING:
+        raise NotFound(f"failing alert {alert_id} does not exist")
+    run = session.get(Run, alert.run_id)
+    if run is None:
+        raise NotFound(f"run {alert.run_id} of alert {alert_id} does not exist")
+    return alert, run
+
+
+def _nights(session: Session, failing: FailingBenchmark, until: date) -> list[tuple[Run, Job]]:
+    """The benchmark's jobs that ended (done or error) on its machine class and their runs,
+    nightly and posted, on nights up to ``until``, newest first (60 at most)."""
+    model, mode, device, *rest = failing.benchmark.split(":")
+    compiler = rest[0] if rest else "eager"
+    return list(session.execute(
+        select(Run, Job).join(Job, Job.run_id == Run.id).where(
+            Job.model == model, Job.mode == mode, Job.device == device,
+            Job.compiler == compiler, Job.queue == failing.queue,
+            Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)), Run.night <= until,
+            Job.status.in_((JobStatus.DONE, JobStatus.ERROR)))
+        .order_by(Run.night.desc(), Job.id.desc()).limit(60)).all())
+
+
+def _render(session: Session, run: Run, failing: FailingBenchmark,
+            settings: Settings) -> RenderedIssue:
+    rows = _nights(session, failing, run.night)
+    failed = [(r, j) for r, j in rows if r.night >= failing.since and j.status == JobStatus.ERROR]
+    good = next(((r, j) for r, j in rows if j.status == JobStatus.DONE), None)
+    first_bad = failed[-1][0] if failed else run
+    last_error = (failed[0][1].error if failed else None) or "no error text"
+    tail = "\n".join(last_error.strip().splitlines()[-ERROR_LINES:])
+    table = "\n".join(
+        f"| {r.night} | {r.id} | `{r.torch_spec}` | {_commit(r.torch_git_commit)} | "
+        f"{_cell(j.error)} |" for r, j in failed)
+    if good is not None:
+        before = (f"It last ran on {good[0].night} (run {good[0].id}, build "
+                  f"`{good[0].torch_spec}`, torch commit {_commit(good[0].torch_git_commit)}).")
+        span = _range(settings, good[0].torch_git_commit, first_bad.torch_git_commit)
+    else:
+        before, span = "It has not run on this machine class in the nights kept.", ""
+    body = (
+        f"**`{failing.benchmark}` has failed on its last {failing.nights} nights on "
+        f"`{failing.queue}`** (since {failing.since}). Without a result its series has no point, "
+        f"so a regression in it goes unseen while it fails; and a build that breaks a model is "
+        f"a regression of its own. {before}{span}\n\n"
+        f"## Last error (night {failed[0][0].night if failed else run.night})\n\n"
+        f"```\n{tail}\n```\n\n"
+        f"## Nights\n\n| night | run | build | torch commit | error |\n| --- | --- | --- | --- "
+        f"| --- |\n{table}\n\n"
+        f"## Reproduce\n\nWith the failing build installed:\n\n```bash\n"
+        f"python -m suite run --model {failing.benchmark.split(':')[0]} --mode "
+        f"{failing.benchmark.split(':')[1]} --device {failing.benchmark.split(':')[2]} "
+        f"--out failing.json\n```\n\n"
+        "---\n\n<sub>Filed by nightbench. Close this issue once the benchmark runs again; the "
+        "status (`nightbench status`) lists it as a problem until it does.</sub>\n\n"
+        f"{run_marker(run.id)}\n"
+        f"{marker(failing_fingerprint(failing.queue, failing.benchmark, failing.since))}\n")
+    error_line = error_summary(last_error)
+    title = textwrap.shorten(f"[perf] {failing.benchmark} fails on {failing.queue} since "
+                             f"{failing.since}: {error_line}", 200, placeholder="…")
+    return RenderedIssue(title=title, body=body, labels=failing_labels(settings),
+                         fingerprint=failing_fingerprint(failing.queue, failing.benchmark,
+                                                         failing.since))
+
+
+def _commit(sha: str | None) -> str:
+    return f"`{sha[:10]}`" if sha else "unknown"
+
+
+def _cell(error: str | None) -> str:
+    return textwrap.shorten(error_summary(error), 120, placeholder="…").replace("|", "\\|")
+
+
+def _range(settings: Settings, good: str | None, bad: str | None) -> str:
+    """`` The commit range: ...`` between the last good night's build and the first failing
+    night's, with a compare link when the source repository is on GitHub."""
+    if not good or not bad or good == bad:
+        return (" Its last good night and its first failing night ran the same torch commit: "
+                "look at what else changed (the suite, the environment)." if good and bad
+                else "")
+    text = f" The commit range to search: `{good[:10]}..{bad[:10]}`"
+    if settings.source_github_repository:
+        text += (f" ([compare](https://github.com/{settings.source_github_repository}/compare/"
+                 f"{good}...{bad}))")
+    return text + "."
