@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import textwrap
-from datetime import date
+from datetime import date, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -67,23 +67,41 @@ def newly_failing(session: Session, *, run: Run) -> list[FailingBenchmark]:
             if (f.benchmark, f.queue) in failed and f.nights == FAILING_NIGHTS]
 
 
+def runs_again(session: Session, *, run: Run) -> list[FailingBenchmark]:
+    """The benchmarks ``run`` (a nightly or posted run) measured after they had failed on
+    ``FAILING_NIGHTS`` or more nights in a row just before (their streaks as of the night
+    before ``run.night``)."""
+    if run.kind not in (RunKind.NIGHTLY, RunKind.INGEST):
+        return []
+    done = {(j.benchmark, j.queue) for j in session.scalars(select(Job).where(
+        Job.run_id == run.id, Job.status == JobStatus.DONE))}
+    if not done:
+        return []
+    before = run.night - timedelta(days=1)
+    return [f for f in failing_benchmarks(session, today=run.night, until=before)
+            if (f.benchmark, f.queue) in done]
+
+
 def note_failing(session: Session, *, run: Run) -> Alert | None:
     """Store ``run``'s ``failing`` alert, its filing pending and due now, when a benchmark's
-    failures reach ``FAILING_NIGHTS`` nights in a row tonight (:func:`newly_failing`); the
+    failures reach ``FAILING_NIGHTS`` nights in a row tonight (:func:`newly_failing`) or a
+    benchmark that had failed so runs again (:func:`runs_again`: its issue is told); the
     filing step or its retry files it. Idempotent. Only flushes.
 
     Returns:
-        The alert, or None when nothing newly fails tonight.
+        The alert, or None when there is nothing of the kind tonight.
     """
-    if not newly_failing(session, run=run):
+    fresh, again = newly_failing(session, run=run), runs_again(session, run=run)
+    if not fresh and not again:
         return None
     alert = session.scalar(select(Alert).where(Alert.run_id == run.id, Alert.kind == FAILING))
     if alert is None:
         alert = Alert(run_id=run.id, kind=FAILING, status=AlertStatus.OPEN)
         session.add(alert)
     mark_pending(alert)
-    names = ", ".join(f.benchmark for f in newly_failing(session, run=run))
-    alert.summary = f"failing {FAILING_NIGHTS} nights in a row: {names}"
+    alert.summary = "; ".join(
+        [f"failing {FAILING_NIGHTS} nights in a row: {', '.join(f.benchmark for f in fresh)}"]
+        * bool(fresh) + [f"runs again: {', '.join(f.benchmark for f in again)}"] * bool(again))
     session.flush()
     log.warning("run %s: %s", run.id, alert.summary)
     return alert
@@ -105,8 +123,9 @@ def render_failing_alert(session: Session, *, alert_id: int,
 
 def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
                        tracker: IssueTracker) -> list[TrackedIssue]:
-    """File the ``failing`` alert ``alert_id``: one issue per benchmark (the tracker returns the
-    open issue carrying the same fingerprint instead of filing it twice). Only flushes; the
+    """File the ``failing`` alert ``alert_id``: one issue per benchmark newly failing (the
+    tracker returns the open issue carrying the same fingerprint instead of filing it twice),
+    and a comment on the open issue of each benchmark that runs again. Only flushes; the
     caller (:func:`workers.issues.pending.file_durably`) commits, or rolls back on failure.
 
     Raises:
@@ -117,10 +136,29 @@ def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
     filed = [tracker.create(issue) for issue in issues]
     for issue in filed:
         log.warning("alert %s: failing benchmark filed as %s", alert_id, issue.url)
-    alert, _run = _alert_and_run(session, alert_id)
+    alert, run = _alert_and_run(session, alert_id)
+    for again in runs_again(session, run=run):
+        open_issue = tracker.find_open(
+            failing_fingerprint(again.queue, again.benchmark, again.since))
+        if open_issue is None:  # closed since, or never filed: nothing to tell
+            continue
+        tracker.comment(open_issue.number, render_runs_again(run, again),
+                        key=f"runs-again-{run.id}")
+        log.info("alert %s: %s runs again, told on %s", alert_id, again.benchmark,
+                 open_issue.url)
+        filed.append(open_issue)
     alert.status = AlertStatus.FILED
     session.flush()
     return filed
+
+
+def render_runs_again(run: Run, failing: FailingBenchmark) -> str:
+    """The comment telling a failing benchmark's issue that ``run`` measured it (Markdown)."""
+    return (f"**Runs again on {run.night}** (run {run.id}, build `{run.torch_spec}`, torch "
+            f"commit {_commit(run.torch_git_commit)}): `{failing.benchmark}` was measured on "
+            f"`{failing.queue}` after failing on {failing.nights} nights since {failing.since}. "
+            "Close this issue if that is the fix you expected; if it fails again on two nights, "
+            "a new issue is filed.\n")
 
 
 def _alert_and_run(session: Session, alert_id: int) -> tuple[Alert, Run]:

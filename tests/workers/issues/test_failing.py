@@ -57,8 +57,13 @@ def test_a_benchmark_failing_two_nights_in_a_row_is_filed_once(github: FakeGitHu
         assert any(p.startswith("benchmark dqn:eval:cpu on ") and "2 nights in a row" in p
                    for p in system_status(session, now=now).problems)
     _night(6, rng, error=BOOM)  # the same streak: no second issue, no new alert
-    assert len(github.issues) == 1
-    _night(7, rng)  # runs again
+    assert len(github.issues) == 1 and github.comments[1] == []
+    again = _night(7, rng)  # runs again: the issue is told, once
+    (told,) = github.comments[1]
+    assert told["body"].startswith(f"**Runs again on 2026-10-07** (run {again}, build ")
+    assert "after failing on 3 nights since 2026-10-04" in told["body"], told["body"]
+    with session_scope() as session:
+        assert system_status(session, now=datetime(2026, 10, 8, tzinfo=UTC)).failing == []
     _night(8, rng, error=BOOM)
     _night(9, rng, error=BOOM)  # a new streak: a new issue
     assert len(github.issues) == 2
