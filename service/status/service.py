@@ -135,6 +135,10 @@ class FailingBenchmark:
     nights: int
     since: date
     error: str
+    model: str = ""
+    mode: str = ""
+    device: str = ""
+    compiler: str = "eager"
 
 
 @dataclass(frozen=True)
@@ -267,10 +271,10 @@ def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING
                Run.night >= today - FAILING_LOOKBACK, Run.night <= (until or date.max),
                Job.status.in_((JobStatus.DONE, JobStatus.ERROR)))
         .order_by(Run.night.desc(), Job.id.desc())).all()
-    streaks: dict[tuple[str, str], list[tuple[date, str]]] = {}
-    ended: set[tuple[str, str]] = set()
+    streaks: dict[tuple[str, str, str, str, str], list[tuple[date, str]]] = {}
+    ended: set[tuple[str, str, str, str, str]] = set()
     for model, mode, device, compiler, queue, status, error, night in rows:
-        key = (benchmark_name(model, mode, device, compiler), queue)
+        key = (model, mode, device, compiler, queue)
         if key in ended:
             continue
         if status == JobStatus.DONE:
@@ -279,8 +283,10 @@ def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING
         nights = streaks.setdefault(key, [])
         if not nights or nights[-1][0] != night:  # one failed job a night counts once
             nights.append((night, error_summary(error)))
-    out = [FailingBenchmark(benchmark=b, queue=q, nights=len(n), since=n[-1][0], error=n[0][1])
-           for (b, q), n in streaks.items() if len(n) >= at_least and (b, q) in ended]
+    out = [FailingBenchmark(benchmark=benchmark_name(*key[:4]), queue=key[4], nights=len(n),
+                            since=n[-1][0], error=n[0][1], model=key[0], mode=key[1],
+                            device=key[2], compiler=key[3])
+           for key, n in streaks.items() if len(n) >= at_least and key in ended]
     return sorted(out, key=lambda f: (-f.nights, f.queue, f.benchmark))
 
 

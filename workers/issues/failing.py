@@ -174,12 +174,10 @@ def _alert_and_run(session: Session, alert_id: int) -> tuple[Alert, Run]:
 def _nights(session: Session, failing: FailingBenchmark, until: date) -> list[tuple[Run, Job]]:
     """The benchmark's jobs that ended (done or error) on its machine class and their runs,
     nightly and posted, on nights up to ``until``, newest first (60 at most)."""
-    model, mode, device, *rest = failing.benchmark.split(":")
-    compiler = rest[0] if rest else "eager"
     return list(session.execute(
         select(Run, Job).join(Job, Job.run_id == Run.id).where(
-            Job.model == model, Job.mode == mode, Job.device == device,
-            Job.compiler == compiler, Job.queue == failing.queue,
+            Job.model == failing.model, Job.mode == failing.mode, Job.device == failing.device,
+            Job.compiler == failing.compiler, Job.queue == failing.queue,
             Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)), Run.night <= until,
             Job.status.in_((JobStatus.DONE, JobStatus.ERROR)))
         .order_by(Run.night.desc(), Job.id.desc()).limit(60)).all())
@@ -212,9 +210,8 @@ def _render(session: Session, run: Run, failing: FailingBenchmark,
         f"## Nights\n\n| night | run | build | torch commit | error |\n| --- | --- | --- | --- "
         f"| --- |\n{table}\n\n"
         f"## Reproduce\n\nWith the failing build installed:\n\n```bash\n"
-        f"python -m suite run --model {failing.benchmark.split(':')[0]} --mode "
-        f"{failing.benchmark.split(':')[1]} --device {failing.benchmark.split(':')[2]} "
-        f"--out failing.json\n```\n\n"
+        f"python -m suite run --model {failing.model} --mode {failing.mode} --device "
+        f"{failing.device} --compiler {failing.compiler} --out failing.json\n```\n\n"
         "---\n\n<sub>Filed by nightbench. Close this issue once the benchmark runs again; the "
         "status (`nightbench status`) lists it as a problem until it does.</sub>\n\n"
         f"{run_marker(run.id)}\n"

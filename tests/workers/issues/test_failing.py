@@ -47,7 +47,7 @@ def test_a_benchmark_failing_two_nights_in_a_row_is_filed_once(github: FakeGitHu
     assert "has failed on its last 2 nights" in body and "It last ran on 2026-10-03" in body
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in body
     assert body.count("| RuntimeError: mat1 and mat2") == 2  # the two failed nights' row
-    assert "python -m suite run --model dqn --mode eval --device cpu" in body
+    assert "python -m suite run --model dqn --mode eval --device cpu --compiler eager" in body
     assert f"nightbench:run={second}" in body
     with session_scope() as session:
         alert = session.scalar(select(Alert).where(Alert.run_id == second,
