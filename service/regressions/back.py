@@ -27,7 +27,7 @@ from datetime import date, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Confirmation, Regression, Run
+from service.models import Confirmation, Regression, Result, Run
 from service.regressions.detection import Assessment
 from service.regressions.service import Assessed
 
@@ -59,7 +59,8 @@ def note_back(session: Session, *, run: Run, assessed: Sequence[Assessed]) -> li
         The regressions found back tonight.
     """
     out: list[Regression] = []
-    for result, assessment, *_, back_result in assessed:
+    for item in assessed:
+        result, assessment, back_result = item.result, item.assessment, item.back_result
         if result.series_key is None:
             continue
         standing = _not_back(session, series_key=result.series_key, before=run.night)
@@ -72,7 +73,7 @@ def note_back(session: Session, *, run: Run, assessed: Sequence[Assessed]) -> li
         elif assessment.verdict == "improvement" and assessment.confirmed:
             found = list(itertools.takewhile(functools.partial(_undoes, assessment), standing))
             why = ("Its new level is no more than half the step above the baseline from before "
-                   "the regression: a fix or a revert landed.")
+                   "the regression: a fix or a revert landed" + _fix_range(session, item) + ".")
         else:
             continue
         for regression in found:
@@ -95,6 +96,23 @@ def _not_back(session: Session, *, series_key: str, before: date) -> list[Regres
         Regression.confirmation == Confirmation.REPRODUCED, Regression.back_night.is_(None),
         Run.night < before).order_by(Run.night.desc(), Regression.id.desc())
         .limit(STANDING_LOOKBACK)))
+
+
+def _fix_range(session: Session, item: Assessed) -> str:
+    """`` between torch commits A (night) and B (night)``: the builds of a raised improvement's
+    first night and of its series' night before it, when both are known; else nothing."""
+    first = item.first_result
+    if first is None or first.series_key is None:
+        return ""
+    before = session.scalar(select(Result).where(
+        Result.series_key == first.series_key, Result.night < first.night)
+        .order_by(Result.night.desc(), Result.id.desc()).limit(1))
+    runs = [session.get(Run, r.run_id) for r in (before, first) if r is not None]
+    commits = [(r.torch_git_commit, r.night) for r in runs if r is not None and r.torch_git_commit]
+    if len(commits) != 2 or commits[0][0] == commits[1][0]:
+        return ""
+    (a, a_night), (b, b_night) = commits
+    return f" between torch commits {a[:10]} ({a_night}) and {b[:10]} ({b_night})"
 
 
 def _first_night(session: Session, regression: Regression) -> date:

@@ -31,13 +31,15 @@ def github(configure: Callable[..., None], fake: FakeGitHub) -> FakeGitHub:
     return fake
 
 
-def _posted_night(day: int, level_ms: float, rng: random.Random) -> int:
-    return posted_night(date(2026, 10, day), level_ms, rng)
+def _posted_night(day: int, level_ms: float, rng: random.Random, same_build: bool = False) -> int:
+    # Each night builds its own torch commit (the day's number, repeated), or all the same one.
+    return posted_night(date(2026, 10, day), level_ms, rng,
+                        commit=None if same_build else f"{day:02d}" * 20)
 
 
-def _nights(rng: random.Random, levels: dict[int, float]) -> None:
+def _nights(rng: random.Random, levels: dict[int, float], same_build: bool = False) -> None:
     for day, level in sorted(levels.items()):
-        _posted_night(day, level, rng)
+        _posted_night(day, level, rng, same_build)
 
 
 def _filed() -> Regression:
@@ -85,19 +87,21 @@ def test_an_issue_is_told_when_a_later_improvement_undoes_its_regression(
     _nights(rng, {day: 13.0 if 9 <= day <= 16 else 10.0 for day in range(1, 22)})
     filed = _filed()
     assert filed.back_night is not None and date(2026, 10, 17) <= filed.back_night, filed
-    assert "a fix or a revert landed" in (filed.back_reason or ""), filed.back_reason
+    assert ("a fix or a revert landed between torch commits 1616161616 (2026-10-16) and "
+            "1717171717 (2026-10-17).") in (filed.back_reason or ""), filed.back_reason
     (comment,) = github.comments[1]
     assert f"on {filed.back_night}**" in comment["body"] and "Improvement" in comment["body"]
     assert len(github.issues) == 1
 
 
-def test_a_fix_of_two_stacked_regressions_tells_both_issues(github: FakeGitHub) -> None:
+@pytest.mark.parametrize("same_build", [False, True], ids=["two ranges", "one build"])
+def test_a_fix_of_two_stacked_regressions_tells_both(github: FakeGitHub, same_build: bool) -> None:
     # +30% from night 9, +20% more from night 17, each filed; a fix from night 25 takes the
-    # series back to 10 ms, below both regressions' baselines: both issues are told.
+    # series back to 10 ms, below both regressions' baselines: both are told.
     rng = random.Random(14)
     level = {**{d: 10.0 for d in range(1, 9)}, **{d: 13.0 for d in range(9, 17)},
              **{d: 15.6 for d in range(17, 25)}, **{d: 10.0 for d in range(25, 31)}}
-    _nights(rng, level)
+    _nights(rng, level, same_build)
     with session_scope() as session:
         filed = session.scalars(select(Regression).where(
             Regression.direction == "regression", Regression.confirmation == "reproduced")
@@ -105,11 +109,15 @@ def test_a_fix_of_two_stacked_regressions_tells_both_issues(github: FakeGitHub) 
         assert [r.first_night for r in filed] == [date(2026, 10, 9), date(2026, 10, 17)]
         assert all(r.back_night is not None and r.back_night >= date(2026, 10, 25)
                    for r in filed), [(r.back_night, r.back_reason) for r in filed]
-    # Same build every night, no commit range: the second step is a recurrence comment on the
-    # first issue, which both regressions are reported in; each is told there once.
     told = [c["body"] for n in github.issues for c in github.comments[n]
             if c["body"].startswith("**Back at its level")]
-    assert len(told) == 2 and len(github.issues) == 1
+    assert len(told) == 2
+    if same_build:  # no commit range: the second step is a recurrence comment on the first
+        # issue, which reports both regressions; each is told there once
+        assert len(github.issues) == 1 and len(github.comments[1]) == 3
+    else:  # two steps, two commit ranges: two issues, each told once
+        assert len(github.issues) == 2
+        assert all(len(github.comments[n]) == 1 for n in github.issues)
     assert sorted("first night 2026-10-09" in t for t in told) == [False, True], told
     assert sorted("first night 2026-10-17" in t for t in told) == [False, True], told
 
