@@ -61,21 +61,22 @@ def note_back(session: Session, *, run: Run, assessed: Sequence[Assessed]) -> li
     out: list[Regression] = []
     for item in assessed:
         result, assessment, back_result = item.result, item.assessment, item.back_result
-        if result.series_key is None:
+        came_back = assessment.back_from is not None and back_result is not None
+        fixed = assessment.verdict == "improvement" and assessment.confirmed
+        if result.series_key is None or not (came_back or fixed):
             continue
         standing = _not_back(session, series_key=result.series_key, before=run.night)
-        if assessment.back_from is not None and back_result is not None:
+        if came_back:
+            assert back_result is not None
             since = back_result.night - FIRST_NIGHT_SLACK
             found = standing[:1] if standing and _first_night(session, standing[0]) >= since \
                 else []
             why = ("Unless a fix or a revert landed in these nights, the step may not have been "
                    "a commit's: a host that strays for a night or two looks like this.")
-        elif assessment.verdict == "improvement" and assessment.confirmed:
+        else:
             found = list(itertools.takewhile(functools.partial(_undoes, assessment), standing))
             why = ("Its new level is no more than half the step above the baseline from before "
                    "the regression: a fix or a revert landed" + _fix_range(session, item) + ".")
-        else:
-            continue
         for regression in found:
             regression.back_night = run.night
             regression.back_reason = f"{assessment.reason} {why}"
