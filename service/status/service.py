@@ -125,10 +125,11 @@ class UnstableBenchmark:
 
 @dataclass(frozen=True)
 class FailingBenchmark:
-    """A benchmark whose job failed on each of its last ``nights`` nights on machine class
-    ``queue`` (nightly and posted runs; a night it was not measured on does not break the
-    streak), since night ``since``: its series has no point since, so a regression there goes
-    unseen. ``error``: what its last error says failed (:func:`error_summary`)."""
+    """A benchmark that ran on machine class ``queue`` and whose job then failed on each of
+    its last ``nights`` nights there (nightly and posted runs; a night it was not measured on
+    does not break the streak), since night ``since``: its series has no point since, so a
+    regression there goes unseen. ``error``: what its last error says failed
+    (:func:`error_summary`)."""
 
     benchmark: str
     queue: str
