@@ -24,7 +24,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.errors import NotFound
 from service.models import Alert, AlertStatus, Job, JobStatus, Run, RunKind
 from service.status.service import (
     FAILING_NIGHTS,
@@ -32,10 +31,10 @@ from service.status.service import (
     error_summary,
     failing_benchmarks,
 )
-from workers.issues.filing_state import mark_pending
+from workers.issues.filing_state import alert_and_run, mark_pending
 from workers.issues.markers import marker, run_marker
 from workers.issues.model import RenderedIssue, TrackedIssue
-from workers.issues.tracker import IssueTracker
+from workers.issues.tracker import IssueTracker, searchable_labels
 
 log = logging.getLogger(__name__)
 FAILING = "failing"
@@ -49,37 +48,36 @@ def failing_fingerprint(queue: str, benchmark: str, since: date) -> str:
 
 
 def failing_labels(settings: Settings) -> tuple[str, ...]:
-    """The deployment's first label (the one the tracker's marker lookup lists by), then
-    ``LABELS``."""
-    return tuple(dict.fromkeys([*settings.github_labels[:1], *LABELS]))
+    """The deployment's first label, then ``LABELS``
+    (:func:`workers.issues.tracker.searchable_labels`)."""
+    return searchable_labels(settings, LABELS)
+
+
+def _ended(session: Session, run: Run, status: str) -> set[tuple[str, str]]:
+    """``(benchmark, queue)`` of ``run``'s jobs that ended ``status``; none for a run that is
+    not a night (a confirmation, a round, a replicate)."""
+    if run.kind not in (RunKind.NIGHTLY, RunKind.INGEST):
+        return set()
+    return {(j.benchmark, j.queue) for j in session.scalars(select(Job).where(
+        Job.run_id == run.id, Job.status == status))}
 
 
 def newly_failing(session: Session, *, run: Run) -> list[FailingBenchmark]:
     """The benchmarks of ``run`` (a nightly or posted run) whose failures reach exactly
     ``FAILING_NIGHTS`` nights in a row with tonight's (nights up to ``run.night``)."""
-    if run.kind not in (RunKind.NIGHTLY, RunKind.INGEST):
-        return []
-    failed = {(j.benchmark, j.queue) for j in session.scalars(select(Job).where(
-        Job.run_id == run.id, Job.status == JobStatus.ERROR))}
-    if not failed:
-        return []
+    failed = _ended(session, run, JobStatus.ERROR)
     return [f for f in failing_benchmarks(session, today=run.night, until=run.night)
-            if (f.benchmark, f.queue) in failed and f.nights == FAILING_NIGHTS]
+            if (f.benchmark, f.queue) in failed and f.nights == FAILING_NIGHTS] if failed else []
 
 
 def runs_again(session: Session, *, run: Run) -> list[FailingBenchmark]:
     """The benchmarks ``run`` (a nightly or posted run) measured after they had failed on
     ``FAILING_NIGHTS`` or more nights in a row just before (their streaks as of the night
     before ``run.night``)."""
-    if run.kind not in (RunKind.NIGHTLY, RunKind.INGEST):
-        return []
-    done = {(j.benchmark, j.queue) for j in session.scalars(select(Job).where(
-        Job.run_id == run.id, Job.status == JobStatus.DONE))}
-    if not done:
-        return []
+    done = _ended(session, run, JobStatus.DONE)
     before = run.night - timedelta(days=1)
     return [f for f in failing_benchmarks(session, today=run.night, until=before)
-            if (f.benchmark, f.queue) in done]
+            if (f.benchmark, f.queue) in done] if done else []
 
 
 def note_failing(session: Session, *, run: Run) -> Alert | None:
@@ -99,9 +97,13 @@ def note_failing(session: Session, *, run: Run) -> Alert | None:
         alert = Alert(run_id=run.id, kind=FAILING, status=AlertStatus.OPEN)
         session.add(alert)
     mark_pending(alert)
-    alert.summary = "; ".join(
-        [f"failing {FAILING_NIGHTS} nights in a row: {', '.join(f.benchmark for f in fresh)}"]
-        * bool(fresh) + [f"runs again: {', '.join(f.benchmark for f in again)}"] * bool(again))
+    parts = []
+    if fresh:
+        parts.append(f"failing {FAILING_NIGHTS} nights in a row: "
+                     + ", ".join(f.benchmark for f in fresh))
+    if again:
+        parts.append("runs again: " + ", ".join(f.benchmark for f in again))
+    alert.summary = "; ".join(parts)
     session.flush()
     log.warning("run %s: %s", run.id, alert.summary)
     return alert
@@ -115,7 +117,7 @@ def render_failing_alert(session: Session, *, alert_id: int,
     Raises:
         NotFound: no such alert, or its run is gone.
     """
-    alert, run = _alert_and_run(session, alert_id)
+    alert, run = alert_and_run(session, alert_id, FAILING)
     if alert.status == AlertStatus.FILED:
         return []
     return [_render(session, run, f, settings) for f in newly_failing(session, run=run)]
@@ -136,7 +138,7 @@ def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
     filed = [tracker.create(issue) for issue in issues]
     for issue in filed:
         log.warning("alert %s: failing benchmark filed as %s", alert_id, issue.url)
-    alert, run = _alert_and_run(session, alert_id)
+    alert, run = alert_and_run(session, alert_id, FAILING)
     for again in runs_again(session, run=run):
         open_issue = tracker.find_open(
             failing_fingerprint(again.queue, again.benchmark, again.since))
@@ -159,16 +161,6 @@ def render_runs_again(run: Run, failing: FailingBenchmark) -> str:
             f"`{failing.queue}` after failing on {failing.nights} nights since {failing.since}. "
             "Close this issue if that is the fix you expected; if it fails again on two nights, "
             "a new issue is filed.\n")
-
-
-def _alert_and_run(session: Session, alert_id: int) -> tuple[Alert, Run]:
-    alert = session.get(Alert, alert_id)
-    if alert is None or alert.kind != FAILING:
-        raise NotFound(f"failing alert {alert_id} does not exist")
-    run = session.get(Run, alert.run_id)
-    if run is None:
-        raise NotFound(f"run {alert.run_id} of alert {alert_id} does not exist")
-    return alert, run
 
 
 def _nights(session: Session, failing: FailingBenchmark, until: date) -> list[tuple[Run, Job]]:
@@ -194,12 +186,11 @@ def _render(session: Session, run: Run, failing: FailingBenchmark,
     table = "\n".join(
         f"| {r.night} | {r.id} | `{r.torch_spec}` | {_commit(r.torch_git_commit)} | "
         f"{_cell(j.error)} |" for r, j in failed)
+    before, span = "", ""  # a benchmark counts as failing only after it ran: good is found
     if good is not None:
         before = (f"It last ran on {good[0].night} (run {good[0].id}, build "
                   f"`{good[0].torch_spec}`, torch commit {_commit(good[0].torch_git_commit)}).")
         span = _range(settings, good[0].torch_git_commit, first_bad.torch_git_commit)
-    else:
-        before, span = "It has not run on this machine class in the nights kept.", ""
     body = (
         f"**`{failing.benchmark}` has failed on its last {failing.nights} nights on "
         f"`{failing.queue}`** (since {failing.since}). Without a result its series has no point, "

@@ -40,6 +40,7 @@ from service.models import (
 )
 from workers.issues import back
 from workers.issues.causes import BisectionInput, _Group, _groups
+from workers.issues.filing_state import alert_and_run
 from workers.issues.model import IssueReport, RenderedIssue, TrackedIssue
 from workers.issues.render import render_issue, render_recurrence
 from workers.issues.report import build_report
@@ -104,7 +105,7 @@ def file_alert(
             yet filed; a retry picks up where this stopped); :class:`~service.errors.TrackerAccessDenied`
             when it refused the credentials or the repository.
     """
-    alert, run = _alert_and_run(session, alert_id)
+    alert, run = alert_and_run(session, alert_id)
     regressions = _reproduced(session, alert_id)
     if not regressions:
         return []
@@ -146,7 +147,7 @@ def render_alert(
     Raises:
         NotFound: no alert ``alert_id``.
     """
-    alert, run = _alert_and_run(session, alert_id)
+    alert, run = alert_and_run(session, alert_id)
     if alert.status == AlertStatus.FILED:  # what is left to do is a comment, kept in the database
         return []
     regressions = _reproduced(session, alert_id)
@@ -183,21 +184,6 @@ def _reports(
         )
         for group in _groups(session, run, regressions, bisection)
     ]
-
-
-def _alert_and_run(session: Session, alert_id: int) -> tuple[Alert, Run]:
-    """Alert ``alert_id``, locked for this filing, and its run.
-
-    Raises:
-        NotFound: no alert ``alert_id``, or its run is gone.
-    """
-    alert = session.get(Alert, alert_id, with_for_update=True, populate_existing=True)
-    if alert is None:
-        raise NotFound(f"alert {alert_id} does not exist")
-    run = session.get(Run, alert.run_id)
-    if run is None:
-        raise NotFound(f"run {alert.run_id} of alert {alert_id} does not exist")
-    return alert, run
 
 
 def _reproduced(session: Session, alert_id: int) -> list[Regression]:

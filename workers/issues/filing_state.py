@@ -2,15 +2,19 @@
 regression and the missing-data filings.
 
 ``None`` → ``pending`` (:func:`mark_pending`); ``filed`` → ``pending`` again when a filed
-missing-data issue has news to tell, the data that came later (:func:`reopen`). The retry that
-files a pending alert, with its backoff (:func:`backoff`), is :mod:`workers.issues.pending`.
+issue has news to tell, the data that came later or a series back at its level (:func:`reopen`).
+The retry that files a pending alert, with its backoff (:func:`backoff`), is
+:mod:`workers.issues.pending`; each kind's filing reads its alert with :func:`alert_and_run`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from service.models import Alert, FilingState
+from sqlalchemy.orm import Session
+
+from service.errors import NotFound
+from service.models import Alert, FilingState, Run
 from service.models.base import utcnow
 
 BACKOFF_FIRST = timedelta(minutes=5)
@@ -53,3 +57,19 @@ def reopen(alert: Alert, *, now: datetime | None = None) -> bool:
     alert.filing_pending_since = now
     alert.filing_next_at = now
     return True
+
+
+def alert_and_run(session: Session, alert_id: int, kind: str | None = None) -> tuple[Alert, Run]:
+    """Alert ``alert_id`` (of ``kind`` when given), locked for this filing, and its run.
+
+    Raises:
+        NotFound: no such alert (of that kind), or its run is gone.
+    """
+    alert = session.get(Alert, alert_id, with_for_update=True, populate_existing=True)
+    if alert is None or (kind is not None and alert.kind != kind):
+        what = f"{kind.replace('_', '-')} alert" if kind else "alert"
+        raise NotFound(f"{what} {alert_id} does not exist")
+    run = session.get(Run, alert.run_id)
+    if run is None:
+        raise NotFound(f"run {alert.run_id} of alert {alert_id} does not exist")
+    return alert, run

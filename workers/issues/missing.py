@@ -23,12 +23,11 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.db import session_scope
-from service.errors import NotFound
 from service.models import Alert, AlertStatus, FilingState, Job, JobStatus, Run, RunKind
-from workers.issues.filing_state import reopen
+from workers.issues.filing_state import alert_and_run, reopen
 from workers.issues.markers import marker, run_marker
 from workers.issues.model import RenderedIssue, TrackedIssue
-from workers.issues.tracker import IssueTracker
+from workers.issues.tracker import IssueTracker, searchable_labels
 
 log = logging.getLogger(__name__)
 LABELS = ("nightbench", "missing-data")
@@ -40,13 +39,9 @@ def missing_data_fingerprint(queue: str, night: str) -> str:
 
 
 def missing_data_labels(settings: Settings) -> tuple[str, ...]:
-    """The labels of a missing-data issue: the deployment's first label, then ``LABELS``.
-
-    The first of ``NIGHTBENCH_GITHUB_LABELS`` is the one the GitHub tracker's marker lookup
-    lists by (:func:`workers.issues.tracker.make_tracker`): an issue without it is not found
-    again, so neither deduplicated nor told that its data came.
-    """
-    return tuple(dict.fromkeys([*settings.github_labels[:1], *LABELS]))
+    """The labels of a missing-data issue: the deployment's first label, then ``LABELS``
+    (:func:`workers.issues.tracker.searchable_labels`)."""
+    return searchable_labels(settings, LABELS)
 
 
 def render_missing_data(run: Run, jobs: list[Job], *,
@@ -102,7 +97,7 @@ def render_missing_alert(session: Session, *, alert_id: int,
     Raises:
         NotFound: no alert ``alert_id``, or its run is gone.
     """
-    alert, run = _alert_and_run(session, alert_id)
+    alert, run = alert_and_run(session, alert_id, "missing_data")
     if alert.status == AlertStatus.FILED:
         return []
     jobs = list(session.scalars(select(Job).where(
@@ -131,7 +126,7 @@ def file_missing_alert(session: Session, *, alert_id: int, settings: Settings,
             credentials or the repository).
     """
     first = render_missing_alert(session, alert_id=alert_id, settings=settings)
-    alert, run = _alert_and_run(session, alert_id)
+    alert, run = alert_and_run(session, alert_id, "missing_data")
     done: dict[str, TrackedIssue] = {issue.fingerprint: tracker.create(issue) for issue in first}
     for created in done.values():
         log.warning("run %s: missing data filed as %s", run.id, created.url)
@@ -155,21 +150,6 @@ def file_missing_alert(session: Session, *, alert_id: int, settings: Settings,
     alert.status = AlertStatus.FILED
     session.flush()
     return list(done.values())
-
-
-def _alert_and_run(session: Session, alert_id: int) -> tuple[Alert, Run]:
-    """Missing-data alert ``alert_id``, locked for this filing, and its run.
-
-    Raises:
-        NotFound: no such missing-data alert, or its run is gone.
-    """
-    alert = session.get(Alert, alert_id, with_for_update=True, populate_existing=True)
-    if alert is None or alert.kind != "missing_data":
-        raise NotFound(f"missing-data alert {alert_id} does not exist")
-    run = session.get(Run, alert.run_id)
-    if run is None:
-        raise NotFound(f"run {alert.run_id} of alert {alert_id} does not exist")
-    return alert, run
 
 
 def _aware(ts: datetime) -> datetime:

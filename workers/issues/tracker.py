@@ -90,3 +90,11 @@ def make_tracker(settings: Settings) -> IssueTracker:
             "NIGHTBENCH_GITHUB_TOKEN to file on GitHub, or neither to write to the outbox"
         )
     return OutboxTracker(settings.effective_outbox_dir)
+
+
+def searchable_labels(settings: Settings, own: Sequence[str]) -> tuple[str, ...]:
+    """The labels of an issue filed outside the regression report: the first of
+    ``NIGHTBENCH_GITHUB_LABELS`` (the one the GitHub tracker's marker lookup lists by:
+    :func:`make_tracker`; an issue without it is not found again, so neither deduplicated nor
+    told anything later), then ``own``."""
+    return tuple(dict.fromkeys([*settings.github_labels[:1], *own]))
