@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime
 import pytest
 from sqlalchemy import select
 
+from service.config import get_settings
 from service.db import session_scope
 from service.models import Alert, FilingState
 from service.status.service import system_status
@@ -71,7 +72,7 @@ def test_a_benchmark_failing_two_nights_in_a_row_is_filed_once(github: FakeGitHu
 
 
 def test_a_failing_benchmark_waits_in_the_outbox_while_github_refuses(
-    github: FakeGitHub, tmp_path: object,
+    github: FakeGitHub,
 ) -> None:
     rng = random.Random(4)
     for day in (1, 2):
@@ -87,10 +88,13 @@ def test_a_failing_benchmark_waits_in_the_outbox_while_github_refuses(
         status = system_status(session, now=datetime(2026, 10, 5, tzinfo=UTC))
         assert [f.kind for f in status.pending_filings] == ["failing"]
         assert any("failing-benchmark issue failed" in p for p in status.problems)
+    kept = list(get_settings().effective_outbox_dir.glob("*.md"))
+    assert len(kept) == 1 and "dqn:eval:cpu` has failed on its last 2 nights" in kept[0].read_text()
     github.token = TOKEN
     pending.retry_pending(force=True)
     pending.retry_pending(force=True)
     assert len(github.issues) == 1
+    assert "filed_url" in kept[0].read_text()  # the outbox copy says where it went
 
 
 def test_the_commit_range_links_the_builds_either_side_of_the_first_failure() -> None:
