@@ -306,3 +306,20 @@ def github_client(settings: Settings, *, retries: int = 5, backoff_factor: float
     auth = github.Auth.Token(token.get_secret_value()) if token is not None else None
     retry = GithubRetry(total=retries, backoff_factor=backoff_factor)
     return github.Github(base_url=settings.github_api_url, auth=auth, timeout=30, retry=retry)
+
+
+def commit_range(settings: Settings, good: str, bad: str) -> list[CommitInfo] | None:
+    """The commits ``good..bad`` (``good`` first) from where the settings say the source is: a
+    local clone (``source_repo_path``) when configured, else GitHub's compare API
+    (``source_github_repository``); None when neither is configured.
+
+    Raises:
+        InvalidInput, ValueError, GithubException, OSError: the range cannot be read (an
+            unknown commit, the service unreachable).
+    """
+    if settings.source_repo_path is not None:
+        return local_commit_range(settings.source_repo_path, good, bad)
+    if settings.source_github_repository:
+        repo = github_client(settings).get_repo(settings.source_github_repository)
+        return github_commit_range(repo, good, bad, with_files=False)
+    return None

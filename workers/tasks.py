@@ -19,7 +19,7 @@ from service.errors import InfrastructureError
 from workers.app import app
 from workers.bisect import celery_driver as bisecting
 from workers.enqueue import Step, send
-from workers.issues import pending
+from workers.issues import failing_bisect, pending
 from workers.issues import sync as issue_sync
 from workers.night import deadline, finish, plan, triage
 from workers.night import jobs as benchmarking
@@ -107,6 +107,20 @@ def sync_issues() -> None:
 def retry_filing() -> None:
     """Periodic (beat, and the deadline sweep): file every alert whose filing is pending and due."""
     pending.retry_pending()
+
+
+@app.task(name="issues.bisect_failing", acks_late=True, autoretry_for=RETRYABLE,
+          retry_backoff=True, max_retries=5)
+def bisect_failing(alert_id: int) -> None:
+    """Start the bisection of each benchmark a ``failing`` alert reports newly failing."""
+    send(failing_bisect.bisect_failing(alert_id))
+
+
+@app.task(name="issues.tell_bisected", acks_late=True, autoretry_for=RETRYABLE,
+          retry_backoff=True, max_retries=5)
+def tell_bisected(bisection_id: int) -> None:
+    """A failure bisection ended: file its answer on the failing benchmark's issue."""
+    send(failing_bisect.tell_bisected(bisection_id))
 
 
 class ProbeTask(Task):  # type: ignore[misc]

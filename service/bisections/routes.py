@@ -23,6 +23,7 @@ def read_bisection(bisection_id: Id, session: SessionDep) -> dict[str, Any]:
     b = view.bisection
     return {
         "id": b.id, "run_id": b.run_id, "alert_id": b.alert_id, "status": b.status,
+        "search": (b.config or {}).get("kind") or "latency",
         "outcome": b.outcome, "good": b.good, "bad": b.bad,
         "commits": max(len(b.commits or []) - 1, 0), "benchmarks": list(b.benchmarks or []),
         "regression_ids": list(b.regression_ids or []), "builds": b.builds, "rounds": b.rounds,

@@ -64,6 +64,8 @@ class BisectionRead(BaseModel):
     run_id: int | None
     alert_id: int | None
     status: str
+    search: str = Field(description="latency: the commit that slowed the benchmarks; failure: "
+                                    "the first commit at which the benchmark fails")
     outcome: str | None
     good: str
     bad: str

@@ -54,7 +54,7 @@ def test_bisection_shows_probes_verdicts_and_culprit(client: TestClient, db: Ses
     r = client.get(f"/api/bisections/{b.id}")
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["outcome"] == "culprit" and body["commits"] == 3
+    assert body["outcome"] == "culprit" and body["commits"] == 3 and body["search"] == "latency"
     assert [c["sha"] for c in body["culprits"]] == [CULPRIT]
     assert body["culprits"][0]["pr_number"] == 123
     assert [(p["round"], p["index"], p["status"]) for p in body["probes"]] == [

@@ -52,6 +52,7 @@ from service.models import (
     Run,
 )
 from service.models.base import utcnow
+from workers.bisect import failure_driver
 from workers.bisect.local_driver import run_probe
 from workers.bisect.measure import CommandMeasurer, Measurer, SuiteMeasurer
 from workers.bisect.report import _commit_info, outcome_json
@@ -218,6 +219,9 @@ def advance(session: Session, *, bisection_id: int) -> Advance:
     if bisection.status != BisectionStatus.RUNNING:
         return Advance()
     probes = probes_of(session, bisection_id)
+    if failure_driver.is_failure(bisection):
+        rows, finished = failure_driver.advance_failures(session, bisection, probes)
+        return Advance(tuple((row.id, bisection.queue) for row in rows), finished)
     state = replay(bisection, probes)
     if any(p.round >= state.round for p in probes):
         return Advance()  # this round is planned already and still running
@@ -288,15 +292,21 @@ def step(bisection_id: int) -> list[Step]:
     Returns:
         One ``bisect.probe`` step per probe of the next round; when the search ended, the
         builds this host made are removed and a night's bisection hands its night to filing
-        (``night.file``, :func:`workers.night.triage.file_night`); otherwise nothing.
+        (``night.file``, :func:`workers.night.triage.file_night`), a failure bisection its
+        outcome to its issue (``issues.tell_bisected``,
+        :func:`workers.issues.failing_bisect.tell_bisected`); otherwise nothing.
     """
     with session_scope() as session:
         result = advance(session, bisection_id=bisection_id)
-        run_id = session.get(Bisection, bisection_id).run_id  # type: ignore[union-attr]
+        bisection = session.get(Bisection, bisection_id)
+        assert bisection is not None
+        run_id, failure = bisection.run_id, failure_driver.is_failure(bisection)
     steps = [probe_step(probe_id, queue) for probe_id, queue in result.probes]
     if result.finished:
         shutil.rmtree(work_dir(get_settings(), bisection_id), ignore_errors=True)
-        if run_id is not None:
+        if failure:
+            steps.append(Step("issues.tell_bisected", (bisection_id,)))
+        elif run_id is not None:
             steps.append(Step("night.file", (run_id,)))
     return steps
 
@@ -377,7 +387,9 @@ def measure_probe(probe_id: int, *, worker: str) -> int | None:
         bisection_id = bisection.id
         provider = provider_for(bisection, settings)
         measurer = measurer_for(bisection, settings)
-    result = run_probe(request, build=provider.prepare, measurer=measurer)
+        runner = failure_driver.run_failure_probe if failure_driver.is_failure(bisection) \
+            else run_probe
+    result = runner(request, build=provider.prepare, measurer=measurer)
     with session_scope() as session:
         # The bisection's lock orders the probes of a round: exactly one sees the round end.
         session.get(Bisection, bisection_id, with_for_update=True)

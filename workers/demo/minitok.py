@@ -52,6 +52,7 @@ class _Tree:
     decode_check: bool = False
     decode_per_lookup: bool = False
     broken: bool = False
+    crash: bool = False
     helpers: int = 0
     changelog: tuple[str, ...] = ()
     doc_notes: int = 0
@@ -121,7 +122,7 @@ class Tokenizer:
         self.inverse = [None] * len(self.vocab)
         for piece, i in self.vocab.items():
             self.inverse[i] = piece
-        self.max_len = max(len(p) for p in self.vocab)
+        self.max_len = {max_len}
         self.unk = self.vocab[UNK]
 
     def _check_word(self, word):
@@ -197,8 +198,11 @@ def _tokenizer(t: _Tree) -> str:
         "                raise ValueError(\"vocabulary is inconsistent at %d\" % i)\n"
         if t.decode_per_lookup else ""
     )
+    # The crash: the longest piece itself instead of its length (``encode`` then adds a str to
+    # an int, a TypeError on its first word), as a careless simplification would.
+    max_len = "max(self.vocab, key=len)" if t.crash else "max(len(p) for p in self.vocab)"
     return _TOKENIZER.format(notes=notes, word_check=word_check, lookup_check=lookup_check,
-                             piece_check=piece_check, id_check=id_check)
+                             piece_check=piece_check, id_check=id_check, max_len=max_len)
 
 
 def _extras(t: _Tree) -> str:
@@ -316,12 +320,14 @@ class PackageRepository:
         culprits: ``benchmark command -> sha`` of the commit that slowed it (``ENCODE``,
             ``DECODE``).
         broken: shas of commits whose build fails.
+        crash: sha of the commit from which ``encode`` raises (every benchmark using it fails).
     """
 
     path: Path
     shas: tuple[str, ...]
     culprits: dict[str, str]
     broken: tuple[str, ...]
+    crash: str | None = None
 
     @property
     def good(self) -> str:
@@ -372,6 +378,7 @@ def make_package_repository(
     decode_culprit: int | None = None,
     broken: Iterable[int] = (),
     per_lookup: bool = False,
+    crash_culprit: int | None = None,
 ) -> PackageRepository:
     """Write a ``minitok`` git repository with ``commits`` commits after the first.
 
@@ -389,6 +396,8 @@ def make_package_repository(
         per_lookup: the encode culprit also re-validates the word and the piece at every
             vocabulary lookup (about 7 times slower instead of 30%), and the decode culprit
             re-validates the piece of every id (several times slower instead of 25%).
+        crash_culprit: k of the commit from which ``encode`` raises a TypeError (a careless
+            simplification of ``max_len``; no later commit repairs it), or None.
 
     Returns:
         The :class:`PackageRepository`.
@@ -398,41 +407,50 @@ def make_package_repository(
     """
     root = Path(path)
     broken = tuple(sorted(set(broken)))
-    _check_arguments(root, commits, encode_culprit, decode_culprit, broken)
+    _check_arguments(root, commits, encode_culprit, decode_culprit, broken, crash_culprit)
     root.mkdir(parents=True, exist_ok=True)
     _git(root, "init", "--quiet", "--initial-branch=main")
     _git(root, "config", "commit.gpgsign", "false")
 
-    tree = _Tree()
-    shas: list[str] = []
-    culprits: dict[str, str] = {}
+    planted = {encode_culprit: (dict(encode_check=True, per_lookup=per_lookup),
+                                "Validate words and pieces while encoding"),
+               decode_culprit: (dict(decode_check=True, decode_per_lookup=per_lookup),
+                                "Check id bounds in decode"),
+               crash_culprit: (dict(crash=True),
+                               "Simplify how the tokenizer finds its longest piece")}
+    shas = _write_history(root, commits, planted, broken)
+    culprits = {name: shas[k] for name, k in ((ENCODE, encode_culprit), (DECODE, decode_culprit))
+                if k is not None}
+    return PackageRepository(root, tuple(shas), culprits, tuple(shas[k] for k in broken),
+                             shas[crash_culprit] if crash_culprit is not None else None)
+
+
+def _write_history(root: Path, commits: int, planted: dict[int | None, tuple[dict, str]],
+                   broken: tuple[int, ...]) -> list[str]:
+    """Commit 0..``commits`` (a planted change where ``planted`` names one, else a plain one);
+    their shas."""
+    tree, shas = _Tree(), []
     for k in range(commits + 1):
-        if k == encode_culprit:
-            tree, message = replace(tree, encode_check=True, per_lookup=per_lookup,
-                                    broken=False), "Validate words and pieces while encoding"
-        elif k == decode_culprit:
-            tree, message = replace(tree, decode_check=True, decode_per_lookup=per_lookup,
-                                    broken=False), "Check id bounds in decode"
+        if k in planted:
+            fields, message = planted[k]
+            tree = replace(tree, broken=False, **fields)
         else:
             tree, message = _plain_change(k, tree, k in broken)
         shas.append(_commit(root, k, tree, message))
-        if k == encode_culprit:
-            culprits[ENCODE] = shas[-1]
-        if k == decode_culprit:
-            culprits[DECODE] = shas[-1]
-    return PackageRepository(root, tuple(shas), culprits, tuple(shas[k] for k in broken))
+    return shas
 
 
 def _check_arguments(root: Path, commits: int, encode_culprit: int | None,
-                     decode_culprit: int | None, broken: tuple[int, ...]) -> None:
+                     decode_culprit: int | None, broken: tuple[int, ...],
+                     crash_culprit: int | None = None) -> None:
     """Raise InvalidInput naming the first argument of make_package_repository that is wrong."""
     if commits < 1:
         raise InvalidInput(f"commits must be at least 1, got {commits}")
     for name, k in (("encode_culprit", encode_culprit), ("decode_culprit", decode_culprit),
-                    *(("broken", b) for b in broken)):
+                    ("crash_culprit", crash_culprit), *(("broken", b) for b in broken)):
         if k is not None and not 1 <= k <= commits:
             raise InvalidInput(f"{name} must lie in 1..{commits}, got {k}")
-    if {encode_culprit, decode_culprit} & set(broken):
+    if {encode_culprit, decode_culprit, crash_culprit} & set(broken):
         raise InvalidInput("a culprit commit cannot also be broken")
     if root.exists() and any(root.iterdir()):
         raise InvalidInput(f"path: {root} is not empty")

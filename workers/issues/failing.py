@@ -10,7 +10,9 @@ filing (:mod:`workers.issues.pending`: outbox, retry with backoff, status) by
 :func:`file_failing_alert`: one issue per benchmark and streak (the fingerprint names the
 benchmark, the machine class and the streak's first night, so later nights of the same streak
 find the same issue), with the error, the nights, the last good night's build and the commit
-range between it and the first failing night.
+range between it and the first failing night. That range is bisected to the first commit at
+which the benchmark fails (:mod:`workers.issues.failing_bisect`), and the answer commented on
+the issue (:func:`render_bisected`).
 """
 
 from __future__ import annotations
@@ -24,13 +26,23 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.models import Alert, AlertStatus, Job, JobStatus, Run, RunKind
+from service.models import (
+    Alert,
+    AlertStatus,
+    Bisection,
+    BisectionStatus,
+    Job,
+    JobStatus,
+    Run,
+    RunKind,
+)
 from service.status.service import (
     FAILING_NIGHTS,
     FailingBenchmark,
     error_summary,
     failing_benchmarks,
 )
+from workers.bisect.failure_driver import is_failure
 from workers.issues.filing_state import alert_and_run, mark_pending
 from workers.issues.markers import marker, run_marker
 from workers.issues.model import RenderedIssue, TrackedIssue
@@ -120,7 +132,8 @@ def render_failing_alert(session: Session, *, alert_id: int,
     alert, run = alert_and_run(session, alert_id, FAILING)
     if alert.status == AlertStatus.FILED:
         return []
-    return [_render(session, run, f, settings) for f in newly_failing(session, run=run)]
+    return [_render(session, run, f, settings, alert.id)
+            for f in newly_failing(session, run=run)]
 
 
 def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
@@ -149,6 +162,7 @@ def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
         log.info("alert %s: %s runs again, told on %s", alert_id, again.benchmark,
                  open_issue.url)
         filed.append(open_issue)
+    filed.extend(_tell_bisections(session, alert, tracker, settings))
     alert.status = AlertStatus.FILED
     session.flush()
     return filed
@@ -175,8 +189,18 @@ def _nights(session: Session, failing: FailingBenchmark, until: date) -> list[tu
         .order_by(Run.night.desc(), Job.id.desc()).limit(60)).all())
 
 
+def streak_ends(session: Session, failing: FailingBenchmark,
+                until: date) -> tuple[Run | None, Run | None]:
+    """``(last good night, first failing night)`` of ``failing``'s streak as of ``until``: the
+    runs whose builds bound the commit range that broke it (None where not found)."""
+    rows = _nights(session, failing, until)
+    failed = [r for r, j in rows if r.night >= failing.since and j.status == JobStatus.ERROR]
+    good = next((r for r, j in rows if j.status == JobStatus.DONE), None)
+    return good, (failed[-1] if failed else None)
+
+
 def _render(session: Session, run: Run, failing: FailingBenchmark,
-            settings: Settings) -> RenderedIssue:
+            settings: Settings, alert_id: int) -> RenderedIssue:
     rows = _nights(session, failing, run.night)
     failed = [(r, j) for r, j in rows if r.night >= failing.since and j.status == JobStatus.ERROR]
     good = next(((r, j) for r, j in rows if j.status == JobStatus.DONE), None)
@@ -191,6 +215,7 @@ def _render(session: Session, run: Run, failing: FailingBenchmark,
         before = (f"It last ran on {good[0].night} (run {good[0].id}, build "
                   f"`{good[0].torch_spec}`, torch commit {_commit(good[0].torch_git_commit)}).")
         span = _range(settings, good[0].torch_git_commit, first_bad.torch_git_commit)
+        span += _bisecting(session, alert_id, failing, settings)
     body = (
         f"**`{failing.benchmark}` has failed on its last {failing.nights} nights on "
         f"`{failing.queue}`** (since {failing.since}). Without a result its series has no point, "
@@ -235,3 +260,78 @@ def _range(settings: Settings, good: str | None, bad: str | None) -> str:
         text += (f" ([compare](https://github.com/{settings.source_github_repository}/compare/"
                  f"{good}...{bad}))")
     return text + "."
+
+
+def failure_bisections(session: Session, alert_id: int) -> list[Bisection]:
+    """The failure bisections started for the ``failing`` alert ``alert_id``, oldest first."""
+    return [b for b in session.scalars(select(Bisection).where(Bisection.alert_id == alert_id)
+                                       .order_by(Bisection.id))
+            if is_failure(b)]
+
+
+def _bisecting(session: Session, alert_id: int, failing: FailingBenchmark,
+               settings: Settings) -> str:
+    """What the issue says of the search for the commit that broke the benchmark."""
+    key = failing_fingerprint(failing.queue, failing.benchmark, failing.since)
+    started = [b for b in failure_bisections(session, alert_id) if b.config.get("issue") == key]
+    if started:
+        return (f" Bisection {started[-1].id} searches its {len(started[-1].commits) - 1} "
+                f"commit(s) on `{failing.queue}`; the first commit at which it fails will be "
+                "commented here.")
+    if not settings.bisect_provider:
+        return (" Not bisected: no build provider is configured (`NIGHTBENCH_BISECT_PROVIDER`, "
+                "with `NIGHTBENCH_SOURCE_REPO_PATH` or a wheel URL).")
+    return ""
+
+
+def _tell_bisections(session: Session, alert: Alert, tracker: IssueTracker,
+                     settings: Settings) -> list[TrackedIssue]:
+    """Comment each finished failure bisection of ``alert`` on its open issue, once (a closed
+    issue is not told)."""
+    told = []
+    for bisection in failure_bisections(session, alert.id):
+        if bisection.status != BisectionStatus.DONE or not bisection.result:
+            continue
+        open_issue = tracker.find_open(bisection.config.get("issue", ""))
+        if open_issue is None:
+            continue
+        tracker.comment(open_issue.number, render_bisected(bisection, settings),
+                        key=f"bisected-{bisection.id}")
+        log.info("alert %s: bisection %s (%s) told on %s", alert.id, bisection.id,
+                 bisection.outcome, open_issue.url)
+        told.append(open_issue)
+    return told
+
+
+def render_bisected(bisection: Bisection, settings: Settings) -> str:
+    """The comment telling a failing benchmark's issue what its bisection found (Markdown)."""
+    result = bisection.result or {}
+    (answer,) = result.get("benchmarks") or [{"range": [], "reason": "no answer"}]
+    size = f"{result.get('builds')} builds, {result.get('rounds')} rounds"
+    error = result.get("error")
+    quoted = ("\n\nIts error there:\n\n```\n"
+              + "\n".join(error.strip().splitlines()[-ERROR_LINES:]) + "\n```\n") if error else "\n"
+    if bisection.outcome == "culprit":
+        (c,) = result["culprits"]
+        pr = f" (#{c['pr_number']})" if c.get("pr_number") else ""
+        return (f"**Bisected: `{bisection.benchmarks[0]}` fails from "
+                f"{_commit_link(settings, c['sha'])} on**: \"{c.get('title') or ''}\"{pr} by "
+                f"{c.get('author') or 'unknown'}: {answer['reason']} (bisection "
+                f"{bisection.id}, {size}). To check by hand, build "
+                f"{_commit_link(settings, c['sha'])} and its parent and run the command under "
+                f"Reproduce with each.{quoted}")
+    span = answer.get("range") or []
+    where = (f" The first failing commit lies in {_commit_link(settings, span[0])} .. "
+             f"{_commit_link(settings, span[-1])} ({len(span)} commits)."
+             if span and bisection.outcome == "inconclusive" else "")
+    what = ("did not reproduce the failure" if bisection.outcome == "not_reproduced"
+            else "could not name one commit")
+    return (f"**Bisection {bisection.id} {what}** ({size}): {answer['reason']}.{where}"
+            f"{quoted}")
+
+
+def _commit_link(settings: Settings, sha: str) -> str:
+    if settings.source_github_repository:
+        return (f"[`{sha[:10]}`](https://github.com/{settings.source_github_repository}/commit/"
+                f"{sha})")
+    return f"`{sha[:10]}`"

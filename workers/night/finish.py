@@ -134,7 +134,8 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
         # News for filed issues (a series back), or a benchmark failing night after night:
         # the filing retry tells or files it now.
         file_now = bool(_note_back(session, run=run, assessed=assessed))
-        file_now |= failing.note_failing(session, run=run) is not None
+        failing_alert = failing.note_failing(session, run=run)
+        file_now |= failing_alert is not None
         pending = regressions.pending_regressions(session, run_id=run_id)
         if run.kind == "ingest":
             # Results posted by runners: no re-run here; the next night confirms instead.
@@ -160,6 +161,8 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
             if not persisted:
                 runs.finish_run(session, run=run)
     tell_steps = [Step("issues.retry_filing", ())] if file_now else []
+    if failing_alert is not None:  # the commits that broke them, searched beside
+        tell_steps.insert(0, Step("issues.bisect_failing", (failing_alert.id,)))
     if confirm_id is not None:
         log.info("run %s: %d benchmark(s) flagged; confirming in run %s%s", run_id,
                  len(benchmarks), confirm_id,

@@ -49,13 +49,8 @@ def resolve_commit_range(run_id: int, *, settings: Settings | None = None) -> li
         _note(run_id, f"commit range: none ({reason})")
         return None
     try:
-        if settings.source_repo_path is not None:
-            commit_list = commits.local_commit_range(settings.source_repo_path, good, bad)
-        elif settings.source_github_repository:
-            client = commits.github_client(settings)
-            repo = client.get_repo(settings.source_github_repository)
-            commit_list = commits.github_commit_range(repo, good, bad, with_files=False)
-        else:
+        commit_list = commits.commit_range(settings, good, bad)
+        if commit_list is None:
             _note(run_id, "commit range: none (no source repository configured)")
             return None
     except Exception as exc:  # noqa: BLE001 - any failure here must not stop the night

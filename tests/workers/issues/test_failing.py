@@ -5,17 +5,23 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from service.bisections.routes import read_bisection
+from service.bisections.schemas import BisectionRead
 from service.config import get_settings
 from service.db import session_scope
-from service.models import Alert, FilingState
+from service.models import Alert, Bisection, FilingState, Probe
+from service.runs.service import BenchmarkSpec
 from service.status.service import system_status
 from tests.github_server import FakeGitHub
 from tests.nights import posted_night
 from tests.workers.issues.conftest import TOKEN
+from workers.demo.minitok import INSTALL_COMMAND, make_package_repository
+from workers.demo.run import DEMO_MODE, DEMO_MODEL, DEMO_MODELS
 from workers.issues import pending
 
 BOOM = ("Traceback (most recent call last):\n  File \"suite/harness.py\", line 256, in run\n"
@@ -49,6 +55,9 @@ def test_a_benchmark_failing_two_nights_in_a_row_is_filed_once(github: FakeGitHu
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in body
     assert body.count("| RuntimeError: mat1 and mat2") == 2  # the two failed nights' row
     assert "python -m suite run --model dqn --mode eval --device cpu --compiler eager" in body
+    assert "Not bisected: no build provider is configured" in body
+    with session_scope() as session:
+        assert session.scalars(select(Bisection)).all() == []
     assert f"nightbench:run={second}" in body
     with session_scope() as session:
         alert = session.scalar(select(Alert).where(Alert.run_id == second,
@@ -119,3 +128,82 @@ def test_a_benchmark_that_never_ran_is_not_filed(github: FakeGitHub) -> None:
     with session_scope() as session:
         status = system_status(session, now=datetime(2026, 10, 4, tzinfo=UTC))
         assert status.failing == [] and status.problems == []
+
+
+@pytest.mark.slow
+def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
+    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A real package (minitok) stands in for torch: its commit 4 makes the tokenizer raise, and
+    # the suite's tokbag model, mostly minitok's tokenization, fails from there on. Each probe
+    # is a real checkout build and one real suite process.
+    repo = make_package_repository(tmp_path / "minitok", commits=6, crash_culprit=4)
+    configure(github_repository="octo-org/perf", github_token=TOKEN,
+              github_api_url=fake.base_url, source_github_repository="",
+              source_repo_path=repo.path, bisect_provider="checkout",
+              bisect_install_command=INSTALL_COMMAND, bisect_work_dir=tmp_path / "builds",
+              suite_timeout_s=240)
+    monkeypatch.setenv("NIGHTBENCH_SUITE_EXTRA_MODELS", str(DEMO_MODELS))
+    rng, tokbag = random.Random(5), BenchmarkSpec(model=DEMO_MODEL, mode=DEMO_MODE)
+    for day in (1, 2, 3):
+        posted_night(date(2026, 10, day), 10.0, rng, commit=repo.good, spec=tokbag)
+    crash = ("Traceback (most recent call last):\n  File \"minitok/tokenizer.py\", line 38\n"
+             "TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+    posted_night(date(2026, 10, 4), None, rng, error=crash, commit=repo.bad, spec=tokbag)
+    posted_night(date(2026, 10, 5), None, rng, error=crash, commit=repo.bad, spec=tokbag)
+    (issue,) = fake.issues.values()
+    assert f"The commit range to search: `{repo.good[:10]}..{repo.bad[:10]}`" in issue["body"]
+    assert "searches its 6 commit(s) on `cpu`" in issue["body"], issue["body"]
+    # The bisection ran in this thread after the issue was filed; its answer is told once.
+    (told,) = fake.comments[1]
+    body = told["body"]
+    assert body.startswith(f"**Bisected: `tokbag:eval:cpu` fails from `{repo.crash[:10]}` on**:"
+                           ' "Simplify how the tokenizer finds its longest piece"'), body
+    assert (f"it runs at its parent {repo.shas[3][:10]} (4 of 4 runs) and fails from "
+            f"{repo.crash[:10]} on (4 of 4 runs)") in body
+    assert "TypeError: unsupported operand type(s) for +: 'int' and 'str'" in body
+    with session_scope() as session:
+        (bisection,) = session.scalars(select(Bisection)).all()
+        assert bisection.outcome == "culprit" and bisection.benchmarks == ["tokbag:eval:cpu"]
+        assert [c["sha"] for c in bisection.result["culprits"]] == [repo.crash]
+        probes = session.scalars(select(Probe).where(Probe.bisection_id == bisection.id)).all()
+        # Run for real, two suite processes a probe: from commit 4 on both failed with the
+        # tokenizer's error, before it both ran.
+        failed = {p.index for p in probes if p.errors}
+        assert failed and min(failed) == 4 and all(
+            "TypeError" in p.errors["tokbag:eval:cpu"] and "(2 of 2 runs failed)" in
+            p.errors["tokbag:eval:cpu"] for p in probes if p.errors)
+        assert all(len(p.samples["tokbag:eval:cpu"]) == 2 for p in probes if p.index < 4)
+        # What GET /api/bisections/{id} answers, in its schema.
+        read = BisectionRead.model_validate(read_bisection(bisection.id, session))
+        assert read.search == "failure" and read.answers[0].culprit == repo.crash
+        assert read.alert_id is not None and read.run_id is None
+    # Telling again (a second delivery of the task) posts nothing more.
+    pending.retry_pending(force=True)
+    assert len(fake.comments[1]) == 1
+
+
+def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
+    from service.config import Settings
+    from workers.issues.failing import render_bisected
+
+    a, b, c = ("a" * 40, "b" * 40, "c" * 40)
+    answer = {"benchmark": "dqn:eval:cpu", "status": "inconclusive", "culprit": None,
+              "range": [b, c], "change": None,
+              "reason": "the 1 commit(s) between aaaa (runs) and cccc (fails) did not build"}
+    row = Bisection(id=7, status="done", outcome="inconclusive", good=a, bad=c,
+                    benchmarks=["dqn:eval:cpu"], config={"kind": "failure"},
+                    result={"builds": 5, "rounds": 4, "culprits": [], "benchmarks": [answer],
+                            "error": "dqn:eval:cpu: RuntimeError: shapes (2 of 2 runs failed)"})
+    linked = Settings(source_github_repository="pytorch/pytorch")
+    text = render_bisected(row, linked)
+    assert text.startswith("**Bisection 7 could not name one commit** (5 builds, 4 rounds): the "
+                           "1 commit(s) between aaaa (runs) and cccc (fails) did not build.")
+    assert (f"lies in [`{b[:10]}`](https://github.com/pytorch/pytorch/commit/{b}) .. "
+            f"[`{c[:10]}`](https://github.com/pytorch/pytorch/commit/{c}) (2 commits)") in text
+    assert "RuntimeError: shapes (2 of 2 runs failed)\n```" in text
+    row.outcome, answer["reason"] = "not_reproduced", "the first failing build cccc runs"
+    text = render_bisected(row, Settings(source_github_repository=""))
+    assert text.startswith("**Bisection 7 did not reproduce the failure** (5 builds, 4 rounds): "
+                           "the first failing build cccc runs.") and "lies in" not in text
