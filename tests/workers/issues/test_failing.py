@@ -14,13 +14,14 @@ from service.bisections.routes import read_bisection
 from service.bisections.schemas import BisectionRead
 from service.config import get_settings
 from service.db import session_scope
-from service.models import Alert, Bisection, FilingState, Probe
+from service.models import Alert, Bisection, FilingState, Probe, Run
 from service.runs.service import BenchmarkSpec
 from service.status.service import system_status
+from tests.conftest import WorkerPool, wait_until
 from tests.github_server import FakeGitHub
 from tests.nights import posted_night
 from tests.workers.issues.conftest import TOKEN
-from workers.demo.minitok import INSTALL_COMMAND, make_package_repository
+from workers.demo.minitok import INSTALL_COMMAND, PackageRepository, make_package_repository
 from workers.demo.run import DEMO_MODE, DEMO_MODEL, DEMO_MODELS
 from workers.issues import pending
 
@@ -130,28 +131,78 @@ def test_a_benchmark_that_never_ran_is_not_filed(github: FakeGitHub) -> None:
         assert status.failing == [] and status.problems == []
 
 
-@pytest.mark.slow
-def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
-    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A real package (minitok) stands in for torch: its commit 4 makes the tokenizer raise, and
-    # the suite's tokbag model, mostly minitok's tokenization, fails from there on. Each probe
-    # is a real checkout build and one real suite process.
+CRASH = ("Traceback (most recent call last):\n  File \"minitok/tokenizer.py\", line 38\n"
+         "TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+
+
+def _breaking_repository(configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
+                         monkeypatch: pytest.MonkeyPatch, **settings: object) -> PackageRepository:
+    """A real package (minitok) standing in for torch: its commit 4 of 6 makes the tokenizer
+    raise, and the suite's tokbag model, mostly minitok's tokenization, fails from there on.
+    Bisections build it with the checkout provider."""
     repo = make_package_repository(tmp_path / "minitok", commits=6, crash_culprit=4)
     configure(github_repository="octo-org/perf", github_token=TOKEN,
               github_api_url=fake.base_url, source_github_repository="",
               source_repo_path=repo.path, bisect_provider="checkout",
               bisect_install_command=INSTALL_COMMAND, bisect_work_dir=tmp_path / "builds",
-              suite_timeout_s=240)
+              **settings)
     monkeypatch.setenv("NIGHTBENCH_SUITE_EXTRA_MODELS", str(DEMO_MODELS))
+    return repo
+
+
+def _tokbag_nights(repo: PackageRepository, between: Callable[[int], None] = lambda _: None
+                   ) -> None:
+    """Three good nights at the repository's first commit, then two failing at its last;
+    ``between(run_id)`` after each."""
     rng, tokbag = random.Random(5), BenchmarkSpec(model=DEMO_MODEL, mode=DEMO_MODE)
-    for day in (1, 2, 3):
-        posted_night(date(2026, 10, day), 10.0, rng, commit=repo.good, spec=tokbag)
-    crash = ("Traceback (most recent call last):\n  File \"minitok/tokenizer.py\", line 38\n"
-             "TypeError: unsupported operand type(s) for +: 'int' and 'str'")
-    posted_night(date(2026, 10, 4), None, rng, error=crash, commit=repo.bad, spec=tokbag)
-    posted_night(date(2026, 10, 5), None, rng, error=crash, commit=repo.bad, spec=tokbag)
+    for day in range(1, 6):
+        good = day <= 3
+        between(posted_night(date(2026, 10, day), 10.0 if good else None, rng,
+                             error=None if good else CRASH,
+                             commit=repo.good if good else repo.bad, spec=tokbag))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("celery_workers")
+def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
+    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, celery_workers: WorkerPool,
+) -> None:
+    # The distributed path: the nights' steps, the bisection's probes and the filing run in a
+    # real worker process, through Redis.
+    repo = _breaking_repository(configure, fake, tmp_path, monkeypatch)
+    celery_workers.start("cpu", "control", log_dir=tmp_path)
+
+    def settled(run_id: int) -> None:
+        def done() -> bool:
+            with session_scope() as session:
+                run = session.get(Run, run_id)
+                return run is not None and run.status != "detecting"
+        wait_until(done, timeout=120, interval=0.5, what=f"run {run_id} to be detected")
+
+    _tokbag_nights(repo, settled)
+    wait_until(lambda: bool(fake.comments.get(1)), timeout=400, interval=1,
+               what="the bisection's answer on the issue")
+    (issue,) = fake.issues.values()
+    (told,) = fake.comments[1]
+    assert "fails on cpu since 2026-10-04" in issue["title"]
+    assert told["body"].startswith(f"**Bisected: `tokbag:eval:cpu` fails from "
+                                   f"`{repo.crash[:10]}` on**:"), told["body"]
+    with session_scope() as session:
+        (bisection,) = session.scalars(select(Bisection)).all()
+        workers = {p.worker for p in session.scalars(select(Probe))}
+        assert bisection.outcome == "culprit" and all(w.startswith("w0@") for w in workers)
+
+
+@pytest.mark.slow
+def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
+    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Embedded (no broker): the whole chain in this thread. Each probe is a real checkout build
+    # and real suite processes.
+    repo = _breaking_repository(configure, fake, tmp_path, monkeypatch, suite_timeout_s=240)
+    _tokbag_nights(repo)
     (issue,) = fake.issues.values()
     assert f"The commit range to search: `{repo.good[:10]}..{repo.bad[:10]}`" in issue["body"]
     assert "searches its 6 commit(s) on `cpu`" in issue["body"], issue["body"]
