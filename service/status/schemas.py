@@ -78,6 +78,19 @@ class FailingBenchmarkRead(BaseModel):
     error: str = Field(description="the first line of its last error")
 
 
+class RunningBisectionRead(BaseModel):
+    """A bisection not yet ended, and what waits on it."""
+    id: int
+    search: str = Field(description="latency (a night's regressions) or failure (a failing "
+                                    "benchmark)")
+    benchmarks: list[str]
+    run_id: int | None = Field(description="the night whose issue waits on it, if any")
+    queue: str = Field(description="where its probes go")
+    age_s: float = Field(description="seconds since it started")
+    rounds: int = Field(description="rounds planned so far")
+    probes_waiting: int = Field(description="probes queued or running")
+
+
 class StatusRead(BaseModel):
     """The system's state and the problems to look at (empty when all is well)."""
     now: datetime
@@ -95,3 +108,6 @@ class StatusRead(BaseModel):
     judged: int = Field(0, description="stored stability verdicts (benchmark and machine)")
     failing: list[FailingBenchmarkRead] = Field(
         default_factory=list, description="benchmarks failing night after night")
+    bisections: list[RunningBisectionRead] = Field(
+        default_factory=list, description="bisections still running (one running over a day "
+                                          "is also a problem)")

@@ -21,11 +21,15 @@ from service.benchmarks import benchmark_name
 from service.errors import InfrastructureError
 from service.models import (
     FILING_UNFILED,
+    PROBE_ENDED,
     RUN_OPEN,
     Alert,
+    Bisection,
+    BisectionStatus,
     FilingState,
     Job,
     JobStatus,
+    Probe,
     Run,
     RunKind,
 )
@@ -40,6 +44,7 @@ _KIND_WORDS = {"missing_data": "missing-data ", "failing": "failing-benchmark "}
 FAILING_NIGHTS = 2  # a benchmark failing this many nights in a row is a problem to tell
 FAILING_LOOKBACK = timedelta(days=90)  # nights searched for the streak and the good night
 STABILITY_WINDOW = timedelta(days=7)  # the status lists stability changes of the last week
+BISECTION_STALE = timedelta(hours=24)  # a bisection running longer is a problem to tell
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,65 @@ class SystemStatus:
     unstable: list[UnstableBenchmark] = field(default_factory=list)
     judged: int = 0
     failing: list[FailingBenchmark] = field(default_factory=list)
+    bisections: list[RunningBisection] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunningBisection:
+    """A bisection not yet ended.
+
+    Attributes:
+        id: the bisection.
+        search: ``latency`` (a night's regressions; the night's issue is filed when it ends) or
+            ``failure`` (a failing benchmark; its issue is told the culprit when it ends).
+        benchmarks: what it bisects.
+        run_id: the night it is for (None for a failure bisection or one started by hand).
+        queue: where its probes go.
+        age_s: seconds since it started.
+        rounds: rounds planned so far.
+        probes_waiting: probes of its last round queued or running.
+    """
+
+    id: int
+    search: str
+    benchmarks: list[str]
+    run_id: int | None
+    queue: str
+    age_s: float
+    rounds: int
+    probes_waiting: int
+
+
+def running_bisections(session: Session, *, now: datetime) -> list[RunningBisection]:
+    """Bisections still running, oldest first."""
+    rows = session.scalars(select(Bisection).where(Bisection.status == BisectionStatus.RUNNING)
+                           .order_by(Bisection.id)).all()
+    probes = {b: (int(r or 0), int(w or 0)) for b, r, w in session.execute(
+        select(Probe.bisection_id, func.max(Probe.round) + 1,
+               func.count().filter(Probe.status.not_in(PROBE_ENDED)))
+        .where(Probe.bisection_id.in_([b.id for b in rows])).group_by(Probe.bisection_id))}
+    return [RunningBisection(
+        id=b.id, search=(b.config or {}).get("kind") or "latency",
+        benchmarks=list(b.benchmarks or []), run_id=b.run_id, queue=b.queue,
+        age_s=(now - (_aware(b.created_at) or now)).total_seconds(),
+        rounds=probes.get(b.id, (0, 0))[0], probes_waiting=probes.get(b.id, (0, 0))[1])
+        for b in rows]
+
+
+def _bisection_problems(bisections: list[RunningBisection]) -> list[str]:
+    """One line per bisection running longer than ``BISECTION_STALE``: what waits on it."""
+    out = []
+    for b in bisections:
+        if b.age_s <= BISECTION_STALE.total_seconds():
+            continue
+        waits = (f"night run {b.run_id}'s issue is filed when it ends" if b.run_id is not None
+                 else "its issue is told the culprit when it ends" if b.search == "failure"
+                 else "nothing is told until it ends")
+        out.append(f"bisection {b.id} ({b.search}: {', '.join(b.benchmarks)}) has run "
+                   f"{b.age_s / 3600:.1f} h, {b.rounds} round(s); {b.probes_waiting} probe(s) "
+                   f"wait on `{b.queue}` (no worker takes them, or a build or benchmark hangs: "
+                   f"nightbench bisect-resume {b.id} sends them again); {waits}")
+    return out
 
 
 def unstable_now(session: Session, threshold_for: Callable[[str, str], float] | None = None,
@@ -324,7 +388,8 @@ def system_status(session: Session, *, now: datetime | None = None,
     """Everything above, and the problems: a run past its deadline, an ingest run with none
     open for over a day, a machine class that has not measured for more than
     ``stale_after_nights`` nights, a benchmark failing ``FAILING_NIGHTS`` nights in a row
-    (:func:`failing_benchmarks`), an alert whose filing failed, a broker that cannot be read.
+    (:func:`failing_benchmarks`), an alert whose filing failed, a broker that cannot be read,
+    a bisection running for over ``BISECTION_STALE`` (:func:`running_bisections`).
 
     Args:
         session: an open database session.
@@ -371,7 +436,9 @@ def system_status(session: Session, *, now: datetime | None = None,
         night=date.fromisoformat(c["night"]), from_verdict=c["from"], to_verdict=c["to"],
         source=str(c["source"])) for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)]
     unstable, judged = unstable_now(session, threshold_for)
-    return SystemStatus(now=now, machine_classes=classes, open_runs=runs,
-                        workers=workers_seen(session, now=now), problems=problems,
-                        pending_filings=filings, queues=queues, stability_changes=changes,
-                        unstable=unstable, judged=judged, failing=failing)
+    bisections = running_bisections(session, now=now)
+    return SystemStatus(
+        now=now, machine_classes=classes, open_runs=runs, workers=workers_seen(session, now=now),
+        problems=problems + _bisection_problems(bisections), pending_filings=filings,
+        queues=queues, stability_changes=changes, unstable=unstable, judged=judged,
+        failing=failing, bisections=bisections)

@@ -145,3 +145,36 @@ def test_status_lists_the_benchmarks_marked_unstable_and_their_bars(
     assert body["judged"] == 2
     assert [(u["benchmark"], u["spread"]) for u in body["unstable"]] == [("dcgan:eval:cpu", 0.12)]
     assert body["unstable"][0]["alerts_from"] == pytest.approx(0.36)
+
+
+def test_status_tells_a_bisection_running_for_over_a_day(client: TestClient,
+                                                         db: Session) -> None:
+    from service.models import Bisection, Probe
+
+    now = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    run = add_night(db, night(0), [make_record("dcgan", "eval", {"latency": [3.0]})])
+    stuck = Bisection(status="running", good="a" * 40, bad="b" * 40, benchmarks=["dcgan:eval:cpu"],
+                      config={"kind": "failure"}, queue="gpu.h100",
+                      created_at=now - timedelta(hours=30))
+    fresh = Bisection(status="running", good="a" * 40, bad="c" * 40, run_id=run.id,
+                      benchmarks=["dcgan:eval:cpu"], config={"search": {}}, queue="cpu",
+                      created_at=now - timedelta(hours=2))
+    db.add_all([stuck, fresh])
+    db.flush()
+    db.add_all([Probe(bisection_id=stuck.id, round=r, sha=sha, index=i, purpose="search",
+                      benchmarks=["dcgan:eval:cpu"], samples_wanted=2, status=status)
+                for r, sha, i, status in ((0, "a" * 40, 0, "done"), (0, "b" * 40, 4, "done"),
+                                          (1, "d" * 40, 2, "queued"))])
+    db.flush()
+    status = system_status(db, now=now)
+    assert [(b.id, b.search, b.rounds, b.probes_waiting, round(b.age_s / 3600))
+            for b in status.bisections] == [(stuck.id, "failure", 2, 1, 30),
+                                            (fresh.id, "latency", 0, 0, 2)]
+    (line,) = [p for p in status.problems if p.startswith("bisection ")]
+    assert line.startswith(f"bisection {stuck.id} (failure: dcgan:eval:cpu) has run 30.0 h, 2 "
+                           "round(s); 1 probe(s) wait on `gpu.h100`")
+    assert f"nightbench bisect-resume {stuck.id}" in line
+    assert line.endswith("its issue is told the culprit when it ends")
+    body = client.get("/api/status").json()
+    assert {b["id"]: b["search"] for b in body["bisections"]} == {stuck.id: "failure",
+                                                                fresh.id: "latency"}

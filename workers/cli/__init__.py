@@ -428,6 +428,7 @@ from workers.cli import bisect as _bisect_cli  # noqa: E402
 
 app.command("bisect")(_bisect_cli.bisect)
 app.command("demo")(_bisect_cli.demo)
+app.command("bisect-resume")(_bisect_cli.resume)
 
 from workers.cli import worker as _worker_cli  # noqa: E402
 

@@ -245,3 +245,20 @@ def demo(
     for path in result.issues:
         console.print(f"issue filed: {path}")
     console.print(f"everything is under {result.workdir}")
+
+
+def resume(
+    bisection_id: Annotated[int, typer.Argument(
+        help="the bisection, as `nightbench status` lists it")],
+) -> None:
+    """Send a running bisection's unfinished probes to its queue again (after an outage, or when
+    `nightbench status` says its probes have waited a day), or plan its next round when none is
+    left."""
+    from workers.bisect.celery_driver import resume as resume_bisection
+
+    try:
+        sent = resume_bisection(bisection_id)
+    except NightbenchError as exc:
+        _fail(exc.message)
+    console.print(f"bisection {bisection_id}: {sent} probe task(s) sent again" if sent
+                  else f"bisection {bisection_id}: no probe waits; its next step was sent")

@@ -18,7 +18,8 @@ def status(
 ) -> None:
     """Each machine class's last night, the open runs (overdue ones in red), the workers seen in
     the last hour, the filings pending (failing ones in red), the queue lengths, the stability
-    verdicts the nightly re-check changed in the last week, the benchmarks marked unstable now
+    verdicts the nightly re-check changed in the last week, the bisections running (over a day
+    in red), the benchmarks marked unstable now
     (and from which regression each still alerts), and the problems; exits 1 when there is a
     problem, so a cron job can page."""
     from service.config import get_settings
@@ -34,6 +35,20 @@ def status(
         print(json.dumps(asdict(state), default=str, indent=1))
         raise typer.Exit(1 if state.problems else 0)
     console = Console()
+    for table in _tables(state):
+        console.print(table)
+    if state.unstable:
+        console.print(f"[yellow]{escape(_unstable_line(state))}[/]")
+    for line in state.problems:
+        console.print(f"[bold red]problem:[/] {escape(line)}")
+    if not state.problems:
+        console.print("[green]no problems[/]")
+    raise typer.Exit(1 if state.problems else 0)
+
+
+def _tables(state: Any) -> list[Table]:
+    """The status's tables, in the order printed."""
+    from service.status.service import BISECTION_STALE
     classes = Table("machine class", "last night", "nights behind", title="machine classes")
     for c in state.machine_classes:
         classes.add_row(c.queue, str(c.last_night), str(c.nights_behind),
@@ -63,15 +78,13 @@ def status(
         stability.add_row(change.benchmark, str(change.night),
                           f"{change.from_verdict} → {change.to_verdict}", escape(change.source),
                           style="yellow" if change.to_verdict == "unstable" else None)
-    for table in (classes, runs, workers, filings, queues, stability):
-        console.print(table)
-    if state.unstable:
-        console.print(f"[yellow]{escape(_unstable_line(state))}[/]")
-    for line in state.problems:
-        console.print(f"[bold red]problem:[/] {escape(line)}")
-    if not state.problems:
-        console.print("[green]no problems[/]")
-    raise typer.Exit(1 if state.problems else 0)
+    bisections = Table("bisection", "search", "benchmarks", "queue", "age", "rounds",
+                       "probes waiting", title="bisections running")
+    for b in state.bisections:
+        bisections.add_row(str(b.id), b.search, ", ".join(b.benchmarks), b.queue,
+                           f"{b.age_s / 3600:.1f} h", str(b.rounds), str(b.probes_waiting),
+                           style="bold red" if b.age_s > BISECTION_STALE.total_seconds() else None)
+    return [classes, runs, workers, filings, queues, stability, bisections]
 
 
 def _unstable_line(state: Any) -> str:

@@ -183,3 +183,33 @@ def test_a_probe_killed_mid_way_is_retried_and_the_answer_stands(
     keys = [(p.round, p.sha) for p in rows.values()]
     assert len(keys) == len(set(keys))
     assert all(len(p.samples[ENCODE]) == p.samples_wanted for p in rows.values())
+
+
+@pytest.mark.usefixtures("database_url")
+def test_bisect_resume_sends_a_stuck_round_again(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from workers.bisect.failure_driver import create_failure_bisection
+    from workers.cli import app
+    from workers.commits import local_commit_range
+
+    repo = make_package_repository(tmp_path / "minitok", commits=4)
+    with session_scope() as session:
+        bisection = create_failure_bisection(
+            session, commits=local_commit_range(repo.path, repo.good, repo.bad),
+            benchmark="dqn:eval:cpu", provider={"kind": "checkout", "repo": str(repo.path),
+                                                "install_command": "exit 3"})
+        planned = bisecting.advance(session, bisection_id=bisection.id)
+        assert len(planned.probes) == 2  # round 0: both endpoints, never sent (an outage)
+        bisection_id = bisection.id
+    result = CliRunner().invoke(app, ["bisect-resume", str(bisection_id)])
+    assert result.exit_code == 0, result.output
+    assert f"bisection {bisection_id}: 2 probe task(s) sent again" in result.output
+    # Embedded, they ran here: no commit builds (the install fails), so both endpoints were
+    # skipped and the search ended.
+    with session_scope() as session:
+        done = session.get(Bisection, bisection_id)
+        assert done is not None and done.status == "done" and done.outcome == "not_reproduced"
+        assert "did not build" in done.result["benchmarks"][0]["reason"]
+    again = CliRunner().invoke(app, ["bisect-resume", "999999"])
+    assert again.exit_code != 0 and "bisection 999999 does not exist" in again.output
