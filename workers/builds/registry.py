@@ -80,7 +80,8 @@ def provider_from_spec(spec: Mapping[str, Any], *, work_dir: str | Path | None) 
         InvalidInput: an unknown kind, or the spec's options are incomplete.
     """
     return make_provider(
-        spec["kind"], repo_path=spec.get("repo"), install_command=spec.get("install_command", ""),
+        spec.get("kind", ""), repo_path=spec.get("repo"),
+        install_command=spec.get("install_command", ""),
         wheel_url=spec.get("wheel_url"), package=spec.get("package"),
         base_sha=spec.get("base_sha"), work_dir=work_dir,
     )

@@ -240,6 +240,8 @@ def test_provider_from_spec_makes_the_kind(tmp_path: Path, repo: PackageReposito
     assert isinstance(wheel, WheelProvider) and wheel.url_for("a" * 40) == f"https://ci/{'a' * 40}.whl"
     with pytest.raises(InvalidInput, match="unknown build provider 'docker'"):
         provider_from_spec({"kind": "docker"}, work_dir=tmp_path)
+    with pytest.raises(InvalidInput, match="unknown build provider ''"):  # a spec without one
+        provider_from_spec({}, work_dir=tmp_path)
 
 def test_environment_drops_an_outer_pythonpath(tmp_path: Path) -> None:
     env = BuildEnvironment(sha="a" * 40, provider="checkout", python=tmp_path / "bin" / "python",
