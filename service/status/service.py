@@ -385,11 +385,10 @@ def system_status(session: Session, *, now: datetime | None = None,
                   stale_after_nights: int = 1, broker_url: str | None = None,
                   queue_prefix: str = "",
                   threshold_for: Callable[[str, str], float] | None = None) -> SystemStatus:
-    """Everything above, and the problems: a run past its deadline, an ingest run with none
-    open for over a day, a machine class that has not measured for more than
-    ``stale_after_nights`` nights, a benchmark failing ``FAILING_NIGHTS`` nights in a row
-    (:func:`failing_benchmarks`), an alert whose filing failed, a broker that cannot be read,
-    a bisection running for over ``BISECTION_STALE`` (:func:`running_bisections`).
+    """Everything above, and the problems: a run past its deadline, an ingest run open over a
+    day, a machine class that has not measured for more than ``stale_after_nights`` nights, a
+    benchmark failing ``FAILING_NIGHTS`` nights in a row (:func:`failing_benchmarks`), a failed
+    filing, a broker that cannot be read, a bisection running over ``BISECTION_STALE``.
 
     Args:
         session: an open database session.
