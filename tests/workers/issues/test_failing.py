@@ -169,9 +169,10 @@ def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
     monkeypatch: pytest.MonkeyPatch, celery_workers: WorkerPool,
 ) -> None:
     # The distributed path: the nights' steps, the bisection's probes and the filing run in a
-    # real worker process, through Redis.
+    # real worker process, through Redis; GitHub refuses the token until the search has ended.
     repo = _breaking_repository(configure, fake, tmp_path, monkeypatch)
     celery_workers.start("cpu", "control", log_dir=tmp_path)
+    fake.token = "ghp_rotated_token_not_ours"
 
     def settled(run_id: int) -> None:
         def done() -> bool:
@@ -181,8 +182,20 @@ def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
         wait_until(done, timeout=120, interval=0.5, what=f"run {run_id} to be detected")
 
     _tokbag_nights(repo, settled)
-    wait_until(lambda: bool(fake.comments.get(1)), timeout=400, interval=1,
-               what="the bisection's answer on the issue")
+
+    def searched_and_refused() -> bool:
+        with session_scope() as session:
+            ended = session.scalars(select(Bisection).where(Bisection.status == "done")).all()
+            alert = session.scalar(select(Alert).where(Alert.kind == "failing"))
+            return bool(ended) and alert is not None \
+                and alert.filing_state == FilingState.FAILED_RETRYING
+    wait_until(searched_and_refused, timeout=400, interval=1,
+               what="the bisection to end while GitHub refuses")
+    assert fake.issues == {}
+    kept = list(get_settings().effective_outbox_dir.glob("*.md"))
+    assert len(kept) == 1 and "Bisection 1 searches its 6 commit(s)" in kept[0].read_text()
+    fake.token = TOKEN  # the token is fixed: the retry files the issue and tells the answer
+    pending.retry_pending(force=True)
     (issue,) = fake.issues.values()
     (told,) = fake.comments[1]
     assert "fails on cpu since 2026-10-04" in issue["title"]
