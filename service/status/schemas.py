@@ -101,6 +101,9 @@ class StatusRead(BaseModel):
     pending_filings: list[PendingFilingRead]
     queues: dict[str, int] | None = Field(
         description="messages waiting per Celery queue; null without a broker")
+    listeners: dict[str, list[str]] | None = Field(
+        default=None, description="when a queue held messages: the workers (node names) that "
+        "answered consuming each queue; null when no queue held any, or without a broker")
     stability_changes: list[StabilityChangeRead] = Field(
         default_factory=list, description="the nightly stability re-check's changes, last week")
     unstable: list[UnstableBenchmarkRead] = Field(

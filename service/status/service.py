@@ -1,7 +1,8 @@
 """The system's state from the stored rows: each machine class's last night, the runs still
 open (and those past their deadline), the workers seen lately, the alerts whose issue is not
-filed yet, the broker's queue lengths, the benchmarks the nightly stability re-check darkened or
-un-darkened in the last week, and the problems to tell.
+filed yet, the broker's queue lengths (and, when a queue holds messages, the workers listening
+to it), the benchmarks the nightly stability re-check darkened or un-darkened in the last week,
+and the problems to tell.
 
 A machine class is the queue its jobs go to (``cpu``, ``gpu.h100``; ``ingest`` for results
 posted by runners): the one name dispatch, workers and the deployment share.
@@ -18,7 +19,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
-from service.errors import InfrastructureError
 from service.models import (
     FILING_UNFILED,
     PROBE_ENDED,
@@ -34,10 +34,10 @@ from service.models import (
     RunKind,
 )
 from service.models.base import utcnow
-from service.queues import QUEUE_NAMES
 from service.regressions.unstable import alerts_from
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
+from service.status.broker import broker_state
 
 WORKER_WINDOW = timedelta(hours=1)
 _KIND_WORDS = {"missing_data": "missing-data ", "failing": "failing-benchmark "}
@@ -152,7 +152,8 @@ class SystemStatus:
     """The whole answer; ``problems`` holds one line per thing a person should look at.
 
     ``queues``: messages waiting in each Celery queue of the broker, or None without a broker
-    (or when it could not be read: then a problem says so). ``unstable``: the benchmarks marked
+    (or when it could not be read: then a problem says so). ``listeners``: when a queue held
+    messages, the workers that answered consuming each queue (None: nobody was asked). ``unstable``: the benchmarks marked
     unstable now, of ``judged`` stored verdicts (benchmark and machine): how much of the suite
     alerts only beyond its noise.
     """
@@ -164,6 +165,7 @@ class SystemStatus:
     problems: list[str] = field(default_factory=list)
     pending_filings: list[PendingFiling] = field(default_factory=list)
     queues: dict[str, int] | None = None
+    listeners: dict[str, list[str]] | None = None
     stability_changes: list[StabilityChange] = field(default_factory=list)
     unstable: list[UnstableBenchmark] = field(default_factory=list)
     judged: int = 0
@@ -355,30 +357,19 @@ def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING
     return sorted(out, key=lambda f: (-f.nights, f.queue, f.benchmark))
 
 
-def queue_lengths(broker_url: str | None, *, prefix: str = "") -> dict[str, int] | None:
-    """Messages waiting in each Celery queue (Redis ``LLEN`` of its list), or None.
-
-    Args:
-        broker_url: the broker (``NIGHTBENCH_BROKER_URL``); None (in-process tasks) or a broker
-            other than Redis gives None.
-        prefix: the key prefix of the broker's keys (``NIGHTBENCH_QUEUE_PREFIX``).
-
-    Raises:
-        InfrastructureError: the broker could not be read.
-    """
-    if not broker_url or not broker_url.startswith(("redis://", "rediss://")):
-        return None
-    import redis
-
-    try:
-        client = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
-        with client.pipeline(transaction=False) as pipe:
-            for name in QUEUE_NAMES:
-                pipe.llen(f"{prefix}{name}")
-            counts = pipe.execute()
-    except redis.RedisError as exc:
-        raise InfrastructureError(f"could not read the queues from the broker: {exc}") from exc
-    return {name: int(n) for name, n in zip(QUEUE_NAMES, counts, strict=True)}
+def _waiting_on(session: Session, bisections: list[RunningBisection]) -> dict[str, list[str]]:
+    """Per queue, what the database says waits there: the queued jobs of each open run and
+    the probes of each running bisection (``["2 job(s) of run 12", "bisection 7's probes"]``)."""
+    out: dict[str, list[str]] = {}
+    for queue, run_id, n in session.execute(
+            select(Job.queue, Job.run_id, func.count()).join(Run, Run.id == Job.run_id)
+            .where(Job.status == JobStatus.QUEUED, Run.status.in_(RUN_OPEN))
+            .group_by(Job.queue, Job.run_id).order_by(Job.queue, Job.run_id)):
+        out.setdefault(queue, []).append(f"{n} job(s) of run {run_id}")
+    for b in bisections:
+        if b.probes_waiting:
+            out.setdefault(b.queue, []).append(f"bisection {b.id}'s {b.probes_waiting} probe(s)")
+    return out
 
 
 def system_status(session: Session, *, now: datetime | None = None,
@@ -388,7 +379,8 @@ def system_status(session: Session, *, now: datetime | None = None,
     """Everything above, and the problems: a run past its deadline, an ingest run open over a
     day, a machine class that has not measured for more than ``stale_after_nights`` nights, a
     benchmark failing ``FAILING_NIGHTS`` nights in a row (:func:`failing_benchmarks`), a failed
-    filing, a broker that cannot be read, a bisection running over ``BISECTION_STALE``.
+    filing, a broker that cannot be read, a queue holding messages that no worker listens to
+    (:func:`service.status.broker.broker_state`), a bisection running over ``BISECTION_STALE``.
 
     Args:
         session: an open database session.
@@ -425,19 +417,17 @@ def system_status(session: Session, *, now: datetime | None = None,
         f"{f.attempts} time(s), pending {f.age_s / 3600:.1f} h: {f.last_error}; the issue waits "
         f"in the outbox, retried at {f.next_attempt_at} (or now: nightbench issues retry)"
         for f in filings if f.state == FilingState.FAILED_RETRYING]
-    try:
-        queues = queue_lengths(broker_url, prefix=queue_prefix)
-    except InfrastructureError as exc:
-        queues = None
-        problems.append(exc.message)
+    bisections = running_bisections(session, now=now)
+    broker = broker_state(broker_url, prefix=queue_prefix,
+                          waiting_on=_waiting_on(session, bisections))
     changes = [StabilityChange(
         benchmark=c["benchmark"], machine_id=c["machine_id"], run_id=c["run_id"],
         night=date.fromisoformat(c["night"]), from_verdict=c["from"], to_verdict=c["to"],
         source=str(c["source"])) for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)]
     unstable, judged = unstable_now(session, threshold_for)
-    bisections = running_bisections(session, now=now)
     return SystemStatus(
         now=now, machine_classes=classes, open_runs=runs, workers=workers_seen(session, now=now),
-        problems=problems + _bisection_problems(bisections), pending_filings=filings,
-        queues=queues, stability_changes=changes, unstable=unstable, judged=judged,
-        failing=failing, bisections=bisections)
+        problems=problems + broker.problems + _bisection_problems(bisections),
+        pending_filings=filings, queues=broker.queues, listeners=broker.listeners,
+        stability_changes=changes, unstable=unstable, judged=judged, failing=failing,
+        bisections=bisections)

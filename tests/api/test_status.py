@@ -95,7 +95,7 @@ def test_status_lists_failing_filings_and_counts_the_queues(
 
     from service.models import Alert, FilingState
     from service.queues import QUEUE_NAMES
-    from service.status.service import queue_lengths
+    from service.status.broker import queue_lengths
 
     run = add_night(db, night(0), [make_record("dcgan", "eval", {"latency": [3.0]})])
     since = datetime.now(UTC) - timedelta(hours=3)

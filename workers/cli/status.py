@@ -17,7 +17,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (as GET /api/status)")] = False,
 ) -> None:
     """Each machine class's last night, the open runs (overdue ones in red), the workers seen in
-    the last hour, the filings pending (failing ones in red), the queue lengths, the stability
+    the last hour, the filings pending (failing ones in red), the queue lengths (and, when a
+    queue holds messages, the workers listening to it; none in red), the stability
     verdicts the nightly re-check changed in the last week, the bisections running (over a day
     in red), the benchmarks marked unstable now
     (and from which regression each still alerts), and the problems; exits 1 when there is a
@@ -69,9 +70,11 @@ def _tables(state: Any) -> list[Table]:
                         str(f.attempts),
                         f"{f.age_s / 3600:.1f} h", escape(f.last_error or ""),
                         style="bold red" if f.last_error else None)
-    queues = Table("queue", "waiting", title="queues")
+    queues = Table("queue", "waiting", "workers listening", title="queues")
     for name, waiting in (state.queues or {}).items():
-        queues.add_row(name, str(waiting))
+        heard = None if state.listeners is None else state.listeners.get(name, [])
+        queues.add_row(name, str(waiting), "—" if heard is None else ", ".join(heard) or "none",
+                       style="bold red" if waiting and heard == [] else None)
     stability = Table("benchmark", "night", "verdict", "source",
                       title="stability changes (last week)")
     for change in state.stability_changes:
