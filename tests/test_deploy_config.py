@@ -123,6 +123,7 @@ def test_nightly_dispatches_on_a_schedule_and_by_hand() -> None:
     assert dispatch["env"]["NIGHTBENCH_DATABASE_URL"] == "${{ secrets.NIGHTBENCH_DATABASE_URL }}"
     assert dispatch["env"]["NIGHTBENCH_BROKER_URL"] == "${{ secrets.NIGHTBENCH_BROKER_URL }}"
     assert "nightbench \"${args[@]}\"" in dispatch["run"]
+    assert "sed 's/^warning: /::warning::/'" in dispatch["run"]  # unheard queues annotated
     assert "(dispatch --date \"$NIGHT\" --torch \"$TORCH_SPEC\" --suite \"$SUITE\")" in \
         dispatch["run"]
     assert "args+=(--torchbench benchmark)" in dispatch["run"]

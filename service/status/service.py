@@ -357,7 +357,7 @@ def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING
     return sorted(out, key=lambda f: (-f.nights, f.queue, f.benchmark))
 
 
-def _waiting_on(session: Session, bisections: list[RunningBisection]) -> dict[str, list[str]]:
+def waiting_on(session: Session, bisections: list[RunningBisection]) -> dict[str, list[str]]:
     """Per queue, what the database says waits there: the queued jobs of each open run and
     the probes of each running bisection (``["2 job(s) of run 12", "bisection 7's probes"]``)."""
     out: dict[str, list[str]] = {}
@@ -419,7 +419,7 @@ def system_status(session: Session, *, now: datetime | None = None,
         for f in filings if f.state == FilingState.FAILED_RETRYING]
     bisections = running_bisections(session, now=now)
     broker = broker_state(broker_url, prefix=queue_prefix,
-                          waiting_on=_waiting_on(session, bisections))
+                          waiting_on=waiting_on(session, bisections))
     changes = [StabilityChange(
         benchmark=c["benchmark"], machine_id=c["machine_id"], run_id=c["run_id"],
         night=date.fromisoformat(c["night"]), from_verdict=c["from"], to_verdict=c["to"],

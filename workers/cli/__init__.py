@@ -169,7 +169,8 @@ def dispatch(
     suite: SuiteOpt = "own",
     torchbench: TorchbenchOpt = None,
 ) -> None:
-    """Create tonight's runs and enqueue one task per benchmark on its device class's queue."""
+    """Create tonight's runs and enqueue one task per benchmark on its device class's queue;
+    warn (stderr) of each queue that no worker listens to, with what waits there."""
     from workers.night import plan as night_mod
 
     models = _suite_models(suite, torchbench, models)
@@ -185,7 +186,25 @@ def dispatch(
                 measure(run_id, total)
         if settings.embedded or wait:
             _print_report(run_id)
+    if not settings.embedded and not wait:
+        _warn_unheard()
     print(json.dumps({"runs": [run_id for run_id, _ in created]}))
+
+
+def _warn_unheard() -> None:
+    """Warn (stderr, ``warning: ...``) of each queue that holds messages and that no worker
+    listens to, naming what waits there (the status's problem lines of the broker)."""
+    from service.db import session_scope
+    from service.models.base import utcnow
+    from service.status.broker import broker_state
+    from service.status.service import running_bisections, waiting_on
+
+    settings = get_settings()
+    with session_scope() as session:
+        waits = waiting_on(session, running_bisections(session, now=utcnow()))
+    for line in broker_state(settings.broker_url, prefix=settings.queue_prefix,
+                             waiting_on=waits).problems:
+        err_console.print(f"warning: {escape(line)}", soft_wrap=True, highlight=False)
 
 
 @app.command()
