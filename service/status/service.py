@@ -153,9 +153,9 @@ class SystemStatus:
 
     ``queues``: messages waiting in each Celery queue of the broker, or None without a broker
     (or when it could not be read: then a problem says so). ``listeners``: when a queue held
-    messages, the workers that answered consuming each queue (None: nobody was asked). ``unstable``: the benchmarks marked
-    unstable now, of ``judged`` stored verdicts (benchmark and machine): how much of the suite
-    alerts only beyond its noise.
+    messages, the workers that answered consuming each queue (None: nobody was asked).
+    ``unstable``: the benchmarks marked unstable now, of ``judged`` stored verdicts (benchmark
+    and machine): how much of the suite alerts only beyond its noise.
     """
 
     now: datetime
