@@ -16,6 +16,7 @@ from workers.demo.run import DEMO_BENCHMARK, run_demo
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 def test_demo_runs_end_to_end(database_url: str, tmp_path: Path) -> None:
     workdir = tmp_path / "demo"

@@ -119,6 +119,7 @@ def test_bad_bisection_input_is_refused(session: Session) -> None:
                                    provider={"kind": "checkout"}, commands={"c": "true"})
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 def test_a_probe_killed_mid_way_is_retried_and_the_answer_stands(
     celery_workers: WorkerPool, tmp_path: Path, configure  # type: ignore[no-untyped-def]

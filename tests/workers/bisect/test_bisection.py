@@ -453,6 +453,7 @@ def one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_bisect_names_the_culprit_of_a_real_slowdown(tmp_path: Path) -> None:
@@ -485,6 +486,7 @@ def test_bisect_names_the_culprit_of_a_real_slowdown(tmp_path: Path) -> None:
     assert not any((tmp_path / "builds").glob("*/src"))
 
 
+@pytest.mark.measured
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_bisect_finds_two_culprits_and_skips_a_broken_build(tmp_path: Path) -> None:

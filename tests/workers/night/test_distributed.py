@@ -6,6 +6,7 @@ import subprocess
 import sys
 from datetime import date
 
+import pytest
 from sqlalchemy import func, select
 
 from service.db import session_scope
@@ -57,6 +58,7 @@ def test_nightly_cli_dispatches_to_workers(celery_workers: WorkerPool, tmp_path)
         assert worker and worker.startswith("w0@")
 
 
+@pytest.mark.measured
 def test_a_regressed_night_through_real_workers_to_its_filed_issue(
     celery_workers: WorkerPool, tmp_path, configure, monkeypatch  # type: ignore[no-untyped-def]
 ) -> None:

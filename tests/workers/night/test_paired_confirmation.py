@@ -52,6 +52,7 @@ def _latency_ms(session, run_id: int) -> float:  # type: ignore[no-untyped-def]
     return float(statistics.median(result.samples))
 
 
+@pytest.mark.measured
 def test_a_host_slow_for_the_whole_evening_does_not_confirm_its_own_step(
     celery_workers: WorkerPool, configure: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
     tmp_path_factory: pytest.TempPathFactory, tmp_path,  # type: ignore[no-untyped-def]

@@ -37,6 +37,7 @@ def _night(day: int) -> int:
     return run_id
 
 
+@pytest.mark.measured
 def test_a_doubling_is_flagged_two_percent_is_not(
     database_url: str, monkeypatch: pytest.MonkeyPatch, configure, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
