@@ -10,12 +10,18 @@ do not build (``--unbuildable``). A probe's outcome is drawn per run:
 * from the culprit on it fails with probability ``1 - comes_back`` (a break that shows on most
   runs but not every one: a race the commit introduced).
 
+With ``--other N``, a second table: another bug, with another error, makes the benchmark fail
+on a window of N commits drawn anywhere in the range (broken, then fixed within the day, or
+still broken where the night's culprit lands); the search is run given the night's error (as
+the nightly does) and without it (every failure counted as the night's).
+
 Counted per setting: the culprit named (right), a commit named that is not the culprit
 (wrong), an inconclusive range (holding the culprit or not), not reproduced, and the builds and
 rounds it took. The wrong rate is the one that matters: a wrong name sends a maintainer to the
 wrong author.
 
-Run: ``PYTHONPATH=. python -m benchmarks.failure_bisection --trials 2000 [--runs 1 2] [--json F]``
+Run: ``PYTHONPATH=. python -m benchmarks.failure_bisection --trials 2000 [--runs 1 2] [--other 5]
+[--json F]``
 (seconds; pure Python, no builds).
 """
 
@@ -55,26 +61,38 @@ class Tally:
     rounds: int
 
 
+NIGHT_ERROR = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (at models/m.py:12)"
+OTHER_ERROR = "ImportError: cannot import name 'sdpa_kernel' (at models/m.py:3)"
+
+
 def trial(rng: random.Random, *, commits: int, workers: int, flaky: float, comes_back: float,
-          unbuildable: float, runs: int = RUNS) -> tuple[str, bool, int, int]:
+          unbuildable: float, runs: int = RUNS, other: int = 0, match: bool = True,
+          ) -> tuple[str, bool, int, int]:
     """One simulated bisection, each probe ``runs`` runs: ``(outcome kind, whether its answer
     holds the culprit, builds, rounds)``; for ``culprit`` the answer holds it only when the
     named commit is the culprit. (The search itself plans for ``RUNS`` runs a probe; another
-    ``runs`` shows what the majority buys.)"""
+    ``runs`` shows what the majority buys.) ``other``: the length of a window of commits that
+    fail with another error (0: none); ``match``: the search is given the night's error."""
     shas = [f"{i:040x}" for i in range(commits + 1)]
     culprit = rng.randint(1, commits)
     broken = {i for i in range(1, commits) if rng.random() < unbuildable}
-    state = start_failure_search(shas, "bench", workers)
+    start = rng.randint(1, commits) if other else 0
+    window = set(range(start, min(start + other, commits))) if other else set()
+    state = start_failure_search(shas, "bench", workers, NIGHT_ERROR if match else None)
     while (wanted := next_failure_probes(state)):
         results = []
         for p in wanted:
             if p.index in broken:
                 results.append(replace(p, skipped=True))
                 continue
+            if p.index in window:
+                results.append(replace(p, failed=runs, detail=OTHER_ERROR))
+                continue
             wavers = comes_back if p.index >= culprit else flaky
             odd = sum(rng.random() < wavers for _ in range(runs))
             ran = odd if p.index >= culprit else runs - odd
-            results.append(replace(p, ran=ran, failed=runs - ran))
+            results.append(replace(p, ran=ran, failed=runs - ran,
+                                   detail=NIGHT_ERROR if ran < runs else None))
         state = record_failures(state, results)
     final = failure_outcome(state)
     assert final is not None
@@ -100,15 +118,19 @@ def tally(trials: int, seed: int, **kw: float) -> Tally:
 
 
 def report(trials: int, seed: int, commits: int, workers: Sequence[int], unbuildable: float,
-           runs: Sequence[int] = (RUNS,)) -> list[dict[str, object]]:
-    """One row per (runs, workers, flaky, comes_back): shares of trials and mean
-    builds/rounds."""
+           runs: Sequence[int] = (RUNS,), other: int = 0) -> list[dict[str, object]]:
+    """One row per (runs, workers, flaky, comes_back), and with ``other`` per given the night's
+    error or not: shares of trials and mean builds/rounds."""
     rows: list[dict[str, object]] = []
-    for n, w, (flaky, comes_back) in ((n, w, s) for n in runs for w in workers for s in SETTINGS):
+    matches = (True, False) if other else (True,)
+    for n, w, (flaky, comes_back), match in (
+            (n, w, s, m) for n in runs for w in workers for s in SETTINGS for m in matches):
         t = tally(trials, seed, commits=commits, workers=w, flaky=flaky,
-                  comes_back=comes_back, unbuildable=unbuildable, runs=n)
+                  comes_back=comes_back, unbuildable=unbuildable, runs=n, other=other,
+                  match=match)
         rows.append({
             "runs": n, "workers": w, "flaky": flaky, "comes_back": comes_back,
+            "other": other, "match": match,
             "right": t.right / trials, "wrong": t.wrong / trials,
             "inconclusive_holding": t.inconclusive_holding / trials,
             "inconclusive_missing": t.inconclusive_missing / trials,
@@ -128,16 +150,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--unbuildable", type=float, default=0.05)
     parser.add_argument("--runs", type=int, nargs="+", default=[RUNS],
                         help="runs a probe (the search's is RUNS; 1 shows a single run's)")
+    parser.add_argument("--other", type=int, default=0,
+                        help="commits in a window failing with another error (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     rows = report(args.trials, args.seed, args.commits, args.workers, args.unbuildable,
-                  args.runs)
-    print("| runs | W | fails before the culprit | runs after it | right | wrong | inconclusive "
-          "(holding it / not) | not reproduced | builds | rounds |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+                  args.runs, args.other)
+    print("| runs | W | fails before the culprit | runs after it | given the night's error | "
+          "right | wrong | inconclusive (holding it / not) | not reproduced | builds | rounds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['runs']} | {r['workers']} | {r['flaky']:.0%} | {r['comes_back']:.0%} | "
-              f"{r['right']:.3f} "
+              f"{'yes' if r['match'] else 'no'} | {r['right']:.3f} "
               f"| {r['wrong']:.3f} | {r['inconclusive_holding']:.3f} / "
               f"{r['inconclusive_missing']:.3f} | {r['not_reproduced']:.3f} | "
               f"{r['builds']:.1f} | {r['rounds']:.1f} |")

@@ -26,3 +26,13 @@ def test_a_deterministic_failure_is_never_misnamed_and_two_runs_outvote_flakes(
           str(tmp_path / "rows.json")])
     assert "| 2 | 2 | 0% | 0% |" in capsys.readouterr().out
     assert (tmp_path / "rows.json").read_text().startswith("[")
+
+
+def test_another_failure_in_the_range_names_a_wrong_commit_only_when_counted_as_the_night_s(
+        ) -> None:
+    rows = report(300, 3, commits=40, workers=[1], unbuildable=0.05, other=5)
+    by = {(r["flaky"], r["comes_back"], r["match"]): r for r in rows}
+    matched, blind = by[(0.0, 0.0, True)], by[(0.0, 0.0, False)]
+    assert matched["wrong"] == 0 and matched["inconclusive_missing"] == 0
+    assert blind["wrong"] > 0.05, blind  # type: ignore[operator]
+    assert matched["right"] > blind["right"], (matched, blind)  # type: ignore[operator]

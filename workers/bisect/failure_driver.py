@@ -56,6 +56,7 @@ def create_failure_bisection(
     session: Session, *, commits: Sequence[CommitInfo | Mapping[str, Any]], benchmark: str,
     provider: Mapping[str, Any], alert_id: int | None = None, queue: str = "cpu",
     workers: int = 1, repo: str | None = None, issue: str | None = None,
+    error: str | None = None,
 ) -> Bisection:
     """Record a failure bisection of ``commits`` for ``benchmark`` (flushes; the caller commits,
     then calls :func:`workers.bisect.celery_driver.step`).
@@ -70,6 +71,8 @@ def create_failure_bisection(
         workers: commits probed per round.
         repo: the repository, for reports.
         issue: the fingerprint of the issue told the outcome (``config["issue"]``).
+        error: the night's error (``config["error"]``): a probe failing with another
+            signature counts neither way (:func:`workers.bisect.failures.failure_signature`).
 
     Returns:
         The :class:`~service.models.Bisection` row (``run_id`` None: it files no night).
@@ -85,7 +88,7 @@ def create_failure_bisection(
         run_id=None, alert_id=alert_id, status="running", repo=repo, good=rows[0]["sha"],
         bad=rows[-1]["sha"], commits=rows, benchmarks=[benchmark], regression_ids=[],
         config={"kind": FAILURE, "workers": workers, "measure": {"suite": True},
-                "issue": issue},
+                "issue": issue, "error": error},
         provider=dict(provider), queue=queue)
     session.add(bisection)
     session.flush()
@@ -95,7 +98,8 @@ def create_failure_bisection(
 def replay_failures(bisection: Bisection, probes: Sequence[Probe]) -> FailureSearch:
     """The search's state after the last round whose probes have all ended, from the rows."""
     state = start_failure_search([c["sha"] for c in bisection.commits], bisection.benchmarks[0],
-                                 int(bisection.config.get("workers", 1)))
+                                 int(bisection.config.get("workers", 1)),
+                                 error=bisection.config.get("error"))
     by_round: dict[int, list[Probe]] = {}
     for p in probes:
         by_round.setdefault(p.round, []).append(p)
@@ -208,6 +212,6 @@ def failure_outcome_json(state: FailureSearch, result: FailureOutcome,
              "results": [] if p.skipped else [
                  {"benchmark": state.benchmark, "samples": [], "vs_good": None, "vs_bad": None,
                   "side": {RAN: "good", FAILED: "bad"}.get(p.status, "undecided"),
-                  "error": p.detail if p.failed else None}]}
+                  "error": p.detail if p.failed or p.other else None}]}
             for p in state.probes],
     }

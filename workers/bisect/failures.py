@@ -23,6 +23,14 @@ each commit judged by the majority of its runs, since benchmarks do fail now and
 4. When the interval closes on a parent that runs and its child that fails, both are probed
    once more; the child is named the culprit only when every run of that probe agrees.
 
+A probe that fails *differently* from the night (another exception, a timeout, a crash where
+the night raised) cannot say whether the night's failure is there: another bug fixed later can
+sit inside the range, and ``git bisect`` would converge on it. The search is given the night's
+error; a run whose error has another signature (:func:`failure_signature`: the exception's
+type, a timeout, a crash's exit status) counts as neither ran nor failed, and a commit left
+with no run either way is stepped around like one that does not build (``git bisect skip``).
+An error with no recognisable signature counts as the failure, as before.
+
 A failure that comes and goes is never named: a commit that runs after one that fails, or a
 last probe that disagrees, ends ``inconclusive`` with a range widened to the next commit
 judged on the side that disagreed; so does an interval whose only commits left did not build
@@ -33,19 +41,58 @@ range).
 
 from __future__ import annotations
 
+import re
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from service.errors import InvalidInput
 from workers.bisect.state import CULPRIT, ENDPOINT, INCONCLUSIVE, NOT_REPRODUCED, SEARCH, VERIFY
 
-RAN, FAILED, MIXED, SKIPPED = "ran", "failed", "mixed", "skipped"
+RAN, FAILED, MIXED, SKIPPED, OTHER = "ran", "failed", "mixed", "skipped", "other"
 RUNS = 2
 """Suite processes a probe runs the benchmark in."""
 
-__all__ = ["FAILED", "MIXED", "RAN", "RUNS", "SKIPPED", "FailureOutcome", "FailureProbe",
-           "FailureSearch", "failure_outcome", "next_failure_probes", "record_failures",
-           "start_failure_search"]
+__all__ = ["FAILED", "MIXED", "OTHER", "RAN", "RUNS", "SKIPPED", "FailureOutcome", "FailureProbe",
+           "FailureSearch", "failure_outcome", "failure_signature", "next_failure_probes",
+           "record_failures", "start_failure_search"]
+
+_EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
+_NAMED = re.compile(r"^(?:[\w.\-]+(?::[\w.\-]+)+: )?([A-Z][\w.]*)(?=: | \(at |$)")
+_TIMEOUT = re.compile(r"\btimed out\b|\bdid not finish in\b")
+_EXIT = re.compile(r"\bexit(?:ed with (?:status|code))? (-?\d+)")
+_KILLED = re.compile(r"\bkilled by (SIG[A-Z]+)")
+
+
+def failure_signature(error: str | None) -> str | None:
+    """What kind of failure an error text is, to tell the night's failure from another one.
+
+    Args:
+        error: a benchmark's error as a night's job or a probe stores it
+            (``"RuntimeError: mat1 and mat2 shapes cannot be multiplied (at models/x.py:12 in
+            forward)"``, ``"tokbag:eval:cpu: ValueError: ..."``, ``"timed out after 900 s"``,
+            ``"... wrote no record (exit -9): ..."``).
+
+    Returns:
+        The type that opens the text (``"RuntimeError"``, ``"Unsupported"``; after a
+        probe's ``model:mode:device:`` prefix; the suite names every out-of-memory
+        ``OutOfMemoryError``), else the first exception type named in it (a traceback's tail
+        after ``exited with code 1:``), else
+        ``"timeout"`` for a run that did not finish, else ``"exit N"`` for a process that
+        ended without a record (a signal as its negative number: ``killed by SIGKILL`` is
+        ``exit -9``), else None (unknown: matched by anything). The message is left out: it
+        names shapes, addresses and lines that change from commit to commit.
+    """
+    text = (error or "").strip()
+    if found := _NAMED.search(text) or _EXCEPTION.search(text):
+        return found.group(1).rsplit(".", 1)[-1]
+    if _TIMEOUT.search(text):
+        return "timeout"
+    if found := _EXIT.search(text):
+        return f"exit {found.group(1)}"
+    if (found := _KILLED.search(text)) and found.group(1) in signal.Signals.__members__:
+        return f"exit {-signal.Signals[found.group(1)].value}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -57,9 +104,11 @@ class FailureProbe:
         sha: the commit.
         purpose: ``endpoint`` | ``search`` | ``verify``.
         ran: runs in which the benchmark ran.
-        failed: runs in which it failed.
+        failed: runs in which it failed as the night did.
         detail: the benchmark's error when a run failed; why the commit did not build when
             skipped.
+        other: runs in which it failed differently from the night (set by
+            :func:`record_failures` from ``detail``'s signature; counted neither way).
         skipped: the commit did not build (no run).
         round: the round it was probed in (set by :func:`record_failures`).
         build_seconds: how long its build took, when built.
@@ -74,12 +123,16 @@ class FailureProbe:
     skipped: bool = False
     round: int = 0
     build_seconds: float | None = None
+    other: int = 0
 
     @property
     def status(self) -> str:
-        """``skipped``, ``ran`` (every run), ``failed`` (every run) or ``mixed``."""
+        """``skipped``; ``other`` (no run either way: every run failed differently); else
+        ``ran`` (no run failed as the night), ``failed`` (none ran) or ``mixed``."""
         if self.skipped:
             return SKIPPED
+        if not self.ran and not self.failed:
+            return OTHER
         return FAILED if not self.ran else RAN if not self.failed else MIXED
 
 
@@ -94,6 +147,8 @@ class FailureSearch:
         workers: W, the commits probed per round.
         round: the next round's number (rounds recorded so far).
         probes: every probe, in the order recorded.
+        signature: the night's failure (:func:`failure_signature` of its error), or None to
+            count every failure as it.
     """
 
     commits: tuple[str, ...]
@@ -101,6 +156,7 @@ class FailureSearch:
     workers: int = 1
     round: int = 0
     probes: tuple[FailureProbe, ...] = ()
+    signature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,8 +183,10 @@ class FailureOutcome:
     rounds: int
 
 
-def start_failure_search(commits: Sequence[str], benchmark: str, workers: int = 1) -> FailureSearch:
-    """A new failure bisection of ``commits`` (good endpoint first) for ``benchmark``.
+def start_failure_search(commits: Sequence[str], benchmark: str, workers: int = 1,
+                         error: str | None = None) -> FailureSearch:
+    """A new failure bisection of ``commits`` (good endpoint first) for ``benchmark``, whose
+    night failed with ``error`` (None: every failure counts as the night's).
 
     Raises:
         InvalidInput: fewer than two commits, a commit twice, no benchmark, or ``workers`` < 1.
@@ -141,7 +199,8 @@ def start_failure_search(commits: Sequence[str], benchmark: str, workers: int = 
         raise InvalidInput("benchmark: a failure bisection needs the failing benchmark")
     if workers < 1:
         raise InvalidInput(f"workers must be at least 1, got {workers}")
-    return FailureSearch(tuple(commits), benchmark, workers)
+    return FailureSearch(tuple(commits), benchmark, workers,
+                         signature=failure_signature(error))
 
 
 def next_failure_probes(state: FailureSearch) -> list[FailureProbe]:
@@ -168,11 +227,21 @@ def record_failures(state: FailureSearch, results: Sequence[FailureProbe]) -> Fa
                            f"{sorted(given)}")
     for r in results:
         if r.sha != state.commits[r.index] or r.ran < 0 or r.failed < 0 \
-                or not (r.skipped or r.ran + r.failed):
+                or not (r.skipped or r.ran + r.failed + r.other):
             raise InvalidInput(f"round {state.round}: probe {r.index} ({r.sha[:10]}) has no run "
                                "or the wrong commit")
-    rows = tuple(replace(r, round=state.round) for r in sorted(results, key=lambda r: r.index))
+    rows = tuple(_judged(replace(r, round=state.round), state.signature)
+                 for r in sorted(results, key=lambda r: r.index))
     return replace(state, round=state.round + 1, probes=state.probes + rows)
+
+
+def _judged(probe: FailureProbe, signature: str | None) -> FailureProbe:
+    """``probe`` with its failed runs moved to ``other`` when its error's signature is known
+    and not the night's."""
+    seen = failure_signature(probe.detail)
+    if not probe.failed or signature is None or seen is None or seen == signature:
+        return probe
+    return replace(probe, failed=0, other=probe.other + probe.failed)
 
 
 def failure_outcome(state: FailureSearch) -> FailureOutcome | None:
@@ -183,8 +252,9 @@ def failure_outcome(state: FailureSearch) -> FailureOutcome | None:
 
 def _verdicts(s: FailureSearch) -> dict[int, str]:
     """Each probed commit's verdict from its search and endpoint probes (not the verification):
-    ``ran``/``failed`` by the majority of its runs, ``mixed`` for a tie probed once (probe it
-    again), ``skipped`` when it did not build or is still tied after two probes (wavers)."""
+    ``ran``/``failed`` by the majority of its runs, ``other`` when every run failed
+    differently from the night, ``mixed`` for a tie probed once (probe it again), ``skipped``
+    when it did not build or is still tied after two probes (wavers)."""
     runs: dict[int, list[FailureProbe]] = {}
     for p in s.probes:
         if p.purpose != VERIFY:
@@ -194,6 +264,8 @@ def _verdicts(s: FailureSearch) -> dict[int, str]:
         ran, failed = sum(p.ran for p in probes), sum(p.failed for p in probes)
         if any(p.skipped for p in probes):
             out[i] = SKIPPED
+        elif not ran and not failed:
+            out[i] = OTHER
         elif ran != failed:
             out[i] = RAN if ran > failed else FAILED
         else:
@@ -226,7 +298,8 @@ def _decide(s: FailureSearch) -> FailureOutcome | list[tuple[int, str]]:
     if hi > lo + 1:
         return _end(s, INCONCLUSIVE, None, range(lo + 1, hi + 1), (
             f"the {hi - lo - 1} commit(s) between {s.commits[lo][:10]} (runs) and "
-            f"{s.commits[hi][:10]} (fails) did not build, or ran and failed by turns"))
+            f"{s.commits[hi][:10]} (fails) did not build, failed differently, or ran and "
+            "failed by turns"))
     return _verify(s, seen, lo, hi)
 
 
@@ -277,17 +350,31 @@ def _count(probes: Sequence[FailureProbe], what: str) -> str:
 def _word(p: FailureProbe) -> str:
     if p.status == MIXED:
         return f"ran {p.ran} and failed {p.failed} of {p.ran + p.failed} runs"
+    if p.status == OTHER:
+        return _differently(p)
     return {RAN: "ran", FAILED: "failed", SKIPPED: "did not build"}[p.status]
+
+
+def _differently(p: FailureProbe) -> str:
+    return f"failed differently ({failure_signature(p.detail)})"
 
 
 def _unreproduced(s: FailureSearch, seen: dict[int, str]) -> str:
     last = len(s.commits) - 1
     words = {RAN: "runs", FAILED: "fails", SKIPPED: "did not build, or ran and failed by turns"}
+
+    def word(i: int) -> str:
+        if seen[i] != OTHER:
+            return words[seen[i]]
+        (probe, *_) = [p for p in s.probes if p.index == i and p.other]
+        return f"{_differently(probe)} from the night ({s.signature})"
+
     parts = []
     if seen[0] != RAN:
-        parts.append(f"the last good build {s.commits[0][:10]} {words[seen[0]]} too")
+        parts.append(f"the last good build {s.commits[0][:10]} {word(0)}"
+                     + ("" if seen[0] == OTHER else " too"))
     if seen[last] != FAILED:
-        parts.append(f"the first failing build {s.commits[last][:10]} {words[seen[last]]}")
+        parts.append(f"the first failing build {s.commits[last][:10]} {word(last)}")
     return "; ".join(parts) + (": the failure is not this range's (it comes and goes, or the "
                                "night's machine caused it)")
 

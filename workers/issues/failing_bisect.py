@@ -94,7 +94,7 @@ def _start(session: Session, failing: FailingBenchmark, *, until: date, provider
     bisection = create_failure_bisection(
         session, commits=commit_list, benchmark=failing.benchmark, provider=provider,
         alert_id=alert_id, queue=failing.queue, workers=settings.bisect_workers,
-        repo=provider.get("repo"), issue=key)
+        repo=provider.get("repo"), issue=key, error=failing.error)
     log.warning("%s: bisecting %d commit(s) for the one that broke it, in bisection %s",
                 failing.benchmark, len(commit_list) - 1, bisection.id)
     return bisection

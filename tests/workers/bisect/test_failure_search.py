@@ -12,6 +12,7 @@ import pytest
 from service.errors import InvalidInput
 from workers.bisect.failures import (
     FAILED,
+    OTHER,
     RAN,
     RUNS,
     SKIPPED,
@@ -19,12 +20,15 @@ from workers.bisect.failures import (
     FailureProbe,
     FailureSearch,
     failure_outcome,
+    failure_signature,
     next_failure_probes,
     record_failures,
     start_failure_search,
 )
 
 SHAS = tuple(f"{i:02d}" + "c" * 38 for i in range(17))  # 16 commits after the good endpoint
+NIGHT = "TypeError: boom (at models/tokbag.py:40 in forward)"  # the night's error
+ANOTHER = "b:eval:cpu: ImportError: cannot import name 'sdpa' (at models/tokbag.py:3 in <module>)"
 
 
 def _run(state: FailureSearch, status: Callable[[int, int], str]) -> FailureOutcome:
@@ -38,10 +42,10 @@ def _run(state: FailureSearch, status: Callable[[int, int], str]) -> FailureOutc
             for _ in range(RUNS):
                 got.append(status(p.index, runs.get(p.index, 0)))
                 runs[p.index] = runs.get(p.index, 0) + 1
-            failed = got.count(FAILED)
+            failed = got.count(FAILED) + got.count(OTHER)
+            detail = ANOTHER if OTHER in got else "TypeError: boom" if failed else None
             results.append(replace(p, ran=got.count(RAN), failed=failed,
-                                   skipped=SKIPPED in got,
-                                   detail="TypeError: boom" if failed else None))
+                                   skipped=SKIPPED in got, detail=detail))
         state = record_failures(state, results)
         assert state.round < 40
     final = failure_outcome(state)
@@ -123,6 +127,55 @@ def test_a_failure_that_comes_and_goes_is_never_named() -> None:
     final = _run(start_failure_search(SHAS, "b"),
                  lambda i, n: FAILED if i >= 9 or (i == 8 and n % 2) else RAN)
     assert final.kind == "inconclusive" and final.range == SHAS[8:10], final
+
+
+@pytest.mark.parametrize(("error", "signature"), [
+    ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x3 and 4x8) (at m/x.py:1 in f)",
+     "RuntimeError"),
+    ("tokbag:eval:cpu: RuntimeError: mat1 and mat2 (128x3 and 4x8) (2 of 2 runs failed)",
+     "RuntimeError"),
+    ("tokbag:eval:cpu: Unsupported: data-dependent branch (at m/x.py:9 in f)", "Unsupported"),
+    ("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "OutOfMemoryError"),
+    ("exited with code 1: Traceback (most recent call last): | KeyError: 'w'", "KeyError"),
+    ("timed out after 900 s", "timeout"),
+    ("tokbag:eval:cpu did not finish in 600 s", "timeout"),
+    ("killed by SIGKILL (out of memory?): ", "exit -9"),
+    ("tokbag:eval:cpu wrote no record (exit -9): ", "exit -9"),
+    ("the benchmark gave no samples", None),
+    (None, None),
+])
+def test_a_failure_s_signature_is_its_kind_not_its_message(error: str | None,
+                                                           signature: str | None) -> None:
+    assert failure_signature(error) == signature
+
+
+def test_another_failure_inside_the_range_is_stepped_around() -> None:
+    # Commits 6..9 fail with another error (a bug fixed at 10); the night's failure starts at 12.
+    def status(i: int, _: int) -> str:
+        return OTHER if 6 <= i <= 9 else FAILED if i >= 12 else RAN
+
+    final = _run(start_failure_search(SHAS, "b", error=NIGHT), status)
+    assert final.kind == "culprit" and final.culprit == SHAS[12], final
+    assert final.error == "TypeError: boom"
+    # Counted as the night's failure (no error given), the search names the other bug's commit.
+    blind = _run(start_failure_search(SHAS, "b"), status)
+    assert blind.kind == "culprit" and blind.culprit == SHAS[6], blind
+
+
+def test_another_failure_beside_the_culprit_leaves_a_range_never_its_commit() -> None:
+    # 10 and 11 fail with another error, the night's failure starts at 12: whether 10 or 11
+    # already had it cannot be told, so 10..12 is the answer, never 10.
+    final = _run(start_failure_search(SHAS, "b", error=NIGHT),
+                 lambda i, _: OTHER if i in (10, 11) else FAILED if i >= 12 else RAN)
+    assert final.kind == "inconclusive" and final.culprit is None, final
+    assert final.range == SHAS[10:13]
+    assert "failed differently" in final.reason
+    # The night's build itself fails with another error: not this failure, not reproduced.
+    final = _run(start_failure_search(SHAS, "b", error=NIGHT),
+                 lambda i, _: OTHER if i == 16 else FAILED if i >= 12 else RAN)
+    assert final.kind == "not_reproduced", final
+    assert ("the first failing build 16cccccccc failed differently (ImportError) from the night "
+            "(TypeError)") in final.reason
 
 
 def test_bad_input_is_refused() -> None:

@@ -21,6 +21,7 @@ from tests.conftest import WorkerPool, wait_until
 from tests.github_server import FakeGitHub
 from tests.nights import posted_night
 from tests.workers.issues.conftest import TOKEN
+from workers.bisect.failure_driver import replay_failures
 from workers.demo.minitok import INSTALL_COMMAND, PackageRepository, make_package_repository
 from workers.demo.run import DEMO_MODE, DEMO_MODEL, DEMO_MODELS
 from workers.issues import pending
@@ -231,7 +232,11 @@ def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
         (bisection,) = session.scalars(select(Bisection)).all()
         assert bisection.outcome == "culprit" and bisection.benchmarks == ["tokbag:eval:cpu"]
         assert [c["sha"] for c in bisection.result["culprits"]] == [repo.crash]
+        # The search was given the nights' error: a probe failing with another one would have
+        # counted neither way.
+        assert bisection.config["error"].startswith("TypeError: unsupported operand")
         probes = session.scalars(select(Probe).where(Probe.bisection_id == bisection.id)).all()
+        assert replay_failures(bisection, probes).signature == "TypeError"
         # Run for real, two suite processes a probe: from commit 4 on both failed with the
         # tokenizer's error, before it both ran.
         failed = {p.index for p in probes if p.errors}
