@@ -52,6 +52,7 @@ class _Tree:
     decode_check: bool = False
     decode_per_lookup: bool = False
     broken: bool = False
+    unfinished: bool = False
     crash: bool = False
     helpers: int = 0
     changelog: tuple[str, ...] = ()
@@ -123,7 +124,7 @@ class Tokenizer:
         for piece, i in self.vocab.items():
             self.inverse[i] = piece
         self.max_len = {max_len}
-        self.unk = self.vocab[UNK]
+        self.unk = self.vocab[{unk}]
 
     def _check_word(self, word):
         if not all(c.isalpha() and c.islower() for c in word):
@@ -201,7 +202,8 @@ def _tokenizer(t: _Tree) -> str:
     # The crash: the longest piece itself instead of its length (``encode`` then adds a str to
     # an int, a TypeError on its first word), as a careless simplification would.
     max_len = "max(self.vocab, key=len)" if t.crash else "max(len(p) for p in self.vocab)"
-    return _TOKENIZER.format(notes=notes, word_check=word_check, lookup_check=lookup_check,
+    return _TOKENIZER.format(unk="UNKNOWN" if t.unfinished else "UNK",
+                             notes=notes, word_check=word_check, lookup_check=lookup_check,
                              piece_check=piece_check, id_check=id_check, max_len=max_len)
 
 
@@ -379,6 +381,7 @@ def make_package_repository(
     broken: Iterable[int] = (),
     per_lookup: bool = False,
     crash_culprit: int | None = None,
+    unfinished: Iterable[int] = (),
 ) -> PackageRepository:
     """Write a ``minitok`` git repository with ``commits`` commits after the first.
 
@@ -398,6 +401,9 @@ def make_package_repository(
             re-validates the piece of every id (several times slower instead of 25%).
         crash_culprit: k of the commit from which ``encode`` raises a TypeError (a careless
             simplification of ``max_len``; no later commit repairs it), or None.
+        unfinished: k of commits whose tokenizer raises a NameError when it is made (a rename
+            half done: ``UNKNOWN`` for ``UNK``); the next commit repairs it. Another failure
+            than the crash's, for a failure bisection to tell apart.
 
     Returns:
         The :class:`PackageRepository`.
@@ -406,8 +412,9 @@ def make_package_repository(
         InvalidInput: an index outside 1..N, a culprit that is also broken, or a non-empty path.
     """
     root = Path(path)
-    broken = tuple(sorted(set(broken)))
-    _check_arguments(root, commits, encode_culprit, decode_culprit, broken, crash_culprit)
+    broken, unfinished = tuple(sorted(set(broken))), tuple(sorted(set(unfinished)))
+    _check_arguments(root, commits, encode_culprit, decode_culprit, broken + unfinished,
+                     crash_culprit)
     root.mkdir(parents=True, exist_ok=True)
     _git(root, "init", "--quiet", "--initial-branch=main")
     _git(root, "config", "commit.gpgsign", "false")
@@ -418,7 +425,7 @@ def make_package_repository(
                                 "Check id bounds in decode"),
                crash_culprit: (dict(crash=True),
                                "Simplify how the tokenizer finds its longest piece")}
-    shas = _write_history(root, commits, planted, broken)
+    shas = _write_history(root, commits, planted, broken, unfinished)
     culprits = {name: shas[k] for name, k in ((ENCODE, encode_culprit), (DECODE, decode_culprit))
                 if k is not None}
     return PackageRepository(root, tuple(shas), culprits, tuple(shas[k] for k in broken),
@@ -426,16 +433,16 @@ def make_package_repository(
 
 
 def _write_history(root: Path, commits: int, planted: dict[int | None, tuple[dict, str]],
-                   broken: tuple[int, ...]) -> list[str]:
+                   broken: tuple[int, ...], unfinished: tuple[int, ...] = ()) -> list[str]:
     """Commit 0..``commits`` (a planted change where ``planted`` names one, else a plain one);
     their shas."""
     tree, shas = _Tree(), []
     for k in range(commits + 1):
         if k in planted:
             fields, message = planted[k]
-            tree = replace(tree, broken=False, **fields)
+            tree = replace(tree, broken=False, unfinished=False, **fields)
         else:
-            tree, message = _plain_change(k, tree, k in broken)
+            tree, message = _plain_change(k, tree, k in broken, k in unfinished)
         shas.append(_commit(root, k, tree, message))
     return shas
 
@@ -451,20 +458,25 @@ def _check_arguments(root: Path, commits: int, encode_culprit: int | None,
         if k is not None and not 1 <= k <= commits:
             raise InvalidInput(f"{name} must lie in 1..{commits}, got {k}")
     if {encode_culprit, decode_culprit, crash_culprit} & set(broken):
-        raise InvalidInput("a culprit commit cannot also be broken")
+        raise InvalidInput("a culprit commit cannot also be broken or unfinished")
     if root.exists() and any(root.iterdir()):
         raise InvalidInput(f"path: {root} is not empty")
 
 
-def _plain_change(k: int, tree: _Tree, breaks: bool) -> tuple[_Tree, str]:
+def _plain_change(k: int, tree: _Tree, breaks: bool, unfinished: bool = False
+                  ) -> tuple[_Tree, str]:
     """The tree and message of commit k when it is not a culprit: import, break, repair or ordinary."""
     if k == 0:
         return tree, "Initial import of minitok"
     if breaks:
         tree = replace(tree, version=tree.version + 1, broken=True)
         return tree, f"Bump version to 0.1.{tree.version}"
+    if unfinished:
+        return replace(tree, unfinished=True), "Rename the unknown-piece marker"
     if tree.broken:
         return replace(tree, broken=False), "Fix pyproject.toml: quote the version"
+    if tree.unfinished:
+        return replace(tree, unfinished=False), "Finish the rename: keep UNK"
     return _ordinary(k, tree)
 
 

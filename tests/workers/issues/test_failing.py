@@ -6,6 +6,7 @@ import random
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -137,11 +138,14 @@ CRASH = ("Traceback (most recent call last):\n  File \"minitok/tokenizer.py\", l
 
 
 def _breaking_repository(configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
-                         monkeypatch: pytest.MonkeyPatch, **settings: object) -> PackageRepository:
+                         monkeypatch: pytest.MonkeyPatch, history: dict[str, Any] | None = None,
+                         **settings: object) -> PackageRepository:
     """A real package (minitok) standing in for torch: its commit 4 of 6 makes the tokenizer
-    raise, and the suite's tokbag model, mostly minitok's tokenization, fails from there on.
-    Bisections build it with the checkout provider."""
-    repo = make_package_repository(tmp_path / "minitok", commits=6, crash_culprit=4)
+    raise (``history``: other arguments of ``make_package_repository``), and the suite's tokbag
+    model, mostly minitok's tokenization, fails from there on. Bisections build it with the
+    checkout provider."""
+    repo = make_package_repository(tmp_path / "minitok",
+                                   **(history or {"commits": 6, "crash_culprit": 4}))
     configure(github_repository="octo-org/perf", github_token=TOKEN,
               github_api_url=fake.base_url, source_github_repository="",
               source_repo_path=repo.path, bisect_provider="checkout",
@@ -251,6 +255,33 @@ def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
     # Telling again (a second delivery of the task) posts nothing more.
     pending.retry_pending(force=True)
     assert len(fake.comments[1]) == 1
+
+
+@pytest.mark.slow
+def test_another_failure_inside_the_range_is_stepped_around_for_real(
+    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Commit 4 of 8 half-renames a constant (the tokenizer raises a NameError; commit 5 finishes
+    # it), commit 7 brings the nights' TypeError. The search's first probe lands on 4: failing,
+    # but not as the nights did, so it counts neither way and 7 is named, not 4.
+    repo = _breaking_repository(configure, fake, tmp_path, monkeypatch, suite_timeout_s=240,
+                                history={"commits": 8, "crash_culprit": 7, "unfinished": [4]})
+    _tokbag_nights(repo)
+    (told,) = fake.comments[1]
+    assert told["body"].startswith(f"**Bisected: `tokbag:eval:cpu` fails from "
+                                   f"`{repo.crash[:10]}` on**"), told["body"]
+    assert "TypeError: unsupported operand" in told["body"]
+    with session_scope() as session:
+        (bisection,) = session.scalars(select(Bisection)).all()
+        probes = session.scalars(select(Probe).where(Probe.bisection_id == bisection.id)).all()
+        other = {p.index: p.errors["tokbag:eval:cpu"] for p in probes
+                 if p.errors and "NameError" in p.errors["tokbag:eval:cpu"]}
+        assert list(other) == [4] and "name 'UNKNOWN' is not defined" in other[4], other
+        (at_four,) = [p for p in replay_failures(bisection, probes).probes if p.index == 4]
+        assert at_four.status == "other" and at_four.failed == 0 and at_four.other == 2
+        assert bisection.outcome == "culprit" and bisection.result["error"].startswith(
+            "tokbag:eval:cpu: TypeError")
 
 
 def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
