@@ -26,6 +26,7 @@ from service.models import PROBE_ENDED, Bisection, Probe, ProbeStatus
 from service.models.base import utcnow
 from workers.bisect.failures import (
     FAILED,
+    OTHER,
     RAN,
     RUNS,
     FailureOutcome,
@@ -187,8 +188,9 @@ def advance_failures(session: Session, bisection: Bisection,
 def failure_outcome_json(state: FailureSearch, result: FailureOutcome,
                          commits: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The outcome in the shape of a latency bisection's (``workers.bisect.report.outcome_json``:
-    ``culprits``, ``benchmarks``, ``probes``), plus ``search: "failure"`` and ``error``, the
-    benchmark's error at the culprit."""
+    ``culprits``, ``benchmarks``, ``probes``), plus ``search: "failure"``, ``error``, the
+    benchmark's error at the culprit, and ``other``, the probes that failed differently from
+    the night (``sha``, ``error``) and were stepped around."""
     culprits = []
     if result.culprit is not None:
         info = _commit_info(commits[result.culprit])
@@ -205,6 +207,7 @@ def failure_outcome_json(state: FailureSearch, result: FailureOutcome,
                         "culprit": result.culprit, "range": list(result.range), "change": None,
                         "reason": result.reason}],
         "skipped": [{"sha": p.sha, "reason": p.detail} for p in state.probes if p.skipped],
+        "other": [{"sha": p.sha, "error": p.detail} for p in state.probes if p.status == OTHER],
         "probes": [
             {"round": p.round, "sha": p.sha, "index": p.index, "purpose": p.purpose,
              "status": "skipped" if p.skipped else "measured", "build_seconds": p.build_seconds,

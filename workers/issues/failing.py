@@ -21,6 +21,7 @@ import hashlib
 import logging
 import textwrap
 from datetime import date, timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -311,6 +312,7 @@ def render_bisected(bisection: Bisection, settings: Settings) -> str:
     error = result.get("error")
     quoted = ("\n\nIts error there:\n\n```\n"
               + "\n".join(error.strip().splitlines()[-ERROR_LINES:]) + "\n```\n") if error else "\n"
+    quoted = _stepped_around(result, settings) + quoted
     if bisection.outcome == "culprit":
         (c,) = result["culprits"]
         pr = f" (#{c['pr_number']})" if c.get("pr_number") else ""
@@ -328,6 +330,19 @@ def render_bisected(bisection: Bisection, settings: Settings) -> str:
             else "could not name one commit")
     return (f"**Bisection {bisection.id} {what}** ({size}): {answer['reason']}.{where}"
             f"{quoted}")
+
+
+def _stepped_around(result: dict[str, Any], settings: Settings) -> str:
+    """The sentence naming the commits whose runs failed differently from the nights (another
+    bug inside the range; counted neither way), or ``""``."""
+    other = result.get("other") or []
+    if not other:
+        return ""
+    named = "; ".join(
+        f"{_commit_link(settings, o['sha'])} ({error_summary(o.get('error'))[:160]})"
+        for o in other)
+    return (f" Stepped around, failing differently from the nights: {named}; whether the "
+            "nights' failure is there too cannot be told.")
 
 
 def _commit_link(settings: Settings, sha: str) -> str:

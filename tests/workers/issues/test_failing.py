@@ -272,6 +272,8 @@ def test_another_failure_inside_the_range_is_stepped_around_for_real(
     assert told["body"].startswith(f"**Bisected: `tokbag:eval:cpu` fails from "
                                    f"`{repo.crash[:10]}` on**"), told["body"]
     assert "TypeError: unsupported operand" in told["body"]
+    assert (f"Stepped around, failing differently from the nights: `{repo.shas[4][:10]}` "
+            "(tokbag:eval:cpu: NameError: name 'UNKNOWN' is not defined") in told["body"]
     with session_scope() as session:
         (bisection,) = session.scalars(select(Bisection)).all()
         probes = session.scalars(select(Probe).where(Probe.bisection_id == bisection.id)).all()
