@@ -401,20 +401,19 @@ def make_package_repository(
             re-validates the piece of every id (several times slower instead of 25%).
         crash_culprit: k of the commit from which ``encode`` raises a TypeError (a careless
             simplification of ``max_len``; no later commit repairs it), or None.
-        unfinished: k of commits whose tokenizer raises a NameError when it is made (a rename
-            half done: ``UNKNOWN`` for ``UNK``); the next commit repairs it. Another failure
-            than the crash's, for a failure bisection to tell apart.
+        unfinished: k of commits whose tokenizer raises a NameError when made (``UNKNOWN`` for
+            ``UNK``, a rename half done); the next commit repairs it. Not the crash's failure.
 
     Returns:
         The :class:`PackageRepository`.
 
     Raises:
-        InvalidInput: an index outside 1..N, a culprit that is also broken, or a non-empty path.
+        InvalidInput: an index outside 1..N, a commit given two roles, or a non-empty path.
     """
     root = Path(path)
     broken, unfinished = tuple(sorted(set(broken))), tuple(sorted(set(unfinished)))
-    _check_arguments(root, commits, encode_culprit, decode_culprit, broken + unfinished,
-                     crash_culprit)
+    _check_arguments(root, commits, encode_culprit, decode_culprit, broken, crash_culprit,
+                     unfinished)
     root.mkdir(parents=True, exist_ok=True)
     _git(root, "init", "--quiet", "--initial-branch=main")
     _git(root, "config", "commit.gpgsign", "false")
@@ -449,22 +448,23 @@ def _write_history(root: Path, commits: int, planted: dict[int | None, tuple[dic
 
 def _check_arguments(root: Path, commits: int, encode_culprit: int | None,
                      decode_culprit: int | None, broken: tuple[int, ...],
-                     crash_culprit: int | None = None) -> None:
+                     crash_culprit: int | None = None, unfinished: tuple[int, ...] = ()) -> None:
     """Raise InvalidInput naming the first argument of make_package_repository that is wrong."""
     if commits < 1:
         raise InvalidInput(f"commits must be at least 1, got {commits}")
     for name, k in (("encode_culprit", encode_culprit), ("decode_culprit", decode_culprit),
-                    ("crash_culprit", crash_culprit), *(("broken", b) for b in broken)):
+                    ("crash_culprit", crash_culprit), *(("broken", b) for b in broken),
+                    *(("unfinished", u) for u in unfinished)):
         if k is not None and not 1 <= k <= commits:
             raise InvalidInput(f"{name} must lie in 1..{commits}, got {k}")
-    if {encode_culprit, decode_culprit, crash_culprit} & set(broken):
-        raise InvalidInput("a culprit commit cannot also be broken or unfinished")
+    if {encode_culprit, decode_culprit, crash_culprit} & {*broken, *unfinished} \
+            or set(broken) & set(unfinished):
+        raise InvalidInput("a commit cannot be two of: a culprit, broken, unfinished")
     if root.exists() and any(root.iterdir()):
         raise InvalidInput(f"path: {root} is not empty")
 
 
-def _plain_change(k: int, tree: _Tree, breaks: bool, unfinished: bool = False
-                  ) -> tuple[_Tree, str]:
+def _plain_change(k: int, tree: _Tree, breaks: bool, unfinished: bool) -> tuple[_Tree, str]:
     """The tree and message of commit k when it is not a culprit: import, break, repair or ordinary."""
     if k == 0:
         return tree, "Initial import of minitok"

@@ -261,3 +261,13 @@ def test_build_error_detail_keeps_the_reason_and_the_end_of_the_log() -> None:
     assert detail.startswith("install command 'pip install -e .' exited with status 2\n")
     assert detail.endswith("TOMLDecodeError: x")
     assert BuildError("b" * 40, "git worktree add failed").detail() == "git worktree add failed"
+
+
+def test_the_package_repository_refuses_a_commit_given_two_roles(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="unfinished must lie in 1..8, got 9"):
+        make_package_repository(tmp_path / "a", commits=8, unfinished=[9])
+    with pytest.raises(InvalidInput, match="cannot be two of: a culprit, broken, unfinished"):
+        make_package_repository(tmp_path / "b", commits=8, crash_culprit=4, unfinished=[4])
+    with pytest.raises(InvalidInput, match="cannot be two of"):
+        make_package_repository(tmp_path / "c", commits=8, broken=[3], unfinished=[3])
+    assert not (tmp_path / "a").exists()  # refused before anything is written
