@@ -21,11 +21,13 @@ nightly: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service workers suite tests benchmarks migrations
+	$(VENV)/bin/ruff format --check service workers suite tests benchmarks migrations
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check service workers suite tests benchmarks migrations
+	$(VENV)/bin/ruff format --check service workers suite tests benchmarks migrations
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m pytest

@@ -54,8 +54,13 @@ def classify(s: SeriesSet, found: Sequence[Flag], night: np.ndarray) -> dict[str
             continue
         i = f.series
         n, r = night[i, f.night], night[i, f.raised_night]
-        if e[i] >= 0 and size[i] > 0 and e[i] - 2 <= n <= e[i] + 28 and r >= e[i] \
-                and i not in matched:
+        if (
+            e[i] >= 0
+            and size[i] > 0
+            and e[i] - 2 <= n <= e[i] + 28
+            and r >= e[i]
+            and i not in matched
+        ):
             matched.add(i)
             kind = KINDS[0]
             sized[float(size[i])] += 1
@@ -77,8 +82,7 @@ def measure(seed: int, draws: Sequence[str]) -> dict[str, object]:
     out: dict[str, object] = {"seed": seed, "series": int(s.category.size)}
     for draw in draws:
         levels, rerun, night = with_reruns(s, seed, draw=draw)
-        found = detect_series(levels, memory=s.memory, threshold=0.07, online=True,
-                              rerun=rerun)
+        found = detect_series(levels, memory=s.memory, threshold=0.07, online=True, rerun=rerun)
         out[draw] = classify(s, found, night)
     return out
 
@@ -87,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     """Print the table (and write ``--json``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--draws", default="segment,next,paired",
-                    help=f"re-run draws, comma-separated, of {', '.join(RERUN_DRAWS)}")
+    ap.add_argument(
+        "--draws",
+        default="segment,next,paired",
+        help=f"re-run draws, comma-separated, of {', '.join(RERUN_DRAWS)}",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     draws = [d for d in args.draws.split(",") if d]
@@ -102,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         for kind in KINDS:
             row = table[kind]
             share = row["told_back"] / row["raised"] if row["raised"] else 0.0
-            print(f"{draw:10s} {kind:30s} raised {row['raised']:6d}  told back "
-                  f"{row['told_back']:5d} ({share:.1%})")
+            print(
+                f"{draw:10s} {kind:30s} raised {row['raised']:6d}  told back "
+                f"{row['told_back']:5d} ({share:.1%})"
+            )
         print(f"{draw:10s} true steps told back by size: {table['true_by_size']}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

@@ -60,15 +60,36 @@ console = Console(stderr=True)
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console)
+    return Progress(
+        TextColumn("[bold]{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
 
 
 def bisect_cli(repo: Path, good: str, bad: str, *, workers: int = 1) -> dict:
     """Run ``nightbench bisect --json`` as a user would; returns its JSON."""
-    command = [sys.executable, "-m", "workers.cli", "bisect", "--repo", str(repo), "--good", good,
-               "--bad", bad, "--command", ENCODE, "--install", INSTALL_COMMAND,
-               "--workers", str(workers), "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "workers.cli",
+        "bisect",
+        "--repo",
+        str(repo),
+        "--good",
+        good,
+        "--bad",
+        bad,
+        "--command",
+        ENCODE,
+        "--install",
+        INSTALL_COMMAND,
+        "--workers",
+        str(workers),
+        "--json",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout)
@@ -82,13 +103,22 @@ def real_trial(n: int, culprit: int, *, workers: int = 1) -> dict:
         data = bisect_cli(repo.path, repo.good, repo.bad, workers=workers)
         seconds = time.perf_counter() - started
     named = [c["sha"] for c in data["culprits"]]
-    verdict = ("correct" if named == [repo.culprits[ENCODE]] else
-               "inconclusive" if not named else "wrong")
-    return {"n": n, "culprit": culprit, "workers": workers, "verdict": verdict,
-            "outcome": data["outcome"], "builds": data["builds"], "rounds": data["rounds"],
-            "seconds": round(seconds, 1),
-            "build_seconds": round(sum({p["sha"]: p["build_seconds"] or 0
-                                        for p in data["probes"]}.values()), 1)}
+    verdict = (
+        "correct" if named == [repo.culprits[ENCODE]] else "inconclusive" if not named else "wrong"
+    )
+    return {
+        "n": n,
+        "culprit": culprit,
+        "workers": workers,
+        "verdict": verdict,
+        "outcome": data["outcome"],
+        "builds": data["builds"],
+        "rounds": data["rounds"],
+        "seconds": round(seconds, 1),
+        "build_seconds": round(
+            sum({p["sha"]: p["build_seconds"] or 0 for p in data["probes"]}.values()), 1
+        ),
+    }
 
 
 def record_pairs(count: int) -> list[tuple[float, float]]:
@@ -102,25 +132,35 @@ def record_pairs(count: int) -> list[tuple[float, float]]:
         trees = {}
         for side, sha in (("good", repo.shas[1]), ("bad", repo.shas[2])):
             trees[side] = Path(tmp) / side
-            subprocess.run(["git", "-C", str(repo.path), "worktree", "add", "--detach",
-                            str(trees[side]), sha], check=True, capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(repo.path), "worktree", "add", "--detach", str(trees[side]), sha],
+                check=True,
+                capture_output=True,
+            )
         env = {**os.environ, "OMP_NUM_THREADS": "1", "NIGHTBENCH_SAMPLES": "1"}
         pairs: list[tuple[float, float]] = []
         with _progress() as progress:
             bar = progress.add_task("recording paired noise", total=count)
             for k in range(count):
                 got = {}
-                for side in (("good", "bad") if k % 2 == 0 else ("bad", "good")):
-                    out = subprocess.run([sys.executable, "bench.py", "encode"], cwd=trees[side],
-                                         env=env, capture_output=True, text=True, check=True)
+                for side in ("good", "bad") if k % 2 == 0 else ("bad", "good"):
+                    out = subprocess.run(
+                        [sys.executable, "bench.py", "encode"],
+                        cwd=trees[side],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
                     got[side] = json.loads(out.stdout.splitlines()[-1])["samples"][0]
                 pairs.append((got["good"], got["bad"]))
                 progress.advance(bar)
     return pairs
 
 
-def simulated_trial(n: int, culprit: int, pairs: list[tuple[float, float]], *, workers: int,
-                    rng: random.Random) -> dict:
+def simulated_trial(
+    n: int, culprit: int, pairs: list[tuple[float, float]], *, workers: int, rng: random.Random
+) -> dict:
     """The pure search over N commits; each slot of a round draws one recorded pair."""
     state = start([f"{i:040x}" for i in range(n + 1)], ["encode"], SearchConfig(workers=workers))
     while True:
@@ -132,16 +172,29 @@ def simulated_trial(n: int, culprit: int, pairs: list[tuple[float, float]], *, w
         for r in requests:
             side = 1 if r.index >= culprit else 0
             values = tuple(drawn[slot][side] for slot in range(r.samples))
-            results.append(ProbeResult(r.sha, r.purpose, {"encode": values}, build_seconds=0.0,
-                                       slots={"encode": tuple(range(r.samples))}))
+            results.append(
+                ProbeResult(
+                    r.sha,
+                    r.purpose,
+                    {"encode": values},
+                    build_seconds=0.0,
+                    slots={"encode": tuple(range(r.samples))},
+                )
+            )
         state = record_round(state, results)
     final = outcome(state)
     assert final is not None
     named = [state.commits.index(sha) for sha, _ in final.culprits]
     verdict = "correct" if named == [culprit] else "inconclusive" if not named else "wrong"
     search_rounds = len({p.round for p in state.probes if p.purpose in ("search", "refine")})
-    return {"n": n, "workers": workers, "verdict": verdict, "builds": final.builds,
-            "rounds": final.rounds, "search_rounds": search_rounds}
+    return {
+        "n": n,
+        "workers": workers,
+        "verdict": verdict,
+        "builds": final.builds,
+        "rounds": final.rounds,
+        "search_rounds": search_rounds,
+    }
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -156,10 +209,16 @@ def _summary(rows: list[dict]) -> dict:
         "builds_mean": round(statistics.mean(builds), 2),
         "builds_max": max(builds),
         "rounds_mean": round(statistics.mean(r["rounds"] for r in rows), 2),
-        **({"search_rounds_mean": round(statistics.mean(r["search_rounds"] for r in rows), 2)}
-           if "search_rounds" in rows[0] else {}),
-        **({"seconds_mean": round(statistics.mean(r["seconds"] for r in rows), 1)}
-           if "seconds" in rows[0] else {}),
+        **(
+            {"search_rounds_mean": round(statistics.mean(r["search_rounds"] for r in rows), 2)}
+            if "search_rounds" in rows[0]
+            else {}
+        ),
+        **(
+            {"seconds_mean": round(statistics.mean(r["seconds"] for r in rows), 1)}
+            if "seconds" in rows[0]
+            else {}
+        ),
     }
 
 
@@ -180,8 +239,9 @@ def plot(report: dict, path: Path) -> None:
     real = report.get("real", {})
     if real:
         xs = sorted(int(n) for n in real)
-        left.plot(xs, [real[str(n)]["builds_mean"] for n in xs], "x", ms=10,
-                  label="real runs, mean")
+        left.plot(
+            xs, [real[str(n)]["builds_mean"] for n in xs], "x", ms=10, label="real runs, mean"
+        )
     left.set_xlabel("commits in range (N)")
     left.set_ylabel("distinct commits built")
     left.set_title("builds")
@@ -210,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="write all figures here")
     parser.add_argument("--chart", type=Path, default=None, help="draw builds and rounds (PNG)")
-    parser.add_argument("--replot", type=Path, default=None,
-                        help="only draw --chart from a --json written earlier")
+    parser.add_argument(
+        "--replot", type=Path, default=None, help="only draw --chart from a --json written earlier"
+    )
     args = parser.parse_args(argv)
     if args.replot:
         plot(json.loads(args.replot.read_text()), args.chart or Path("bisection.png"))
@@ -237,8 +298,11 @@ def main(argv: list[str] | None = None) -> int:
                 real[n].append(real_trial(n, rng.randint(1, n)))
                 progress.log(real[n][-1])
                 progress.advance(bar)
-    report["real"] = {str(n): {"floor": floor_builds(n), **_summary(rows)}
-                      for n, rows in sorted(real.items()) if rows}
+    report["real"] = {
+        str(n): {"floor": floor_builds(n), **_summary(rows)}
+        for n, rows in sorted(real.items())
+        if rows
+    }
 
     pairs = record_pairs(args.pool)
     good = np.array([g for g, _ in pairs])
@@ -261,9 +325,13 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.sim_trials):
                 rows.append(simulated_trial(n, rng.randint(1, n), pairs, workers=w, rng=rng))
                 progress.advance(bar)
-            simulated[f"N={n} W={w}"] = {"n": n, "workers": w, "floor": floor_builds(n),
-                                         "floor_rounds": math.ceil(math.log(n + 1, w + 1)),
-                                         **_summary(rows)}
+            simulated[f"N={n} W={w}"] = {
+                "n": n,
+                "workers": w,
+                "floor": floor_builds(n),
+                "floor_rounds": math.ceil(math.log(n + 1, w + 1)),
+                **_summary(rows),
+            }
     report["simulated"] = simulated
 
     text = json.dumps(report, indent=1)
@@ -275,8 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     acc = report["accuracy"]["summary"]
     if not acc["trials"]:
         return 0
-    console.print(f"accuracy: {acc['correct']}/{acc['trials']} correct, {acc['wrong']} wrong, "
-                  f"builds max {acc['builds_max']}")
+    console.print(
+        f"accuracy: {acc['correct']}/{acc['trials']} correct, {acc['wrong']} wrong, "
+        f"builds max {acc['builds_max']}"
+    )
     return 0 if acc["wrong"] == 0 and acc["correct"] >= math.ceil(0.95 * acc["trials"]) else 1
 
 

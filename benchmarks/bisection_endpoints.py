@@ -62,8 +62,9 @@ STEPS = (0.0, 0.035, 0.05, 0.07, 0.075, 0.10, 0.15)
 PROCESS_CVS = (0.01, 0.03, 0.05, 0.10)
 
 
-def probe_samples(level: float, samples: int, *, process_cv: float, round_cv: float,
-                  rng: np.random.Generator) -> tuple[float, ...]:
+def probe_samples(
+    level: float, samples: int, *, process_cv: float, round_cv: float, rng: np.random.Generator
+) -> tuple[float, ...]:
     """``samples`` latencies (ms) of one probe at ``level``: ``PROCESSES`` processes, each at its
     own log-normal level, in one moment of the host (shared by the probe's processes)."""
     moment = level * rng.lognormal(0.0, round_cv)
@@ -75,9 +76,14 @@ def probe_samples(level: float, samples: int, *, process_cv: float, round_cv: fl
     return tuple(out[:samples])
 
 
-def endpoint_outcome(step: float, *, process_cv: float, round_cv: float,
-                     rng: np.random.Generator, slower: bool | None = True
-                     ) -> tuple[str, float | None]:
+def endpoint_outcome(
+    step: float,
+    *,
+    process_cv: float,
+    round_cv: float,
+    rng: np.random.Generator,
+    slower: bool | None = True,
+) -> tuple[str, float | None]:
     """One bisection of a one-commit range whose bad endpoint is ``1 + step`` times slower.
 
     Args:
@@ -91,9 +97,23 @@ def endpoint_outcome(step: float, *, process_cv: float, round_cv: float,
     """
     state = start(["0" * 40, "1" * 40], ["b"], SearchConfig(slower=slower))
     while requests := next_probes(state):
-        results = [ProbeResult(r.sha, r.purpose, {"b": probe_samples(
-            10.0 * (1 + step if r.index == 1 else 1.0), r.samples, process_cv=process_cv,
-            round_cv=round_cv, rng=rng)}, build_seconds=0.0) for r in requests]
+        results = [
+            ProbeResult(
+                r.sha,
+                r.purpose,
+                {
+                    "b": probe_samples(
+                        10.0 * (1 + step if r.index == 1 else 1.0),
+                        r.samples,
+                        process_cv=process_cv,
+                        round_cv=round_cv,
+                        rng=rng,
+                    )
+                },
+                build_seconds=0.0,
+            )
+            for r in requests
+        ]
         state = record_round(state, results)
     final = outcome(state)
     if final is None:
@@ -102,18 +122,29 @@ def endpoint_outcome(step: float, *, process_cv: float, round_cv: float,
     return track.status, track.change
 
 
-def shares(step: float, *, process_cv: float, round_cv: float, trials: int,
-           rng: np.random.Generator, slower: bool | None = True) -> dict[str, float]:
+def shares(
+    step: float,
+    *,
+    process_cv: float,
+    round_cv: float,
+    trials: int,
+    rng: np.random.Generator,
+    slower: bool | None = True,
+) -> dict[str, float]:
     """Over ``trials`` bisections: ``not_reproduced`` (share ending so), ``under_half``
     (share ending so, or measuring the endpoints less than half of 7% apart) and ``culprit``
     (share naming the commit)."""
-    ended = [endpoint_outcome(step, process_cv=process_cv, round_cv=round_cv, rng=rng,
-                              slower=slower) for _ in range(trials)]
+    ended = [
+        endpoint_outcome(step, process_cv=process_cv, round_cv=round_cv, rng=rng, slower=slower)
+        for _ in range(trials)
+    ]
     nr = [status == NOT_REPRODUCED for status, _ in ended]
     return {
         "not_reproduced": sum(nr) / trials,
-        "under_half": sum(n or (c is not None and c < THRESHOLD / 2)
-                          for n, (_, c) in zip(nr, ended, strict=True)) / trials,
+        "under_half": sum(
+            n or (c is not None and c < THRESHOLD / 2) for n, (_, c) in zip(nr, ended, strict=True)
+        )
+        / trials,
         "culprit": sum(status == CULPRIT for status, _ in ended) / trials,
     }
 
@@ -125,8 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-cv", type=float, nargs="+", default=list(PROCESS_CVS))
     parser.add_argument("--steps", type=float, nargs="+", default=list(STEPS))
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--either", action="store_true",
-                        help="search either direction (a range given by hand), not a slowdown")
+    parser.add_argument(
+        "--either",
+        action="store_true",
+        help="search either direction (a range given by hand), not a slowdown",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
@@ -137,25 +171,45 @@ def main(argv: list[str] | None = None) -> int:
             cells[f"{cv:g}"] = {}
             for step in args.steps:
                 cells[f"{cv:g}"][f"{step:g}"] = shares(
-                    step, process_cv=cv, round_cv=args.round_cv, trials=args.trials, rng=rng,
-                    slower=None if args.either else True)
+                    step,
+                    process_cv=cv,
+                    round_cv=args.round_cv,
+                    trials=args.trials,
+                    rng=rng,
+                    slower=None if args.either else True,
+                )
                 progress.advance(bar)
-    table = Table(title=f"not reproduced / under half of 7% / culprit named (round noise "
-                        f"{args.round_cv:g}, {args.trials} bisections a cell, "
-                        f"{'either direction' if args.either else 'a slowdown'})")
+    table = Table(
+        title=f"not reproduced / under half of 7% / culprit named (round noise "
+        f"{args.round_cv:g}, {args.trials} bisections a cell, "
+        f"{'either direction' if args.either else 'a slowdown'})"
+    )
     table.add_column("process noise")
     for step in args.steps:
         table.add_column(f"step {step:+.1%}", justify="right")
     for cv, row in cells.items():
-        table.add_row(f"{float(cv):.0%}", *(
-            f"{row[f'{s:g}']['not_reproduced']:.3f} / {row[f'{s:g}']['under_half']:.3f} / "
-            f"{row[f'{s:g}']['culprit']:.3f}"
-            for s in args.steps))
+        table.add_row(
+            f"{float(cv):.0%}",
+            *(
+                f"{row[f'{s:g}']['not_reproduced']:.3f} / {row[f'{s:g}']['under_half']:.3f} / "
+                f"{row[f'{s:g}']['culprit']:.3f}"
+                for s in args.steps
+            ),
+        )
     Console().print(table)
     if args.json:
-        args.json.write_text(json.dumps({"trials": args.trials, "round_cv": args.round_cv,
-                                         "seed": args.seed, "either": args.either,
-                                         "cells": cells}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "trials": args.trials,
+                    "round_cv": args.round_cv,
+                    "seed": args.seed,
+                    "either": args.either,
+                    "cells": cells,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

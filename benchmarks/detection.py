@@ -54,12 +54,15 @@ class Flags:
 
 
 def nightbench_flags(s: SeriesSet, online: bool, threshold: float = 0.07) -> Flags:
-    found = detect_series(s.levels, memory=s.memory, threshold=threshold, expected=s.expected,
-                          online=online)
-    return Flags(np.array([f.series for f in found], dtype=int),
-                 np.array([f.night for f in found], dtype=int),
-                 np.array([f.raised_night for f in found], dtype=int),
-                 np.array([f.direction == "regression" for f in found], dtype=bool))
+    found = detect_series(
+        s.levels, memory=s.memory, threshold=threshold, expected=s.expected, online=online
+    )
+    return Flags(
+        np.array([f.series for f in found], dtype=int),
+        np.array([f.night for f in found], dtype=int),
+        np.array([f.raised_night for f in found], dtype=int),
+        np.array([f.direction == "regression" for f in found], dtype=bool),
+    )
 
 
 def naive_flags(s: SeriesSet, online: bool, threshold: float = 0.07) -> Flags:
@@ -126,9 +129,11 @@ def evaluate(s: SeriesSet, f: Flags, online: bool) -> dict[str, object]:
         "flags": int(fr.size),
         "precision": round(float(tp.sum() / max(tp.sum() + fp.sum(), 1)), 4),
         "false_alarms_per_100_series_nights_no_change": round(
-            float(fp[no_change[fr]].sum() / max(nights_present[no_change].sum(), 1) * 100), 4),
+            float(fp[no_change[fr]].sum() / max(nights_present[no_change].sum(), 1) * 100), 4
+        ),
         "false_alarms_per_100_series_nights_all": round(
-            float(fp.sum() / max(nights_present.sum(), 1) * 100), 4),
+            float(fp.sum() / max(nights_present.sum(), 1) * 100), 4
+        ),
         "blips_flagged": frac(np.isin(cat, ("blip", "mem_blip")), any_after),
         "small_steps_flagged (<=3%)": frac(step & (np.abs(size) <= 0.03), any_after),
         "grey_steps_flagged (5%)": frac(grey, any_after),
@@ -155,18 +160,29 @@ def evaluate(s: SeriesSet, f: Flags, online: bool) -> dict[str, object]:
         out["recall_7.5%_within_3_nights"] = frac(at75, detected & (delay <= 2))
         d = delay[big & detected]
         if d.size:
-            out["delay_>=10%_median_p90_max"] = [float(np.median(d)), float(np.percentile(d, 90)),
-                                                  int(d.max())]
+            out["delay_>=10%_median_p90_max"] = [
+                float(np.median(d)),
+                float(np.percentile(d, 90)),
+                int(d.max()),
+            ]
         bands = {}
-        for name, lo, hi in (("cv<1%", 0, 0.01), ("cv 1-2.5%", 0.01, 0.025),
-                             ("cv 2.5-5%", 0.025, 1)):
+        for name, lo, hi in (
+            ("cv<1%", 0, 0.01),
+            ("cv 1-2.5%", 0.01, 0.025),
+            ("cv 2.5-5%", 0.025, 1),
+        ):
             band = (~s.memory) & (s.cv >= lo) & (s.cv < hi)
             bands[name] = {
                 "7.5%_within_3": frac(at75 & band, detected & (delay <= 2)),
                 ">=10%_within_3": frac(big & band, detected & (delay <= 2)),
-                "fa_per_100_no_change": round(float(
-                    fp[(no_change & band)[fr]].sum()
-                    / max(nights_present[no_change & band].sum(), 1) * 100), 4),
+                "fa_per_100_no_change": round(
+                    float(
+                        fp[(no_change & band)[fr]].sum()
+                        / max(nights_present[no_change & band].sum(), 1)
+                        * 100
+                    ),
+                    4,
+                ),
             }
         out["latency_by_noise"] = bands
     else:
@@ -177,8 +193,10 @@ def evaluate(s: SeriesSet, f: Flags, online: bool) -> dict[str, object]:
 def quality(n_series: int, nights: int, seed: int, console: Console) -> dict[str, object]:
     t0 = time.perf_counter()
     s = generate(n_series, nights=nights, seed=seed)
-    console.print(f"generated {n_series} series x {nights} nights in "
-                  f"{time.perf_counter() - t0:.1f} s (seed {seed})")
+    console.print(
+        f"generated {n_series} series x {nights} nights in "
+        f"{time.perf_counter() - t0:.1f} s (seed {seed})"
+    )
     result: dict[str, object] = {"series": n_series, "nights": nights, "seed": seed}
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("detecting", total=4)
@@ -218,21 +236,37 @@ def speed(n_series: int, nights: int, repeat: int, console: Console) -> dict[str
             progress.advance(task)
     out: dict[str, object] = {"series": n_series, "nights": nights, "repeat": repeat}
     for k, v in (*times.items(), ("night_medians_from_15_samples", med)):
-        out[k] = {"median_s": round(statistics.median(v), 2), "min_s": round(min(v), 2),
-                  "all_s": [round(x, 2) for x in v]}
+        out[k] = {
+            "median_s": round(statistics.median(v), 2),
+            "min_s": round(min(v), 2),
+            "all_s": [round(x, 2) for x in v],
+        }
     return out
 
 
 QUALITY_ROWS = (
-    "precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
-    "recall_7.5%_within_3_nights", "false_alarms_per_100_series_nights_no_change",
-    "false_alarms_per_100_series_nights_all", "blips_flagged", "small_steps_flagged (<=3%)",
-    "grey_steps_flagged (5%)", "expected_steps_flagged", "benign_drift_flagged", "drift_recall",
-    "delay_>=10%_median_p90_max", "located_within_1_night_>=7.5%", "seconds")
+    "precision",
+    "recall_>=10%",
+    "recall_>=10%_within_3_nights",
+    "recall_7.5%",
+    "recall_7.5%_within_3_nights",
+    "false_alarms_per_100_series_nights_no_change",
+    "false_alarms_per_100_series_nights_all",
+    "blips_flagged",
+    "small_steps_flagged (<=3%)",
+    "grey_steps_flagged (5%)",
+    "expected_steps_flagged",
+    "benign_drift_flagged",
+    "drift_recall",
+    "delay_>=10%_median_p90_max",
+    "located_within_1_night_>=7.5%",
+    "seconds",
+)
 
 
-def print_quality(result: dict[str, object], console: Console, *, title: str,
-                  rows: Sequence[str] = QUALITY_ROWS) -> None:
+def print_quality(
+    result: dict[str, object], console: Console, *, title: str, rows: Sequence[str] = QUALITY_ROWS
+) -> None:
     """Print the scored figures of :func:`evaluate` (one column per detector) as a table.
 
     Args:
@@ -265,8 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         result = speed(args.speed, args.nights, args.repeat, console)
     else:
         result = quality(args.series, args.nights, args.seed, console)
-        print_quality(result, console, title=(
-            f"detection quality, {result['series']} series x {result['nights']} nights"))
+        print_quality(
+            result,
+            console,
+            title=(f"detection quality, {result['series']} series x {result['nights']} nights"),
+        )
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

@@ -44,7 +44,12 @@ from workers.bisect.failures import (
 )
 
 SETTINGS = (  # (flaky, comes_back): deterministic, then the two ways a failure wavers
-    (0.0, 0.0), (0.05, 0.0), (0.2, 0.0), (0.0, 0.05), (0.0, 0.2), (0.1, 0.1),
+    (0.0, 0.0),
+    (0.05, 0.0),
+    (0.2, 0.0),
+    (0.0, 0.05),
+    (0.0, 0.2),
+    (0.1, 0.1),
 )
 
 
@@ -65,9 +70,18 @@ NIGHT_ERROR = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (at model
 OTHER_ERROR = "ImportError: cannot import name 'sdpa_kernel' (at models/m.py:3)"
 
 
-def trial(rng: random.Random, *, commits: int, workers: int, flaky: float, comes_back: float,
-          unbuildable: float, runs: int = RUNS, other: int = 0, match: bool = True,
-          ) -> tuple[str, bool, int, int]:
+def trial(
+    rng: random.Random,
+    *,
+    commits: int,
+    workers: int,
+    flaky: float,
+    comes_back: float,
+    unbuildable: float,
+    runs: int = RUNS,
+    other: int = 0,
+    match: bool = True,
+) -> tuple[str, bool, int, int]:
     """One simulated bisection, each probe ``runs`` runs: ``(outcome kind, whether its answer
     holds the culprit, builds, rounds)``; for ``culprit`` the answer holds it only when the
     named commit is the culprit. (The search itself plans for ``RUNS`` runs a probe; another
@@ -79,7 +93,7 @@ def trial(rng: random.Random, *, commits: int, workers: int, flaky: float, comes
     start = rng.randint(1, commits) if other else 0
     window = set(range(start, min(start + other, commits))) if other else set()
     state = start_failure_search(shas, "bench", workers, NIGHT_ERROR if match else None)
-    while (wanted := next_failure_probes(state)):
+    while wanted := next_failure_probes(state):
         results = []
         for p in wanted:
             if p.index in broken:
@@ -91,8 +105,9 @@ def trial(rng: random.Random, *, commits: int, workers: int, flaky: float, comes
             wavers = comes_back if p.index >= culprit else flaky
             odd = sum(rng.random() < wavers for _ in range(runs))
             ran = odd if p.index >= culprit else runs - odd
-            results.append(replace(p, ran=ran, failed=runs - ran,
-                                   detail=NIGHT_ERROR if ran < runs else None))
+            results.append(
+                replace(p, ran=ran, failed=runs - ran, detail=NIGHT_ERROR if ran < runs else None)
+            )
         state = record_failures(state, results)
     final = failure_outcome(state)
     assert final is not None
@@ -108,34 +123,68 @@ def tally(trials: int, seed: int, **kw: float) -> Tally:
     builds = rounds = 0
     for _ in range(trials):
         kind, holds, b, r = trial(rng, **kw)  # type: ignore[arg-type]
-        key = {"culprit": "right" if holds else "wrong",
-               "inconclusive": "inconclusive_holding" if holds else "inconclusive_missing",
-               }.get(kind, "not_reproduced")
+        key = {
+            "culprit": "right" if holds else "wrong",
+            "inconclusive": "inconclusive_holding" if holds else "inconclusive_missing",
+        }.get(kind, "not_reproduced")
         counts[key] += 1
         builds, rounds = builds + b, rounds + r
-    return Tally(counts["right"], counts["wrong"], counts["inconclusive_holding"],
-                 counts["inconclusive_missing"], counts["not_reproduced"], builds, rounds)
+    return Tally(
+        counts["right"],
+        counts["wrong"],
+        counts["inconclusive_holding"],
+        counts["inconclusive_missing"],
+        counts["not_reproduced"],
+        builds,
+        rounds,
+    )
 
 
-def report(trials: int, seed: int, commits: int, workers: Sequence[int], unbuildable: float,
-           runs: Sequence[int] = (RUNS,), other: int = 0) -> list[dict[str, object]]:
+def report(
+    trials: int,
+    seed: int,
+    commits: int,
+    workers: Sequence[int],
+    unbuildable: float,
+    runs: Sequence[int] = (RUNS,),
+    other: int = 0,
+) -> list[dict[str, object]]:
     """One row per (runs, workers, flaky, comes_back), and with ``other`` per given the night's
     error or not: shares of trials and mean builds/rounds."""
     rows: list[dict[str, object]] = []
     matches = (True, False) if other else (True,)
     for n, w, (flaky, comes_back), match in (
-            (n, w, s, m) for n in runs for w in workers for s in SETTINGS for m in matches):
-        t = tally(trials, seed, commits=commits, workers=w, flaky=flaky,
-                  comes_back=comes_back, unbuildable=unbuildable, runs=n, other=other,
-                  match=match)
-        rows.append({
-            "runs": n, "workers": w, "flaky": flaky, "comes_back": comes_back,
-            "other": other, "match": match,
-            "right": t.right / trials, "wrong": t.wrong / trials,
-            "inconclusive_holding": t.inconclusive_holding / trials,
-            "inconclusive_missing": t.inconclusive_missing / trials,
-            "not_reproduced": t.not_reproduced / trials,
-            "builds": t.builds / trials, "rounds": t.rounds / trials})
+        (n, w, s, m) for n in runs for w in workers for s in SETTINGS for m in matches
+    ):
+        t = tally(
+            trials,
+            seed,
+            commits=commits,
+            workers=w,
+            flaky=flaky,
+            comes_back=comes_back,
+            unbuildable=unbuildable,
+            runs=n,
+            other=other,
+            match=match,
+        )
+        rows.append(
+            {
+                "runs": n,
+                "workers": w,
+                "flaky": flaky,
+                "comes_back": comes_back,
+                "other": other,
+                "match": match,
+                "right": t.right / trials,
+                "wrong": t.wrong / trials,
+                "inconclusive_holding": t.inconclusive_holding / trials,
+                "inconclusive_missing": t.inconclusive_missing / trials,
+                "not_reproduced": t.not_reproduced / trials,
+                "builds": t.builds / trials,
+                "rounds": t.rounds / trials,
+            }
+        )
     return rows
 
 
@@ -144,27 +193,45 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--commits", type=int, default=60,
-                        help="commits after the good endpoint (a day of PyTorch: 40 to 100)")
+    parser.add_argument(
+        "--commits",
+        type=int,
+        default=60,
+        help="commits after the good endpoint (a day of PyTorch: 40 to 100)",
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--unbuildable", type=float, default=0.05)
-    parser.add_argument("--runs", type=int, nargs="+", default=[RUNS],
-                        help="runs a probe (the search's is RUNS; 1 shows a single run's)")
-    parser.add_argument("--other", type=int, default=0,
-                        help="commits in a window failing with another error (0: none)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        nargs="+",
+        default=[RUNS],
+        help="runs a probe (the search's is RUNS; 1 shows a single run's)",
+    )
+    parser.add_argument(
+        "--other",
+        type=int,
+        default=0,
+        help="commits in a window failing with another error (0: none)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    rows = report(args.trials, args.seed, args.commits, args.workers, args.unbuildable,
-                  args.runs, args.other)
-    print("| runs | W | fails before the culprit | runs after it | given the night's error | "
-          "right | wrong | inconclusive (holding it / not) | not reproduced | builds | rounds |")
+    rows = report(
+        args.trials, args.seed, args.commits, args.workers, args.unbuildable, args.runs, args.other
+    )
+    print(
+        "| runs | W | fails before the culprit | runs after it | given the night's error | "
+        "right | wrong | inconclusive (holding it / not) | not reproduced | builds | rounds |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['runs']} | {r['workers']} | {r['flaky']:.0%} | {r['comes_back']:.0%} | "
-              f"{'yes' if r['match'] else 'no'} | {r['right']:.3f} "
-              f"| {r['wrong']:.3f} | {r['inconclusive_holding']:.3f} / "
-              f"{r['inconclusive_missing']:.3f} | {r['not_reproduced']:.3f} | "
-              f"{r['builds']:.1f} | {r['rounds']:.1f} |")
+        print(
+            f"| {r['runs']} | {r['workers']} | {r['flaky']:.0%} | {r['comes_back']:.0%} | "
+            f"{'yes' if r['match'] else 'no'} | {r['right']:.3f} "
+            f"| {r['wrong']:.3f} | {r['inconclusive_holding']:.3f} / "
+            f"{r['inconclusive_missing']:.3f} | {r['not_reproduced']:.3f} | "
+            f"{r['builds']:.1f} | {r['rounds']:.1f} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -57,25 +57,84 @@ from service.results.records import machine_fingerprint, series_key
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 MODES = ("train", "eval")
 HOSTS = {
-    "cpu": {"device": "cpu", "compilers": ("eager",), "mem": "cpu_peak_mem",
-            "env": {"cpu_model": "AMD EPYC 7763 64-Core Processor", "threads": 1,
-                    "cpu_count": 128, "hostname": "bench-cpu-1", "device_class": "cpu",
-                    "platform": "Linux-6.8.0-x86_64-with-glibc2.39", "python": "3.11.9"}},
-    "a100": {"device": "cuda", "compilers": ("eager", "inductor"), "mem": "gpu_peak_mem",
-             "env": {"cpu_model": "AMD EPYC 7742 64-Core Processor", "threads": 1,
-                     "cpu_count": 128, "hostname": "bench-gpu-1", "device_class": "a100",
-                     "gpu_name": "NVIDIA A100-SXM4-80GB", "driver": "550.54.15",
-                     "cuda": "12.4", "platform": "Linux-6.8.0-x86_64-with-glibc2.39",
-                     "python": "3.11.9"}},
+    "cpu": {
+        "device": "cpu",
+        "compilers": ("eager",),
+        "mem": "cpu_peak_mem",
+        "env": {
+            "cpu_model": "AMD EPYC 7763 64-Core Processor",
+            "threads": 1,
+            "cpu_count": 128,
+            "hostname": "bench-cpu-1",
+            "device_class": "cpu",
+            "platform": "Linux-6.8.0-x86_64-with-glibc2.39",
+            "python": "3.11.9",
+        },
+    },
+    "a100": {
+        "device": "cuda",
+        "compilers": ("eager", "inductor"),
+        "mem": "gpu_peak_mem",
+        "env": {
+            "cpu_model": "AMD EPYC 7742 64-Core Processor",
+            "threads": 1,
+            "cpu_count": 128,
+            "hostname": "bench-gpu-1",
+            "device_class": "a100",
+            "gpu_name": "NVIDIA A100-SXM4-80GB",
+            "driver": "550.54.15",
+            "cuda": "12.4",
+            "platform": "Linux-6.8.0-x86_64-with-glibc2.39",
+            "python": "3.11.9",
+        },
+    },
 }
 SAMPLES = 15
-RESULT_COLUMNS = ("id", "run_id", "machine_id", "night", "model", "mode", "device", "compiler",
-                  "batch_size", "metric", "unit", "samples", "sample_count", "median", "iqr",
-                  "environment", "benchmark_version", "series_key", "created_at")
-REGRESSION_COLUMNS = ("id", "run_id", "result_id", "series_key", "model", "mode", "device",
-                      "compiler", "metric", "unit", "direction", "baseline", "value", "change",
-                      "p_value", "threshold", "alertable", "confirmation", "state", "reason",
-                      "created_at", "updated_at")
+RESULT_COLUMNS = (
+    "id",
+    "run_id",
+    "machine_id",
+    "night",
+    "model",
+    "mode",
+    "device",
+    "compiler",
+    "batch_size",
+    "metric",
+    "unit",
+    "samples",
+    "sample_count",
+    "median",
+    "iqr",
+    "environment",
+    "benchmark_version",
+    "series_key",
+    "created_at",
+)
+REGRESSION_COLUMNS = (
+    "id",
+    "run_id",
+    "result_id",
+    "series_key",
+    "model",
+    "mode",
+    "device",
+    "compiler",
+    "metric",
+    "unit",
+    "direction",
+    "baseline",
+    "value",
+    "change",
+    "p_value",
+    "threshold",
+    "alertable",
+    "confirmation",
+    "state",
+    "reason",
+    "created_at",
+    "updated_at",
+)
 
 
 def _url(dbname: str) -> str:
@@ -137,13 +196,17 @@ def generate(dbname: str, *, nights: int, models: int, start: date, seed: int) -
                     series.append((m, mode, host, compiler, "latency", "ms"))
                     series.append((m, mode, host, compiler, str(spec["mem"]), "bytes"))
     n_series = len(series)
-    console.print(f"{dbname}: {models} models, {n_series} series, {nights} nights -> "
-                  f"{n_series * nights:,} results")
+    console.print(
+        f"{dbname}: {models} models, {n_series} series, {nights} nights -> "
+        f"{n_series * nights:,} results"
+    )
 
     lat = np.array([s[4] == "latency" for s in series])
     base_level = np.where(
-        lat, np.exp(rng.uniform(math.log(0.5), math.log(500), n_series)),
-        np.round(np.exp(rng.uniform(math.log(50e6), math.log(40e9), n_series)) / 512) * 512)
+        lat,
+        np.exp(rng.uniform(math.log(0.5), math.log(500), n_series)),
+        np.round(np.exp(rng.uniform(math.log(50e6), math.log(40e9), n_series)) / 512) * 512,
+    )
     # About one persistent step per series-year, sizes +-8% to +-40%.
     steps = rng.random((n_series, nights)) < 1 / 365
     steps[:, :60] = False
@@ -162,15 +225,33 @@ def generate(dbname: str, *, nights: int, models: int, start: date, seed: int) -
             conn.execute(
                 "INSERT INTO machines (id, fingerprint, device_class, cpu_model, gpu_name, driver,"
                 " hostname, details, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,now())",
-                (i, fp, env["device_class"], env.get("cpu_model"), env.get("gpu_name"),
-                 env.get("driver"), env.get("hostname"), json.dumps({"threads": 1})))
+                (
+                    i,
+                    fp,
+                    env["device_class"],
+                    env.get("cpu_model"),
+                    env.get("gpu_name"),
+                    env.get("driver"),
+                    env.get("hostname"),
+                    json.dumps({"threads": 1}),
+                ),
+            )
             machine_ids[host] = i
             envs[host] = (env, fp)
         conn.execute("SELECT setval('machines_id_seq', 10)")
-        keys = [series_key(model=names[m], mode=mode, device=str(HOSTS[host]["device"]),
-                           compiler=compiler, metric=metric, batch_size=4 if mode == "train" else 8,
-                           benchmark_version="b" * 16, machine=envs[host][1])
-                for m, mode, host, compiler, metric, _ in series]
+        keys = [
+            series_key(
+                model=names[m],
+                mode=mode,
+                device=str(HOSTS[host]["device"]),
+                compiler=compiler,
+                metric=metric,
+                batch_size=4 if mode == "train" else 8,
+                benchmark_version="b" * 16,
+                machine=envs[host][1],
+            )
+            for m, mode, host, compiler, metric, _ in series
+        ]
         rebuild = _drop_secondary(conn)
         # series_months is filled once after the load (one aggregate) instead of by the
         # triggers night by night.
@@ -182,8 +263,14 @@ def generate(dbname: str, *, nights: int, models: int, start: date, seed: int) -
         run_id = 0
         reg_id = 0
         t0 = time.perf_counter()
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), TimeRemainingColumn(), console=console) as progress:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        ) as progress:
             bar = progress.add_task("nights", total=nights)
             for j in range(nights):
                 night = start + timedelta(days=j)
@@ -195,13 +282,36 @@ def generate(dbname: str, *, nights: int, models: int, start: date, seed: int) -
                 regs_buf = io.StringIO()
                 for host, idx in by_host.items():
                     run_id += 1
-                    runs_buf.write("\t".join(_copy_text(v) for v in (
-                        run_id, night, "nightly", None, "nightly", version, commit, "complete",
-                        len(idx) // 2,
-                        None, None, "{}", None, stamp, stamp, stamp, None)) + "\n")
+                    runs_buf.write(
+                        "\t".join(
+                            _copy_text(v)
+                            for v in (
+                                run_id,
+                                night,
+                                "nightly",
+                                None,
+                                "nightly",
+                                version,
+                                commit,
+                                "complete",
+                                len(idx) // 2,
+                                None,
+                                None,
+                                "{}",
+                                None,
+                                stamp,
+                                stamp,
+                                stamp,
+                                None,
+                            )
+                        )
+                        + "\n"
+                    )
                     env, _ = envs[host]
-                    env_json = json.dumps({**env, "torch_version": version,
-                                           "torch_git_version": commit}, separators=(",", ":"))
+                    env_json = json.dumps(
+                        {**env, "torch_version": version, "torch_git_version": commit},
+                        separators=(",", ":"),
+                    )
                     idx_arr = np.array(idx)
                     lv = levels[idx_arr, j]
                     samp = lv[:, None] * rng.normal(1, 0.01, (len(idx), SAMPLES))
@@ -218,41 +328,91 @@ def generate(dbname: str, *, nights: int, models: int, start: date, seed: int) -
                         else:
                             samples = f"[{lv_list[k]:.1f}]"
                             median, iqr, count = lv_list[k], 0.0, 1
-                        results_buf.write("\t".join((
-                            str(result_id), str(run_id), str(machine_ids[host]), str(night),
-                            names[m], mode, str(HOSTS[host]["device"]), compiler,
-                            "4" if mode == "train" else "8", metric, unit, samples, str(count),
-                            repr(median), repr(iqr), env_json, "b" * 16, keys[s], stamp)) + "\n")
+                        results_buf.write(
+                            "\t".join(
+                                (
+                                    str(result_id),
+                                    str(run_id),
+                                    str(machine_ids[host]),
+                                    str(night),
+                                    names[m],
+                                    mode,
+                                    str(HOSTS[host]["device"]),
+                                    compiler,
+                                    "4" if mode == "train" else "8",
+                                    metric,
+                                    unit,
+                                    samples,
+                                    str(count),
+                                    repr(median),
+                                    repr(iqr),
+                                    env_json,
+                                    "b" * 16,
+                                    keys[s],
+                                    stamp,
+                                )
+                            )
+                            + "\n"
+                        )
                         if steps[s, j]:
                             reg_id += 1
                             before = float(levels[s, j - 1])
                             change = median / before - 1
-                            regs_buf.write("\t".join(_copy_text(v) for v in (
-                                reg_id, run_id, result_id, keys[s], names[m], mode,
-                                HOSTS[host]["device"], compiler, metric, unit,
-                                "regression" if change > 0 else "improvement", before, median,
-                                change, 0.001 if lat[s] else None, 0.07,
-                                "t" if change > 0 else "f",
-                                "reproduced" if change > 0 else "not_possible",
-                                "untriaged" if change > 0 else "improvement",
-                                "generated step", stamp, stamp)) + "\n")
+                            regs_buf.write(
+                                "\t".join(
+                                    _copy_text(v)
+                                    for v in (
+                                        reg_id,
+                                        run_id,
+                                        result_id,
+                                        keys[s],
+                                        names[m],
+                                        mode,
+                                        HOSTS[host]["device"],
+                                        compiler,
+                                        metric,
+                                        unit,
+                                        "regression" if change > 0 else "improvement",
+                                        before,
+                                        median,
+                                        change,
+                                        0.001 if lat[s] else None,
+                                        0.07,
+                                        "t" if change > 0 else "f",
+                                        "reproduced" if change > 0 else "not_possible",
+                                        "untriaged" if change > 0 else "improvement",
+                                        "generated step",
+                                        stamp,
+                                        stamp,
+                                    )
+                                )
+                                + "\n"
+                            )
                 with conn.cursor() as cur:
-                    with cur.copy("COPY runs (id, night, kind, parent_run_id, torch_spec, "
-                                  "torch_version, torch_git_commit, status, expected_jobs, "
-                                  "previous_run_id, commit_range, options, deadline_at, "
-                                  "started_at, finished_at, created_at, note) FROM STDIN") as cp:
+                    with cur.copy(
+                        "COPY runs (id, night, kind, parent_run_id, torch_spec, "
+                        "torch_version, torch_git_commit, status, expected_jobs, "
+                        "previous_run_id, commit_range, options, deadline_at, "
+                        "started_at, finished_at, created_at, note) FROM STDIN"
+                    ) as cp:
                         cp.write(runs_buf.getvalue())
                     with cur.copy(f"COPY results ({', '.join(RESULT_COLUMNS)}) FROM STDIN") as cp:
                         cp.write(results_buf.getvalue())
                     if regs_buf.tell():
-                        with cur.copy(f"COPY regressions ({', '.join(REGRESSION_COLUMNS)}) "
-                                      "FROM STDIN") as cp:
+                        with cur.copy(
+                            f"COPY regressions ({', '.join(REGRESSION_COLUMNS)}) FROM STDIN"
+                        ) as cp:
                             cp.write(regs_buf.getvalue())
                 conn.commit()
-                progress.update(bar, advance=1,
-                                description=f"nights ({result_id / (time.perf_counter() - t0):,.0f} rows/s)")
-        console.print(f"loaded {result_id:,} results, {reg_id:,} regressions in "
-                      f"{time.perf_counter() - t0:,.0f} s; rebuilding indexes and keys")
+                progress.update(
+                    bar,
+                    advance=1,
+                    description=f"nights ({result_id / (time.perf_counter() - t0):,.0f} rows/s)",
+                )
+        console.print(
+            f"loaded {result_id:,} results, {reg_id:,} regressions in "
+            f"{time.perf_counter() - t0:,.0f} s; rebuilding indexes and keys"
+        )
         t1 = time.perf_counter()
         conn.execute("SET maintenance_work_mem = '512MB'")
         for statement in rebuild:
@@ -260,21 +420,27 @@ def generate(dbname: str, *, nights: int, models: int, start: date, seed: int) -
             conn.execute(statement)
             conn.commit()
         for table, column in (("results", "id"), ("runs", "id"), ("regressions", "id")):
-            conn.execute(f"SELECT setval('{table}_{column}_seq', (SELECT max({column}) FROM {table}))")
+            conn.execute(
+                f"SELECT setval('{table}_{column}_seq', (SELECT max({column}) FROM {table}))"
+            )
         conn.execute("ALTER TABLE results ENABLE TRIGGER USER")
         conn.commit()
         console.print(f"indexes and keys rebuilt in {time.perf_counter() - t1:,.0f} s")
         t2 = time.perf_counter()
         months = conn.execute("SELECT series_months_rebuild()").fetchone()
         conn.commit()
-        console.print(f"series_months filled in {time.perf_counter() - t2:,.0f} s "
-                      f"({months[0] if months else 0:,} rows)")
+        console.print(
+            f"series_months filled in {time.perf_counter() - t2:,.0f} s "
+            f"({months[0] if months else 0:,} rows)"
+        )
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE results")
         conn.execute("VACUUM ANALYZE series_months")
         conn.execute("VACUUM ANALYZE runs")
         conn.execute("VACUUM ANALYZE regressions")
-        size = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))").fetchone()
+        size = conn.execute(
+            "SELECT pg_size_pretty(pg_database_size(current_database()))"
+        ).fetchone()
         console.print(f"database size {size[0] if size else '?'}")
 
 

@@ -77,8 +77,10 @@ SETUPS = {
     # glibc's fallback with no mmap at all (``M_MMAP_MAX`` = 0): blocks over the fixed 32 MiB
     # mmap threshold come from the heap too, and stay there once freed (up to the trim
     # threshold at its top), as jemalloc's no-decay setup keeps its pages.
-    "glibc_nommap": ({"NIGHTBENCH_SUITE_ALLOCATOR": "glibc",
-                      "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"}, []),
+    "glibc_nommap": (
+        {"NIGHTBENCH_SUITE_ALLOCATOR": "glibc", "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"},
+        [],
+    ),
     # jemalloc in a process without address-space randomisation (util-linux ``setarch -R``,
     # personality ADDR_NO_RANDOMIZE): the same layout in every process.
     "jemalloc_noaslr": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc"}, []),
@@ -90,18 +92,32 @@ SETUPS = {
     # ``MALLOC_CONF`` replaces the setup's, so ``jemalloc_thp`` is the defaults with jemalloc
     # backing its memory by transparent huge pages (the system's THP mode is ``madvise``;
     # ``thp:always`` makes jemalloc ask for them).
-    "jemalloc_nodecay": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
-                          "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}, []),
-    "jemalloc_defaults": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
-                           "MALLOC_CONF": "dirty_decay_ms:10000,muzzy_decay_ms:0"}, []),
-    "jemalloc_thp": ({"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
-                      "MALLOC_CONF": "thp:always,metadata_thp:always"}, []),
+    "jemalloc_nodecay": (
+        {
+            "NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
+            "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
+        },
+        [],
+    ),
+    "jemalloc_defaults": (
+        {
+            "NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc",
+            "MALLOC_CONF": "dirty_decay_ms:10000,muzzy_decay_ms:0",
+        },
+        [],
+    ),
+    "jemalloc_thp": (
+        {"NIGHTBENCH_SUITE_ALLOCATOR": "jemalloc", "MALLOC_CONF": "thp:always,metadata_thp:always"},
+        [],
+    ),
     # gperftools' tcmalloc, the setup's second choice, with its defaults (freed spans handed
     # back to the kernel gradually, ``TCMALLOC_RELEASE_RATE`` 1) and never handing them back
     # (rate 0: gperftools' "never release", jemalloc's no-decay counterpart).
     "tcmalloc": ({"NIGHTBENCH_SUITE_ALLOCATOR": "tcmalloc"}, []),
-    "tcmalloc_norelease": ({"NIGHTBENCH_SUITE_ALLOCATOR": "tcmalloc",
-                            "TCMALLOC_RELEASE_RATE": "0"}, []),
+    "tcmalloc_norelease": (
+        {"NIGHTBENCH_SUITE_ALLOCATOR": "tcmalloc", "TCMALLOC_RELEASE_RATE": "0"},
+        [],
+    ),
     # The GPU setups (``--device cuda``).
     "gpu": ({}, []),
     "gpu_fixed_warmup": ({"NIGHTBENCH_SUITE_STEADY_WARMUP": "off"}, []),
@@ -110,12 +126,15 @@ SETUPS = {
 }
 DEFAULT_SETUPS = {"cpu": "off,jemalloc,glibc", "cuda": "gpu,gpu_fixed_warmup"}
 PREFIX = {"jemalloc_noaslr": ["setarch", os.uname().machine, "-R"]}
-SUBSET = ("bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equation_of_state,"
-          "pyhpc_isoneutral_mixing,wavenet")
+SUBSET = (
+    "bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equation_of_state,"
+    "pyhpc_isoneutral_mixing,wavenet"
+)
 
 
-def _run(model: str, mode: str, setup: str, device: str, out: Path, *,
-         lock: str | None = None) -> dict[str, Any] | None:
+def _run(
+    model: str, mode: str, setup: str, device: str, out: Path, *, lock: str | None = None
+) -> dict[str, Any] | None:
     """One process: ``{"latency": median ms, "cpu_time": median ms, "gpu_peak_mem": bytes,
     "warmup": {...}, "minor_faults_per_step": float, "major_faults": int}`` (CPU time on CPU
     only, GPU memory and the record's warm-up on CUDA only, the timed steps' page faults where
@@ -125,21 +144,41 @@ def _run(model: str, mode: str, setup: str, device: str, out: Path, *,
     env = {**os.environ, **env_extra, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if lock is not None:
         env[DEVICE_LOCK_ENV] = lock
-    cmd = [*PREFIX.get(setup, []), sys.executable, "-m", "suite", "run", "--model", model, "--mode", mode,
-           "--device", device, "--threads", "1", "--out", str(out), *args]
+    cmd = [
+        *PREFIX.get(setup, []),
+        sys.executable,
+        "-m",
+        "suite",
+        "run",
+        "--model",
+        model,
+        "--mode",
+        mode,
+        "--device",
+        device,
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+        *args,
+    ]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0 or not out.exists():
         return None
     record = json.loads(out.read_text())
     if record.get("error"):
         return None
-    got: dict[str, Any] = {m["metric"]: m["median"] for m in record["metrics"]
-                           if m["metric"] in ("latency", "cpu_time", "gpu_peak_mem")}
+    got: dict[str, Any] = {
+        m["metric"]: m["median"]
+        for m in record["metrics"]
+        if m["metric"] in ("latency", "cpu_time", "gpu_peak_mem")
+    }
     if device == "cuda":
         got["warmup"] = record.get("environment", {}).get("warmup")
     if lock is not None:
         got["lock_waited_s"] = (record.get("environment", {}).get("device_lock") or {}).get(
-            "waited_s")
+            "waited_s"
+        )
     faults = record.get("environment", {}).get("page_faults") or {}
     if faults.get("minor_per_step") is not None:
         got["minor_faults_per_step"] = faults["minor_per_step"]
@@ -147,11 +186,14 @@ def _run(model: str, mode: str, setup: str, device: str, out: Path, *,
     return got
 
 
-def _measure(args: argparse.Namespace, benchmarks: list[tuple[str, str]], setups: list[str],
-             write: Callable[[dict[tuple[str, str, str], dict[str, list[Any]]],
-                              dict[tuple[str, str, str], int]], None],
-             ) -> tuple[dict[tuple[str, str, str], dict[str, list[Any]]],
-                        dict[tuple[str, str, str], int]]:
+def _measure(
+    args: argparse.Namespace,
+    benchmarks: list[tuple[str, str]],
+    setups: list[str],
+    write: Callable[
+        [dict[tuple[str, str, str], dict[str, list[Any]]], dict[tuple[str, str, str], int]], None
+    ],
+) -> tuple[dict[tuple[str, str, str], dict[str, list[Any]]], dict[tuple[str, str, str], int]]:
     """Run the interleaved rounds; return the per-process values and error counts, keyed by
     ``(model, mode, setup)``. ``write`` is called after every process (and at the deadline).
 
@@ -162,13 +204,24 @@ def _measure(args: argparse.Namespace, benchmarks: list[tuple[str, str]], setups
     console = Console(stderr=True)
     values: dict[tuple[str, str, str], dict[str, list[Any]]] = {}
     errors: dict[tuple[str, str, str], int] = {}
-    jobs = [(r, model, mode, setup) for r in range(args.repeats) for model, mode in benchmarks
-            for setup in rng.sample(setups, len(setups))]
+    jobs = [
+        (r, model, mode, setup)
+        for r in range(args.repeats)
+        for model, mode in benchmarks
+        for setup in rng.sample(setups, len(setups))
+    ]
     start = time.monotonic()
     done = threading.Lock()
-    with tempfile.TemporaryDirectory() as tmp, Progress(
-            TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console) as progress:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Progress(
+            TextColumn("{task.description:<44}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
         bar = progress.add_task("setups", total=len(jobs))
         lock = str(Path(tmp) / "device.lock") if args.overlap > 1 else None
 
@@ -178,8 +231,14 @@ def _measure(args: argparse.Namespace, benchmarks: list[tuple[str, str]], setups
                 progress.update(bar, description=f"deadline of {args.deadline_s:g} s: skipped")
                 return
             progress.update(bar, description=f"round {r + 1} {model}:{mode} {setup}")
-            got = _run(model, mode, setup, args.device,
-                       Path(tmp) / f"{model}-{mode}-{setup}-{r}.json", lock=lock)
+            got = _run(
+                model,
+                mode,
+                setup,
+                args.device,
+                Path(tmp) / f"{model}-{mode}-{setup}-{r}.json",
+                lock=lock,
+            )
             key = (model, mode, setup)
             with done:
                 if got is None:
@@ -199,8 +258,13 @@ def _measure(args: argparse.Namespace, benchmarks: list[tuple[str, str]], setups
 def _every_benchmark(device: str, modes: list[str]) -> list[tuple[str, str]]:
     """``(model, mode)`` for every suite model that runs on ``device`` in each of ``modes``
     (its metadata's ``modes`` and ``devices``, less what it marks not implemented)."""
-    return [(m.name, mode) for m in list_models() if device in m.devices for mode in modes
-            if mode in m.modes and f"{mode}:{device}" not in m.not_implemented]
+    return [
+        (m.name, mode)
+        for m in list_models()
+        if device in m.devices
+        for mode in modes
+        if mode in m.modes and f"{mode}:{device}" not in m.not_implemented
+    ]
 
 
 def _chosen(models: str, device: str, modes: list[str]) -> list[tuple[str, str]]:
@@ -222,8 +286,10 @@ def _chosen(models: str, device: str, modes: list[str]) -> list[tuple[str, str]]
     return chosen
 
 
-def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
-          errors: dict[tuple[str, str, str], int]) -> list[dict[str, Any]]:
+def _rows(
+    values: dict[tuple[str, str, str], dict[str, list[Any]]],
+    errors: dict[tuple[str, str, str], int],
+) -> list[dict[str, Any]]:
     """One row per benchmark and setup with two or more processes: median of the per-process
     medians (ms), CV and max-min spread (fractions), TorchBench's verdict over that many
     processes, the CPU-time CV, the median minor page faults per step, and on CUDA the
@@ -235,14 +301,27 @@ def _rows(values: dict[tuple[str, str, str], dict[str, list[Any]]],
             continue
         cv, spread, unstable = summarize(lat, allowed_spread(len(lat)))
         cpu_cv = summarize(got["cpu_time"])[0] if len(got.get("cpu_time", [])) >= 2 else None
-        rows.append({"benchmark": f"{model}:{mode}", "setup": setup,
-                     "median_ms": statistics.median(lat), "cv": cv, "spread": spread,
-                     "cpu_time_cv": cpu_cv, "unstable": bool(unstable), "medians_ms": lat,
-                     "warmups": got.get("warmup"), "lock_waited_s": got.get("lock_waited_s"),
-                     "errors": errors.get((model, mode, setup), 0),
-                     "minor_faults_per_step": (statistics.median(got["minor_faults_per_step"])
-                                               if got.get("minor_faults_per_step") else None),
-                     "major_faults": got.get("major_faults")})
+        rows.append(
+            {
+                "benchmark": f"{model}:{mode}",
+                "setup": setup,
+                "median_ms": statistics.median(lat),
+                "cv": cv,
+                "spread": spread,
+                "cpu_time_cv": cpu_cv,
+                "unstable": bool(unstable),
+                "medians_ms": lat,
+                "warmups": got.get("warmup"),
+                "lock_waited_s": got.get("lock_waited_s"),
+                "errors": errors.get((model, mode, setup), 0),
+                "minor_faults_per_step": (
+                    statistics.median(got["minor_faults_per_step"])
+                    if got.get("minor_faults_per_step")
+                    else None
+                ),
+                "major_faults": got.get("major_faults"),
+            }
+        )
     return rows
 
 
@@ -261,32 +340,50 @@ def _floors(rows: list[dict[str, Any]], setups: list[str]) -> dict[str, dict[str
             "noise_floor_cv": statistics.median(cvs),
             "cv_p90": float(np.percentile(cvs, 90)),
             "cpu_time_noise_floor_cv": statistics.median(cpu) if cpu else None,
-            "unstable": [r["benchmark"] for r in mine if r["unstable"]]}
+            "unstable": [r["benchmark"] for r in mine if r["unstable"]],
+        }
     return floors
 
 
-def _print(console: Console, rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]],
-           title: str) -> None:
+def _print(
+    console: Console, rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]], title: str
+) -> None:
     table = Table(title=title)
-    for col in ("benchmark", "setup", "median ms", "CV", "spread", "CPU-time CV",
-                "minor faults/step", "verdict"):
+    for col in (
+        "benchmark",
+        "setup",
+        "median ms",
+        "CV",
+        "spread",
+        "CPU-time CV",
+        "minor faults/step",
+        "verdict",
+    ):
         table.add_column(col, justify="left" if col in ("benchmark", "setup") else "right")
     for row in sorted(rows, key=lambda r: (r["benchmark"], r["setup"])):
         cpu_cv, faults = row["cpu_time_cv"], row.get("minor_faults_per_step")
-        table.add_row(row["benchmark"], row["setup"], f"{row['median_ms']:.3f}",
-                      f"{row['cv']:.2%}", f"{row['spread']:.2%}",
-                      "-" if cpu_cv is None else f"{cpu_cv:.2%}",
-                      "-" if faults is None else f"{faults:,.0f}",
-                      "UNSTABLE" if row["unstable"] else "stable")
+        table.add_row(
+            row["benchmark"],
+            row["setup"],
+            f"{row['median_ms']:.3f}",
+            f"{row['cv']:.2%}",
+            f"{row['spread']:.2%}",
+            "-" if cpu_cv is None else f"{cpu_cv:.2%}",
+            "-" if faults is None else f"{faults:,.0f}",
+            "UNSTABLE" if row["unstable"] else "stable",
+        )
     console.print(table)
     summary = Table(title="per setup")
     for col in ("setup", "noise floor (median CV)", "p90 CV", "CPU-time floor", "unstable"):
         summary.add_column(col, justify="right")
     for setup, f in floors.items():
-        summary.add_row(setup, f"{f['noise_floor_cv']:.2%}", f"{f['cv_p90']:.2%}",
-                        "-" if f["cpu_time_noise_floor_cv"] is None
-                        else f"{f['cpu_time_noise_floor_cv']:.2%}",
-                        f"{len(f['unstable'])} of {f['benchmarks']}")
+        summary.add_row(
+            setup,
+            f"{f['noise_floor_cv']:.2%}",
+            f"{f['cv_p90']:.2%}",
+            "-" if f["cpu_time_noise_floor_cv"] is None else f"{f['cpu_time_noise_floor_cv']:.2%}",
+            f"{len(f['unstable'])} of {f['benchmarks']}",
+        )
     console.print(summary)
 
 
@@ -294,20 +391,36 @@ def main() -> None:
     """Measure, print the tables, optionally write JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5, help="processes per benchmark and setup")
-    ap.add_argument("--models", default=SUBSET,
-                    help="comma-separated, or all: every suite model the device and modes "
-                         "allow; model:mode takes that one mode of the model")
-    ap.add_argument("--modes", "--mode", dest="modes", default="eval",
-                    help="train, eval or both (comma-separated)")
+    ap.add_argument(
+        "--models",
+        default=SUBSET,
+        help="comma-separated, or all: every suite model the device and modes "
+        "allow; model:mode takes that one mode of the model",
+    )
+    ap.add_argument(
+        "--modes",
+        "--mode",
+        dest="modes",
+        default="eval",
+        help="train, eval or both (comma-separated)",
+    )
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--setups", default=None,
-                    help=f"comma-separated (default: {DEFAULT_SETUPS['cpu']} on cpu, "
-                         f"{DEFAULT_SETUPS['cuda']} on cuda)")
-    ap.add_argument("--deadline-s", type=float, default=None,
-                    help="start no process after this many seconds")
-    ap.add_argument("--overlap", type=int, default=1,
-                    help="processes at once, warming up and timing one at a time under a "
-                         "device lock (suite/device_lock.py); figures can only be noisier")
+    ap.add_argument(
+        "--setups",
+        default=None,
+        help=f"comma-separated (default: {DEFAULT_SETUPS['cpu']} on cpu, "
+        f"{DEFAULT_SETUPS['cuda']} on cuda)",
+    )
+    ap.add_argument(
+        "--deadline-s", type=float, default=None, help="start no process after this many seconds"
+    )
+    ap.add_argument(
+        "--overlap",
+        type=int,
+        default=1,
+        help="processes at once, warming up and timing one at a time under a "
+        "device lock (suite/device_lock.py); figures can only be noisier",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -326,24 +439,38 @@ def main() -> None:
         ap.error(f"--models: {exc}")
     load_before = os.getloadavg()
 
-    def write(values: dict[tuple[str, str, str], dict[str, list[Any]]],
-              errors: dict[tuple[str, str, str], int]) -> None:
+    def write(
+        values: dict[tuple[str, str, str], dict[str, list[Any]]],
+        errors: dict[tuple[str, str, str], int],
+    ) -> None:
         if args.json:
             rows = _rows(values, errors)
-            args.json.write_text(json.dumps({
-                "device": args.device, "repeats": args.repeats, "rows": rows,
-                "setups": _floors(rows, setups), "errors": {":".join(k): n for k, n in
-                                                           errors.items()},
-                "processes": {":".join(k): v for k, v in values.items()},
-                "load_average_before": load_before, "load_average_now": os.getloadavg()},
-                indent=1))
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "device": args.device,
+                        "repeats": args.repeats,
+                        "rows": rows,
+                        "setups": _floors(rows, setups),
+                        "errors": {":".join(k): n for k, n in errors.items()},
+                        "processes": {":".join(k): v for k, v in values.items()},
+                        "load_average_before": load_before,
+                        "load_average_now": os.getloadavg(),
+                    },
+                    indent=1,
+                )
+            )
 
     values, errors = _measure(args, benchmarks, setups, write)
     load_after = os.getloadavg()
     rows = _rows(values, errors)
-    _print(Console(stderr=True), rows, _floors(rows, setups),
-           f"{args.device}, {','.join(modes)}, up to {args.repeats} processes per benchmark and "
-           f"setup, load {load_before[0]:.2f} → {load_after[0]:.2f}")
+    _print(
+        Console(stderr=True),
+        rows,
+        _floors(rows, setups),
+        f"{args.device}, {','.join(modes)}, up to {args.repeats} processes per benchmark and "
+        f"setup, load {load_before[0]:.2f} → {load_after[0]:.2f}",
+    )
     failed = {":".join(k): n for k, n in errors.items()}
     if failed:
         print(f"processes that failed: {failed}", file=sys.stderr)

@@ -51,7 +51,8 @@ from service.regressions.detection import DetectorParams, Night, assess_night, c
 
 # (kind, size) of every case; a case's position here is part of its cell's seed.
 ALL_CASES: tuple[tuple[str, float], ...] = (("flat", 0.0), ("blip", 0.3)) + tuple(
-    ("step", s) for s in (0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30))
+    ("step", s) for s in (0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30)
+)
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,14 @@ class Outcome:
     reruns: int = 0
 
 
-def run_series(levels: np.ndarray, rerun_levels: np.ndarray, event: int,
-               rng: np.random.Generator, noise: Noise, params: DetectorParams) -> Outcome:
+def run_series(
+    levels: np.ndarray,
+    rerun_levels: np.ndarray,
+    event: int,
+    rng: np.random.Generator,
+    noise: Noise,
+    params: DetectorParams,
+) -> Outcome:
     """Drive one series through the nightly flow.
 
     Args:
@@ -165,8 +172,9 @@ def run_series(levels: np.ndarray, rerun_levels: np.ndarray, event: int,
     return Outcome(alert, false_alerts, len(levels), reruns)
 
 
-def case_levels(kind: str, size: float, baseline: int, after: int,
-                flat_nights: int) -> tuple[np.ndarray, np.ndarray, int]:
+def case_levels(
+    kind: str, size: float, baseline: int, after: int, flat_nights: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """True levels of one case: (nights,) nights, (nights,) their re-runs, the event's index."""
     if kind == "flat":
         levels = np.ones(flat_nights)
@@ -194,15 +202,19 @@ def cell_seed(seed: int, noise: Noise, case: tuple[str, float]) -> list[int]:
     return key
 
 
-def run_cell(noise: Noise, case: tuple[str, float], params: DetectorParams,
-             args: argparse.Namespace, advance: Any = None) -> dict[str, Any]:
+def run_cell(
+    noise: Noise,
+    case: tuple[str, float],
+    params: DetectorParams,
+    args: argparse.Namespace,
+    advance: Any = None,
+) -> dict[str, Any]:
     """Run ``args.trials`` series of one case; the row of the table and the JSON."""
     rng = np.random.default_rng(cell_seed(args.seed, noise, case))
     kind, size = case
     alerts, false, nights, reruns = [], 0, 0, 0
     for _ in range(args.trials):
-        levels, again, event = case_levels(kind, size, args.baseline, args.after,
-                                           args.flat_nights)
+        levels, again, event = case_levels(kind, size, args.baseline, args.after, args.flat_nights)
         o = run_series(levels, again, event, rng, noise, params)
         alerts.append(o.alert_night)
         false += o.false_alerts
@@ -211,14 +223,23 @@ def run_cell(noise: Noise, case: tuple[str, float], params: DetectorParams,
         if advance is not None:
             advance()
     a = np.array([99 if x is None else x for x in alerts])
-    return {"max_run": params.max_run, "cv": noise.process_cv, "round_cv": noise.round_cv,
-            "process_cv": noise.process_cv, "total_cv": noise.total_cv,
-            "processes": noise.processes, "same_round": noise.same_round,
-            "case": kind, "size": size,
-            "night1": float(np.mean(a <= 0)), "by3": float(np.mean(a <= 2)),
-            "by7": float(np.mean(a <= 6)), "never": float(np.mean(a == 99)),
-            "false_per_100": 100 * false / max(nights, 1),
-            "reruns_per_100": 100 * reruns / max(nights, 1)}
+    return {
+        "max_run": params.max_run,
+        "cv": noise.process_cv,
+        "round_cv": noise.round_cv,
+        "process_cv": noise.process_cv,
+        "total_cv": noise.total_cv,
+        "processes": noise.processes,
+        "same_round": noise.same_round,
+        "case": kind,
+        "size": size,
+        "night1": float(np.mean(a <= 0)),
+        "by3": float(np.mean(a <= 2)),
+        "by7": float(np.mean(a <= 6)),
+        "never": float(np.mean(a == 99)),
+        "false_per_100": 100 * false / max(nights, 1),
+        "reruns_per_100": 100 * reruns / max(nights, 1),
+    }
 
 
 def _positive_int(text: str) -> int:
@@ -239,23 +260,53 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; invalid values exit with argparse's message naming the option."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--trials", type=_positive_int, default=300, help="series per cell")
-    ap.add_argument("--baseline", type=_positive_int, default=8,
-                    help="baseline nights before the event")
+    ap.add_argument(
+        "--baseline", type=_positive_int, default=8, help="baseline nights before the event"
+    )
     ap.add_argument("--after", type=_positive_int, default=7, help="nights from the event on")
-    ap.add_argument("--flat-nights", type=_positive_int, default=40,
-                    help="nights of a no-change series")
-    ap.add_argument("--cv", type=_cv, nargs="+", default=[0.01, 0.03, 0.05],
-                    help="process noise with no round part (ignored with --process-cv)")
-    ap.add_argument("--round-cv", type=_cv, nargs="+", default=None,
-                    help="host speed per round, paired with --process-cv (one value: all)")
-    ap.add_argument("--process-cv", type=_cv, nargs="+", default=None,
-                    help="each process's own noise, paired with --round-cv")
-    ap.add_argument("--processes", type=_positive_int, nargs="+", default=[1],
-                    help="processes a night (and a re-run), each in its own round")
-    ap.add_argument("--same-round", action="store_true",
-                    help="a night's processes share one round instead of one round each")
-    ap.add_argument("--steps", type=float, nargs="+", default=None,
-                    help="step sizes (default 0.03 to 0.30); no change and the blip always run")
+    ap.add_argument(
+        "--flat-nights", type=_positive_int, default=40, help="nights of a no-change series"
+    )
+    ap.add_argument(
+        "--cv",
+        type=_cv,
+        nargs="+",
+        default=[0.01, 0.03, 0.05],
+        help="process noise with no round part (ignored with --process-cv)",
+    )
+    ap.add_argument(
+        "--round-cv",
+        type=_cv,
+        nargs="+",
+        default=None,
+        help="host speed per round, paired with --process-cv (one value: all)",
+    )
+    ap.add_argument(
+        "--process-cv",
+        type=_cv,
+        nargs="+",
+        default=None,
+        help="each process's own noise, paired with --round-cv",
+    )
+    ap.add_argument(
+        "--processes",
+        type=_positive_int,
+        nargs="+",
+        default=[1],
+        help="processes a night (and a re-run), each in its own round",
+    )
+    ap.add_argument(
+        "--same-round",
+        action="store_true",
+        help="a night's processes share one round instead of one round each",
+    )
+    ap.add_argument(
+        "--steps",
+        type=float,
+        nargs="+",
+        default=None,
+        help="step sizes (default 0.03 to 0.30); no change and the blip always run",
+    )
     ap.add_argument("--max-run", type=_positive_int, nargs="+", default=[3, 7])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None)
@@ -264,10 +315,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     rounds = rounds * len(procs) if len(rounds) == 1 else rounds
     procs = procs * len(rounds) if len(procs) == 1 else procs
     if len(rounds) != len(procs):
-        ap.error(f"--round-cv has {len(rounds)} values and --process-cv {len(procs)}: "
-                 "give as many of each, or one of either")
-    args.noises = [Noise(p, r, k, args.same_round) for k in args.processes
-                   for r, p in zip(rounds, procs, strict=True)]
+        ap.error(
+            f"--round-cv has {len(rounds)} values and --process-cv {len(procs)}: "
+            "give as many of each, or one of either"
+        )
+    args.noises = [
+        Noise(p, r, k, args.same_round)
+        for k in args.processes
+        for r, p in zip(rounds, procs, strict=True)
+    ]
     steps = ALL_CASES[2:] if args.steps is None else tuple(("step", s) for s in args.steps)
     args.cases = list(ALL_CASES[:2] + steps)
     return args
@@ -276,27 +332,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Print the table (and optionally write JSON); returns the rows."""
     args = parse_args(argv)
-    table = Table(title=f"nightly flow, {args.baseline} baseline nights, {args.trials} series a cell")
-    for col in ("max_run", "noise", "K", "case", "alerted night 1", "by night 3", "by night 7",
-                "never", "false alerts /100 nights", "re-runs /100 nights"):
+    table = Table(
+        title=f"nightly flow, {args.baseline} baseline nights, {args.trials} series a cell"
+    )
+    for col in (
+        "max_run",
+        "noise",
+        "K",
+        "case",
+        "alerted night 1",
+        "by night 3",
+        "by night 7",
+        "never",
+        "false alerts /100 nights",
+        "re-runs /100 nights",
+    ):
         table.add_column(col, justify="right")
     out = []
     with Progress(console=Console(stderr=True)) as progress:
-        task = progress.add_task("series", total=len(args.max_run) * len(args.noises)
-                                 * len(args.cases) * args.trials)
+        task = progress.add_task(
+            "series", total=len(args.max_run) * len(args.noises) * len(args.cases) * args.trials
+        )
         for mr in args.max_run:
             params = DetectorParams(max_run=mr)
             for noise in args.noises:
                 for case in args.cases:
-                    row = run_cell(noise, case, params, args,
-                                   lambda: progress.advance(task))
+                    row = run_cell(noise, case, params, args, lambda: progress.advance(task))
                     out.append(row)
                     kind, size = case
                     label = kind if kind != "step" else f"step {size:+.1%}"
-                    table.add_row(str(mr), noise.label(), str(noise.processes), label,
-                                  f"{row['night1']:.2f}", f"{row['by3']:.2f}",
-                                  f"{row['by7']:.2f}", f"{row['never']:.2f}",
-                                  f"{row['false_per_100']:.3f}", f"{row['reruns_per_100']:.2f}")
+                    table.add_row(
+                        str(mr),
+                        noise.label(),
+                        str(noise.processes),
+                        label,
+                        f"{row['night1']:.2f}",
+                        f"{row['by3']:.2f}",
+                        f"{row['by7']:.2f}",
+                        f"{row['never']:.2f}",
+                        f"{row['false_per_100']:.3f}",
+                        f"{row['reruns_per_100']:.2f}",
+                    )
     Console(width=160).print(table)
     if args.json:
         with open(args.json, "w") as fh:

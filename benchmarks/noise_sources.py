@@ -50,8 +50,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBSET = ("bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equation_of_state,"
-          "pyhpc_isoneutral_mixing,wavenet")
+SUBSET = (
+    "bert,bilstm_crf,conv_tasnet,dlrm,lstm_lm,mobilenet_v2,ncf,pyhpc_equation_of_state,"
+    "pyhpc_isoneutral_mixing,wavenet"
+)
 PAUSE_S = 0.5
 
 
@@ -75,18 +77,25 @@ def variance_components(blocks: list[list[float]]) -> dict[str, float]:
     p = len(blocks)
     b = len(blocks[0]) if blocks else 0
     if p < 2 or b < 2 or any(len(x) != b for x in blocks):
-        raise ValueError(f"need >= 2 processes of the same >= 2 blocks, got {[len(x) for x in blocks]}")
+        raise ValueError(
+            f"need >= 2 processes of the same >= 2 blocks, got {[len(x) for x in blocks]}"
+        )
     if any(v <= 0 for x in blocks for v in x):
         raise ValueError("latencies must be positive (ms)")
     logs = [[math.log(v) for v in x] for x in blocks]
     means = [statistics.fmean(x) for x in logs]
     grand = statistics.fmean(means)
-    ms_within = sum((v - m) ** 2 for x, m in zip(logs, means, strict=True) for v in x) / (p * (b - 1))
+    ms_within = sum((v - m) ** 2 for x, m in zip(logs, means, strict=True) for v in x) / (
+        p * (b - 1)
+    )
     ms_between = b * sum((m - grand) ** 2 for m in means) / (p - 1)
     between = max(0.0, (ms_between - ms_within) / b)
-    return {"within": math.sqrt(ms_within), "between": math.sqrt(between),
-            "process_median": math.sqrt(between + ms_within / b),
-            "observed": statistics.stdev(means)}
+    return {
+        "within": math.sqrt(ms_within),
+        "between": math.sqrt(between),
+        "process_median": math.sqrt(between + ms_within / b),
+        "observed": statistics.stdev(means),
+    }
 
 
 def round_effects(levels: dict[str, dict[int, float]]) -> tuple[dict[int, float], dict[str, float]]:
@@ -106,12 +115,18 @@ def round_effects(levels: dict[str, dict[int, float]]) -> tuple[dict[int, float]
     """
     if len(levels) < 2:
         raise ValueError(f"round effects need at least 2 benchmarks, got {len(levels)}")
-    dev = {b: {r: v - statistics.fmean(x.values()) for r, v in x.items()}
-           for b, x in levels.items() if x}
+    dev = {
+        b: {r: v - statistics.fmean(x.values()) for r, v in x.items()}
+        for b, x in levels.items()
+        if x
+    }
     rounds = sorted({r for x in dev.values() for r in x})
     effects = {r: statistics.median(x[r] for x in dev.values() if r in x) for r in rounds}
-    residual = {b: statistics.stdev(v - effects[r] for r, v in x.items())
-                for b, x in dev.items() if len(x) >= 3}
+    residual = {
+        b: statistics.stdev(v - effects[r] for r, v in x.items())
+        for b, x in dev.items()
+        if len(x) >= 3
+    }
     return effects, residual
 
 
@@ -146,14 +161,31 @@ def _worker(model: str, mode: str, blocks: int, block_s: float) -> None:
         wall.append(statistics.median(lat))
         cpu.append(statistics.median(cpt))
         time.sleep(PAUSE_S)
-    print(json.dumps({"blocks_ms": wall, "cpu_blocks_ms": cpu,
-                      "allocator": setup_in_force().get("allocator")}))
+    print(
+        json.dumps(
+            {
+                "blocks_ms": wall,
+                "cpu_blocks_ms": cpu,
+                "allocator": setup_in_force().get("allocator"),
+            }
+        )
+    )
 
 
 def _process(model: str, mode: str, blocks: int, block_s: float) -> dict | None:
     """One fresh process of :func:`_worker`; None when it failed."""
-    cmd = [sys.executable, "-m", "benchmarks.noise_sources", "--worker", model, mode,
-           "--blocks", str(blocks), "--block-seconds", str(block_s)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.noise_sources",
+        "--worker",
+        model,
+        mode,
+        "--blocks",
+        str(blocks),
+        "--block-seconds",
+        str(block_s),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
@@ -170,15 +202,28 @@ def _verdict(c: dict[str, float], blocks: int) -> str:
 
 def _table(rows: list[dict], title: str) -> Table:
     table = Table(title=title)
-    for col in ("benchmark", "median ms", "process CV", "within (block)", "between",
-                "without round effect", "CPU-time within", "source"):
+    for col in (
+        "benchmark",
+        "median ms",
+        "process CV",
+        "within (block)",
+        "between",
+        "without round effect",
+        "CPU-time within",
+        "source",
+    ):
         table.add_column(col, justify="left" if col in ("benchmark", "source") else "right")
     for r in rows:
-        table.add_row(r["benchmark"], f"{r['median_ms']:.2f}", f"{r['observed']:.2%}",
-                      f"{r['within']:.2%}", f"{r['between']:.2%}",
-                      "-" if r["without_round_effect"] is None else f"{r['without_round_effect']:.2%}",
-                      f"{r['cpu_within']:.2%}",
-                      r["source"])
+        table.add_row(
+            r["benchmark"],
+            f"{r['median_ms']:.2f}",
+            f"{r['observed']:.2%}",
+            f"{r['within']:.2%}",
+            f"{r['between']:.2%}",
+            "-" if r["without_round_effect"] is None else f"{r['without_round_effect']:.2%}",
+            f"{r['cpu_within']:.2%}",
+            r["source"],
+        )
     return table
 
 
@@ -203,8 +248,13 @@ def main() -> None:
     got: dict[tuple[str, str], list[dict]] = {b: [] for b in benches}
     rng, console = random.Random(args.seed), Console(stderr=True, width=120)
     load_before = os.getloadavg()
-    with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         bar = progress.add_task("processes", total=args.processes * len(benches))
         for r in range(args.processes):
             for model, mode in rng.sample(benches, len(benches)):
@@ -221,28 +271,57 @@ def main() -> None:
             continue
         c = variance_components([p["blocks_ms"] for p in procs])
         cpu = variance_components([p["cpu_blocks_ms"] for p in procs])
-        rows.append({"benchmark": f"{model}:{mode}", "processes": len(procs),
-                     "median_ms": statistics.median(v for p in procs for v in p["blocks_ms"]),
-                     **c, "cpu_within": cpu["within"], "cpu_between": cpu["between"],
-                     "source": _verdict(c, args.blocks), "allocator": procs[0]["allocator"],
-                     "blocks_ms": [p["blocks_ms"] for p in procs]})
+        rows.append(
+            {
+                "benchmark": f"{model}:{mode}",
+                "processes": len(procs),
+                "median_ms": statistics.median(v for p in procs for v in p["blocks_ms"]),
+                **c,
+                "cpu_within": cpu["within"],
+                "cpu_between": cpu["between"],
+                "source": _verdict(c, args.blocks),
+                "allocator": procs[0]["allocator"],
+                "blocks_ms": [p["blocks_ms"] for p in procs],
+            }
+        )
     effects, residual = round_effects(
-        {f"{m}:{mode}": {p["round"]: statistics.fmean(math.log(v) for v in p["blocks_ms"])
-                         for p in procs} for (m, mode), procs in got.items() if len(procs) >= 2})
+        {
+            f"{m}:{mode}": {
+                p["round"]: statistics.fmean(math.log(v) for v in p["blocks_ms"]) for p in procs
+            }
+            for (m, mode), procs in got.items()
+            if len(procs) >= 2
+        }
+    )
     for row in rows:
         row["without_round_effect"] = residual.get(row["benchmark"])
-    console.print(_table(rows, f"{args.processes} processes x {args.blocks} blocks of "
-                               f"{args.block_seconds:g} s, load {load_before[0]:.2f} → "
-                               f"{load_after[0]:.2f}"))
+    console.print(
+        _table(
+            rows,
+            f"{args.processes} processes x {args.blocks} blocks of "
+            f"{args.block_seconds:g} s, load {load_before[0]:.2f} → "
+            f"{load_after[0]:.2f}",
+        )
+    )
     kept = [r["without_round_effect"] for r in rows if r["without_round_effect"] is not None]
-    console.print("round effects (shared by all benchmarks of a round): "
-                  + ", ".join(f"{100 * (math.exp(e) - 1):+.1f}%" for e in effects.values())
-                  + f"; median process CV {statistics.median(r['observed'] for r in rows):.2%}"
-                  + (f", without them {statistics.median(kept):.2%}" if kept else ""))
+    console.print(
+        "round effects (shared by all benchmarks of a round): "
+        + ", ".join(f"{100 * (math.exp(e) - 1):+.1f}%" for e in effects.values())
+        + f"; median process CV {statistics.median(r['observed'] for r in rows):.2%}"
+        + (f", without them {statistics.median(kept):.2%}" if kept else "")
+    )
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "round_effects": effects,
-                                         "load_average_before": load_before,
-                                         "load_average_after": load_after}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": rows,
+                    "round_effects": effects,
+                    "load_average_before": load_before,
+                    "load_average_after": load_after,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -38,12 +38,22 @@ KINDS = ("time_", "peakmem_")
 
 def _blobs(repo: Path, results: str):
     """Yield the parsed result files under ``results`` at the clone's HEAD."""
-    names = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", "HEAD",
-                            results], capture_output=True, text=True, check=True).stdout.split()
-    names = [n for n in names if n.endswith(".json") and not n.endswith(("machine.json",
-                                                                          "benchmarks.json"))]
-    proc = subprocess.Popen(["git", "-C", str(repo), "cat-file", "--batch"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    names = subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "-r", "--name-only", "HEAD", results],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    names = [
+        n
+        for n in names
+        if n.endswith(".json") and not n.endswith(("machine.json", "benchmarks.json"))
+    ]
+    proc = subprocess.Popen(
+        ["git", "-C", str(repo), "cat-file", "--batch"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         for name in names:
@@ -71,8 +81,9 @@ def _rows(doc: dict):
 
 def extract(repo: Path, results: str, source: str) -> tuple[dict, list[dict]]:
     """Histories of one asv results directory (see the module docstring)."""
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     by_env: dict[str, dict] = defaultdict(lambda: {"nights": {}, "values": defaultdict(dict)})
     for doc in _blobs(repo, results):
         if doc.get("version") not in (1, 2):
@@ -95,16 +106,27 @@ def extract(repo: Path, results: str, source: str) -> tuple[dict, list[dict]]:
         keys = sorted(h["nights"])
         machine = next(iter(h["nights"].values()), "")
         series = {b: [v.get(k) for k in keys] for b, v in sorted(h["values"].items())}
-        histories.append({"source": source, "machine": machine, "env": env,
-                          "dates": [k[0] for k in keys], "commits": [k[1] for k in keys],
-                          "series": series})
+        histories.append(
+            {
+                "source": source,
+                "machine": machine,
+                "env": env,
+                "dates": [k[0] for k in keys],
+                "commits": [k[1] for k in keys],
+                "series": series,
+            }
+        )
     return {"commit": head, "results": results}, histories
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", action="append", required=True,
-                    help="owner/name=/path/to/clone:results/dir (repeatable)")
+    ap.add_argument(
+        "--source",
+        action="append",
+        required=True,
+        help="owner/name=/path/to/clone:results/dir (repeatable)",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     sources, histories = {}, []
@@ -112,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         name, _, rest = spec.partition("=")
         path, _, results = rest.partition(":")
         if not (name and path and results and Path(path).is_dir()):
-            print(f"--source: expected owner/name=/path/to/clone:results/dir, got {spec!r}",
-                  file=sys.stderr)
+            print(
+                f"--source: expected owner/name=/path/to/clone:results/dir, got {spec!r}",
+                file=sys.stderr,
+            )
             return 2
         sources[name], found = extract(Path(path), results, name)
         histories += found

@@ -71,8 +71,12 @@ RERUN_DRAWS = ("segment", "next", "paired", "paired-2n")
 beside the previous night's build (the paired confirmation; its pair's noise one night's, or
 two nights' for the pessimistic bound)."""
 SIZES = (0.075, 0.10, 0.15, 0.20, 0.50, 1.00, -0.10, -0.30, -0.50)
-NOISE_BANDS = (("sigma<1%", 0.0, 0.01), ("sigma 1-3%", 0.01, 0.03), ("sigma 3-10%", 0.03, 0.10),
-               ("sigma>=10%", 0.10, np.inf))
+NOISE_BANDS = (
+    ("sigma<1%", 0.0, 0.01),
+    ("sigma 1-3%", 0.01, 0.03),
+    ("sigma 3-10%", 0.03, 0.10),
+    ("sigma>=10%", 0.10, np.inf),
+)
 
 
 @dataclass
@@ -132,8 +136,11 @@ def flat_segments(values: np.ndarray, min_nights: int = MIN_NIGHTS) -> list[tupl
             cuts.append(j)
             ref = float(np.median(rm[j : j + ROLL]))
     cuts.append(len(y) - half)
-    segs = [(int(have[a]), int(have[b - 1]) + 1) for a, b in zip(cuts[:-1], cuts[1:], strict=True)
-            if b - a >= min_nights]
+    segs = [
+        (int(have[a]), int(have[b - 1]) + 1)
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+        if b - a >= min_nights
+    ]
     return segs
 
 
@@ -145,8 +152,9 @@ class Labelled:
     origin: list[str]
 
 
-def build(reals: list[Real], seed: int = 1, replicas: int = 1,
-          sizes: tuple[float, ...] = SIZES) -> Labelled:
+def build(
+    reals: list[Real], seed: int = 1, replicas: int = 1, sizes: tuple[float, ...] = SIZES
+) -> Labelled:
     """Flat segments as they are plus planted-step copies (module docstring, steps 2 and 3)."""
     rng = np.random.default_rng(seed)
     rows: list[tuple[np.ndarray, bool, str, float, int, float, str]] = []
@@ -163,8 +171,17 @@ def build(reals: list[Real], seed: int = 1, replicas: int = 1,
                     planted[e:] *= 1 + size
                     while not np.isfinite(planted[e]):  # the event night has data
                         e += 1
-                    rows.append((planted, r.memory, "mem_step" if r.memory else "step", size,
-                                 e, sigma, r.name))
+                    rows.append(
+                        (
+                            planted,
+                            r.memory,
+                            "mem_step" if r.memory else "step",
+                            size,
+                            e,
+                            sigma,
+                            r.name,
+                        )
+                    )
     if not rows:
         raise ValueError("no flat segment of at least MIN_NIGHTS nights in the data")
     width = max(len(x[0]) for x in rows)
@@ -172,11 +189,17 @@ def build(reals: list[Real], seed: int = 1, replicas: int = 1,
     for i, x in enumerate(rows):
         levels[i, : len(x[0])] = x[0]
     night = np.array([x[4] for x in rows])
-    s = SeriesSet(levels=levels, memory=np.array([x[1] for x in rows]),
-                  expected=np.zeros(levels.shape, dtype=bool),
-                  category=np.array([x[2] for x in rows]), cv=np.array([x[5] for x in rows]),
-                  samples=np.zeros(len(rows), dtype=int), event_night=night,
-                  event_end=night.copy(), event_size=np.array([x[3] for x in rows]))
+    s = SeriesSet(
+        levels=levels,
+        memory=np.array([x[1] for x in rows]),
+        expected=np.zeros(levels.shape, dtype=bool),
+        category=np.array([x[2] for x in rows]),
+        cv=np.array([x[5] for x in rows]),
+        samples=np.zeros(len(rows), dtype=int),
+        event_night=night,
+        event_end=night.copy(),
+        event_size=np.array([x[3] for x in rows]),
+    )
     return Labelled(s, [x[6] for x in rows])
 
 
@@ -196,9 +219,12 @@ def up_after_improvement(s: SeriesSet, f: Flags) -> dict[str, float]:
     t = np.arange(s.levels.shape[1])[None, :]
     after = (t >= s.event_night[:, None]) & np.isfinite(s.levels) & imp[:, None]
     hit = imp[f.series] & f.up & (f.night >= s.event_night[f.series])
-    return {"series": int(imp.sum()), "up_flags": int(hit.sum()),
-            "series_with_up_flag": int(np.unique(f.series[hit]).size),
-            "per_100_series_nights": round(float(hit.sum() / max(after.sum(), 1) * 100), 4)}
+    return {
+        "series": int(imp.sum()),
+        "up_flags": int(hit.sum()),
+        "series_with_up_flag": int(np.unique(f.series[hit]).size),
+        "per_100_series_nights": round(float(hit.sum() / max(after.sum(), 1) * 100), 4),
+    }
 
 
 def by_direction(s: SeriesSet, f: Flags, online: bool = True) -> dict[str, dict[str, object]]:
@@ -214,9 +240,13 @@ def by_direction(s: SeriesSet, f: Flags, online: bool = True) -> dict[str, dict[
     out: dict[str, dict[str, object]] = {}
     for name, keep in (("regressions", f.up), ("improvements", ~f.up)):
         r = evaluate(s, Flags(f.series[keep], f.night[keep], f.raised[keep], f.up[keep]), online)
-        out[name] = {"flags": int(keep.sum()), "precision": r["precision"],
-                     "false_alarms_per_100_series_nights_no_change":
-                         r["false_alarms_per_100_series_nights_no_change"]}
+        out[name] = {
+            "flags": int(keep.sum()),
+            "precision": r["precision"],
+            "false_alarms_per_100_series_nights_no_change": r[
+                "false_alarms_per_100_series_nights_no_change"
+            ],
+        }
     return out
 
 
@@ -237,17 +267,22 @@ def flat_flags_by_age(s: SeriesSet, f: Flags, young: int = YOUNG) -> dict[str, d
     have = np.isfinite(s.levels) & flat[:, None]
     on = flat[f.series]
     out: dict[str, dict[str, object]] = {}
-    for name, nights, mask in ((f"first {young} nights", (have & (t < young)).sum(),
-                                on & (f.night < young)),
-                               ("later", (have & (t >= young)).sum(), on & (f.night >= young))):
-        out[name] = {"nights": int(nights), "regressions": int((mask & f.up).sum()),
-                     "improvements": int((mask & ~f.up).sum()),
-                     "per_100_series_nights": round(float(mask.sum() / max(nights, 1) * 100), 4)}
+    for name, nights, mask in (
+        (f"first {young} nights", (have & (t < young)).sum(), on & (f.night < young)),
+        ("later", (have & (t >= young)).sum(), on & (f.night >= young)),
+    ):
+        out[name] = {
+            "nights": int(nights),
+            "regressions": int((mask & f.up).sum()),
+            "improvements": int((mask & ~f.up).sum()),
+            "per_100_series_nights": round(float(mask.sum() / max(nights, 1) * 100), 4),
+        }
     return out
 
 
-def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 28,
-                draw: str = "segment") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def with_reruns(
+    s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 28, draw: str = "segment"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The series with a confirmation re-run after every candidate night, as the nightly does.
 
     A night is a candidate when it alone stands ``threshold`` or more above the median of the
@@ -281,13 +316,16 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
     rng = np.random.default_rng(seed)
     lv = s.levels
     t = np.arange(lv.shape[1])[None, :]
-    factor = np.where((s.event_night[:, None] >= 0) & (t >= s.event_night[:, None]),
-                      1 + s.event_size[:, None], 1.0)
+    factor = np.where(
+        (s.event_night[:, None] >= 0) & (t >= s.event_night[:, None]),
+        1 + s.event_size[:, None],
+        1.0,
+    )
     raw = lv / factor
     log = np.log(lv)
     base = np.full(lv.shape, np.nan)
     for j in range(1, lv.shape[1]):
-        past = log[:, max(0, j - window):j]
+        past = log[:, max(0, j - window) : j]
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             base[:, j] = np.nanmedian(past, axis=1)
@@ -317,15 +355,23 @@ def with_reruns(s: SeriesSet, seed: int, threshold: float = 0.07, window: int = 
     return out, rerun, night
 
 
-def _rerun_level(draw: str, rng: np.random.Generator, have: np.ndarray, n: int, raw: np.ndarray,
-                 factor: np.ndarray, base_log: float) -> float:
+def _rerun_level(
+    draw: str,
+    rng: np.random.Generator,
+    have: np.ndarray,
+    n: int,
+    raw: np.ndarray,
+    factor: np.ndarray,
+    base_log: float,
+) -> float:
     """One candidate night's re-run level (:func:`with_reruns`, ``draw``)."""
     if draw in ("paired", "paired-2n"):
         before = have[have < n]
         a, b = rng.choice(have, 2, replace=False)
         noise = raw[a] / (raw[b] if draw == "paired-2n" else np.median(raw[have]))
-        return float(np.exp(base_log) * factor[n] / factor[before[-1] if before.size else n]
-                     * noise)
+        return float(
+            np.exp(base_log) * factor[n] / factor[before[-1] if before.size else n] * noise
+        )
     later = have[have > n]
     j = later[0] if draw == "next" and later.size else rng.choice(have[have != n])
     return float(raw[j] * factor[n])
@@ -337,14 +383,21 @@ def rerun_flags(s: SeriesSet, seed: int, draw: str = "segment") -> Flags:
     levels, rerun, night = with_reruns(s, seed, draw=draw)
     found = detect_series(levels, memory=s.memory, threshold=0.07, online=True, rerun=rerun)
     rows = np.array([f.series for f in found], dtype=int)
-    return Flags(rows, night[rows, [f.night for f in found]].astype(int),
-                 night[rows, [f.raised_night for f in found]].astype(int),
-                 np.array([f.direction == "regression" for f in found], dtype=bool))
+    return Flags(
+        rows,
+        night[rows, [f.night for f in found]].astype(int),
+        night[rows, [f.raised_night for f in found]].astype(int),
+        np.array([f.direction == "regression" for f in found], dtype=bool),
+    )
 
 
-def score(lab: Labelled, online: bool = True, reruns: int | None = None,
-          recheck_nights: int = RECHECK_NIGHTS,
-          beyond: float = DEFAULT_PARAMS.unstable_beyond) -> dict[str, object]:
+def score(
+    lab: Labelled,
+    online: bool = True,
+    reruns: int | None = None,
+    recheck_nights: int = RECHECK_NIGHTS,
+    beyond: float = DEFAULT_PARAMS.unstable_beyond,
+) -> dict[str, object]:
     """Figures of nightbench's detector and of the naive rule on the labelled set; online, also
     as the nightly alerts (flags raised while the stability re-check had the benchmark dark are
     withheld unless their change is ``beyond`` times its spread: :mod:`benchmarks.real_stability`,
@@ -352,23 +405,31 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None,
     (a seed), also of nightbench with confirmation re-runs (:func:`with_reruns`), drawn from the
     segment, from the next night, and paired with the previous night's build."""
     s = lab.s
-    out: dict[str, object] = {"series": int(s.category.size),
-                              "nights_with_data": int(np.isfinite(s.levels).sum())}
+    out: dict[str, object] = {
+        "series": int(s.category.size),
+        "nights_with_data": int(np.isfinite(s.levels).sum()),
+    }
     plain = nightbench_flags(s, online)
     detectors: list[tuple[str, Callable[[SeriesSet, bool], Flags]]] = [
-        ("nightbench", lambda *_: plain), ("naive_7%_vs_last_night", naive_flags)]
+        ("nightbench", lambda *_: plain),
+        ("naive_7%_vs_last_night", naive_flags),
+    ]
     if online:  # as the nightly alerts: the stability re-check replayed (real_stability)
         dark = dark_spreads(s, plain, nights=recheck_nights)
         out["dark_share_of_latency_nights"] = round(dark_share(s, dark), 4)
-        detectors.insert(1, ("nightbench as alerted",
-                             lambda *_: alerting(s, plain, dark, beyond=beyond)))
+        detectors.insert(
+            1, ("nightbench as alerted", lambda *_: alerting(s, plain, dark, beyond=beyond))
+        )
     if reruns is not None and online:
         detectors[1:1] = [
             ("nightbench re-runs", lambda s_, _: rerun_flags(s_, reruns)),
             ("nightbench re-runs next night", lambda s_, _: rerun_flags(s_, reruns, "next")),
             ("nightbench re-runs paired", lambda s_, _: rerun_flags(s_, reruns, "paired")),
-            ("nightbench re-runs paired, 2 nights' noise",
-             lambda s_, _: rerun_flags(s_, reruns, "paired-2n"))]
+            (
+                "nightbench re-runs paired, 2 nights' noise",
+                lambda s_, _: rerun_flags(s_, reruns, "paired-2n"),
+            ),
+        ]
     for name, fn in detectors:
         f = fn(s, online)
         res = evaluate(s, f, online)
@@ -377,7 +438,9 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None,
         res["by_direction"] = by_direction(s, f, online)
         filed = res["by_direction"]["regressions"]
         res["regressions: precision, false alarms / 100"] = [
-            filed["precision"], filed["false_alarms_per_100_series_nights_no_change"]]
+            filed["precision"],
+            filed["false_alarms_per_100_series_nights_no_change"],
+        ]
         res["flat_flags_by_age"] = flat_flags_by_age(s, f)
         bands = {}
         for band, lo, hi in NOISE_BANDS:
@@ -385,10 +448,19 @@ def score(lab: Labelled, online: bool = True, reruns: int | None = None,
             if m.any():
                 sub, fs = subset(s, f, m)
                 b = evaluate(sub, fs, online)
-                bands[band] = {"series": int(m.sum()), **{k: b.get(k) for k in (
-                    "precision", "recall_>=10%_within_3_nights", "recall_7.5%_within_3_nights",
-                    "false_alarms_per_100_series_nights_no_change",
-                    "delay_>=10%_median_p90_max")}}
+                bands[band] = {
+                    "series": int(m.sum()),
+                    **{
+                        k: b.get(k)
+                        for k in (
+                            "precision",
+                            "recall_>=10%_within_3_nights",
+                            "recall_7.5%_within_3_nights",
+                            "false_alarms_per_100_series_nights_no_change",
+                            "delay_>=10%_median_p90_max",
+                        )
+                    },
+                }
         res["by_noise"] = bands
         out[f"{name} {'online' if online else 'offline'}"] = res
     return out
@@ -400,23 +472,40 @@ def unmodified(reals: list[Real]) -> dict[str, object]:
     levels = np.full((len(reals), width), np.nan)
     for i, r in enumerate(reals):
         levels[i, : r.values.size] = r.values
-    s = SeriesSet(levels=levels, memory=np.array([r.memory for r in reals]),
-                  expected=np.zeros(levels.shape, dtype=bool),
-                  category=np.array(["flat"] * len(reals)), cv=np.zeros(len(reals)),
-                  samples=np.zeros(len(reals), dtype=int), event_night=np.full(len(reals), -1),
-                  event_end=np.full(len(reals), -1), event_size=np.zeros(len(reals)))
+    s = SeriesSet(
+        levels=levels,
+        memory=np.array([r.memory for r in reals]),
+        expected=np.zeros(levels.shape, dtype=bool),
+        category=np.array(["flat"] * len(reals)),
+        cv=np.zeros(len(reals)),
+        samples=np.zeros(len(reals), dtype=int),
+        event_night=np.full(len(reals), -1),
+        event_end=np.full(len(reals), -1),
+        event_size=np.zeros(len(reals)),
+    )
     f = nightbench_flags(s, True)
     nights = int(np.isfinite(levels).sum())
-    return {"series": len(reals), "nights": nights, "flags": int(f.series.size),
-            "regression_flags": int(f.up.sum()),
-            "flags_per_100_series_nights": round(float(f.series.size / max(nights, 1) * 100), 3)}
+    return {
+        "series": len(reals),
+        "nights": nights,
+        "flags": int(f.series.size),
+        "regression_flags": int(f.up.sum()),
+        "flags_per_100_series_nights": round(float(f.series.size / max(nights, 1) * 100), 3),
+    }
 
 
-REAL_ROWS = ("precision", "recall_>=10%", "recall_>=10%_within_3_nights", "recall_7.5%",
-             "recall_7.5%_within_3_nights", "delay_>=10%_median_p90_max",
-             "false_alarms_per_100_series_nights_no_change",
-             "false_alarms_per_100_series_nights_all",
-             "regressions: precision, false alarms / 100", "up_flags_after_improvement")
+REAL_ROWS = (
+    "precision",
+    "recall_>=10%",
+    "recall_>=10%_within_3_nights",
+    "recall_7.5%",
+    "recall_7.5%_within_3_nights",
+    "delay_>=10%_median_p90_max",
+    "false_alarms_per_100_series_nights_no_change",
+    "false_alarms_per_100_series_nights_all",
+    "regressions: precision, false alarms / 100",
+    "up_flags_after_improvement",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,17 +513,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(DATA), help="file written by benchmarks.real_extract")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--replicas", type=int, default=2, help="planted copies per segment and size")
-    ap.add_argument("--reruns", action="store_true",
-                    help="also score the detector with a confirmation re-run after each "
-                         "candidate night, drawn from another night of the segment and, the "
-                         "correlated bound, from the next night, and the paired confirmation "
-                         "(with_reruns; seeded by --seed)")
-    ap.add_argument("--recheck-nights", type=int, default=RECHECK_NIGHTS,
-                    help="nights the replayed stability re-check judges (the nightly's "
-                         "NIGHTBENCH_STABILITY_RECHECK_NIGHTS)")
-    ap.add_argument("--unstable-beyond", type=float, default=DEFAULT_PARAMS.unstable_beyond,
-                    help="a dark benchmark's flag alerts when its change is this many times the "
-                         "spread that darkened it (DetectorParams.unstable_beyond; 0: never)")
+    ap.add_argument(
+        "--reruns",
+        action="store_true",
+        help="also score the detector with a confirmation re-run after each "
+        "candidate night, drawn from another night of the segment and, the "
+        "correlated bound, from the next night, and the paired confirmation "
+        "(with_reruns; seeded by --seed)",
+    )
+    ap.add_argument(
+        "--recheck-nights",
+        type=int,
+        default=RECHECK_NIGHTS,
+        help="nights the replayed stability re-check judges (the nightly's "
+        "NIGHTBENCH_STABILITY_RECHECK_NIGHTS)",
+    )
+    ap.add_argument(
+        "--unstable-beyond",
+        type=float,
+        default=DEFAULT_PARAMS.unstable_beyond,
+        help="a dark benchmark's flag alerts when its change is this many times the "
+        "spread that darkened it (DetectorParams.unstable_beyond; 0: never)",
+    )
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
     if args.recheck_nights < 2:
@@ -450,14 +550,25 @@ def main(argv: list[str] | None = None) -> int:
     lab = build(reals, seed=args.seed, replicas=args.replicas)
     segs = len({o for o, c in zip(lab.origin, lab.s.category, strict=True) if "flat" in c})
     result: dict[str, object] = {
-        "real_series": len(reals), "series_with_flat_segments": segs,
+        "real_series": len(reals),
+        "series_with_flat_segments": segs,
         "flat_segments": int(np.isin(lab.s.category, ("flat", "mem_flat")).sum()),
-        "seed": args.seed, "replicas": args.replicas,
-        **score(lab, reruns=args.seed if args.reruns else None,
-                recheck_nights=args.recheck_nights, beyond=args.unstable_beyond),
-        "unmodified_real_series": unmodified(reals)}
-    print_quality(result, console, rows=REAL_ROWS,
-                  title=f"real histories, planted steps: {result['series']} series")
+        "seed": args.seed,
+        "replicas": args.replicas,
+        **score(
+            lab,
+            reruns=args.seed if args.reruns else None,
+            recheck_nights=args.recheck_nights,
+            beyond=args.unstable_beyond,
+        ),
+        "unmodified_real_series": unmodified(reals),
+    }
+    print_quality(
+        result,
+        console,
+        rows=REAL_ROWS,
+        title=f"real histories, planted steps: {result['series']} series",
+    )
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

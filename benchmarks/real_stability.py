@@ -50,9 +50,15 @@ def _spread(values: np.ndarray) -> float:
     return float((values.max() - values.min()) / values.min())
 
 
-def dark_nights(s: SeriesSet, f: Flags, *, nights: int = RECHECK_NIGHTS,
-                settle_nights: int = SETTLE_NIGHTS, min_processes: int = MIN_PROCESSES,
-                threshold: float = 0.07) -> np.ndarray:
+def dark_nights(
+    s: SeriesSet,
+    f: Flags,
+    *,
+    nights: int = RECHECK_NIGHTS,
+    settle_nights: int = SETTLE_NIGHTS,
+    min_processes: int = MIN_PROCESSES,
+    threshold: float = 0.07,
+) -> np.ndarray:
     """Where the verdict in force when a night is assessed is *unstable* (module docstring).
 
     Args:
@@ -69,20 +75,36 @@ def dark_nights(s: SeriesSet, f: Flags, *, nights: int = RECHECK_NIGHTS,
     Raises:
         ValueError: ``nights`` or ``min_processes`` below 2, or ``settle_nights`` below 1.
     """
-    return np.isfinite(dark_spreads(s, f, nights=nights, settle_nights=settle_nights,
-                                    min_processes=min_processes, threshold=threshold))
+    return np.isfinite(
+        dark_spreads(
+            s,
+            f,
+            nights=nights,
+            settle_nights=settle_nights,
+            min_processes=min_processes,
+            threshold=threshold,
+        )
+    )
 
 
-def dark_spreads(s: SeriesSet, f: Flags, *, nights: int = RECHECK_NIGHTS,
-                 settle_nights: int = SETTLE_NIGHTS, min_processes: int = MIN_PROCESSES,
-                 threshold: float = 0.07) -> np.ndarray:
+def dark_spreads(
+    s: SeriesSet,
+    f: Flags,
+    *,
+    nights: int = RECHECK_NIGHTS,
+    settle_nights: int = SETTLE_NIGHTS,
+    min_processes: int = MIN_PROCESSES,
+    threshold: float = 0.07,
+) -> np.ndarray:
     """The spread ((max - min) / min, a fraction) of the verdict in force where it is
     *unstable*, NaN where it is stable: the spread that darkened the benchmark, kept while the
     verdict stands (the nightly stores a verdict's figures only when it changes). Arguments
     and errors as :func:`dark_nights`; a float array shaped like ``s.levels``."""
     if nights < 2 or min_processes < 2 or settle_nights < 1:
-        raise ValueError(f"need nights >= 2, min_processes >= 2, settle_nights >= 1; got "
-                         f"{nights}, {min_processes}, {settle_nights}")
+        raise ValueError(
+            f"need nights >= 2, min_processes >= 2, settle_nights >= 1; got "
+            f"{nights}, {min_processes}, {settle_nights}"
+        )
     out = np.full(s.levels.shape, np.nan)
     for i in np.nonzero(~s.memory)[0]:
         row = s.levels[i]
@@ -94,7 +116,7 @@ def dark_spreads(s: SeriesSet, f: Flags, *, nights: int = RECHECK_NIGHTS,
             out[i, t] = spread
             done = first[raised <= t]
             cut = int(done.max()) if done.size else 0
-            idx = have[max(0, j + 1 - nights): j + 1]
+            idx = have[max(0, j + 1 - nights) : j + 1]
             vals = row[idx[idx >= cut]]
             if vals.size < min_processes:
                 continue
@@ -105,8 +127,7 @@ def dark_spreads(s: SeriesSet, f: Flags, *, nights: int = RECHECK_NIGHTS,
             recent = np.arange(vals.size) >= vals.size - settle_nights
             off = np.abs(vals / np.median(vals) - 1) >= threshold
             settled = vals[~(recent & off)]
-            if settled.size >= min_processes and \
-                    _spread(settled) >= allowed_spread(settled.size):
+            if settled.size >= min_processes and _spread(settled) >= allowed_spread(settled.size):
                 spread = _spread(settled)
     return out
 
@@ -125,8 +146,14 @@ def flag_changes(s: SeriesSet, f: Flags, *, window: int = DEFAULT_PARAMS.window)
     return out
 
 
-def alerting(s: SeriesSet, f: Flags, spreads: np.ndarray | None = None, *,
-             beyond: float = DEFAULT_PARAMS.unstable_beyond, threshold: float = 0.07) -> Flags:
+def alerting(
+    s: SeriesSet,
+    f: Flags,
+    spreads: np.ndarray | None = None,
+    *,
+    beyond: float = DEFAULT_PARAMS.unstable_beyond,
+    threshold: float = 0.07,
+) -> Flags:
     """The flags of ``f`` the nightly would alert: raised while their benchmark was not dark,
     or, dark, with a change of at least ``beyond`` times the spread in force and
     ``threshold`` (:func:`dark_spreads`, :func:`flag_changes`; ``beyond`` 0 never alerts a

@@ -26,8 +26,9 @@ import numpy as np
 from suite.stability import UNSTABLE_SPREAD, allowed_spread
 
 
-def darkened_share(rng: np.random.Generator, *, cv: float, processes: int, trials: int,
-                   threshold: float) -> float:
+def darkened_share(
+    rng: np.random.Generator, *, cv: float, processes: int, trials: int, threshold: float
+) -> float:
     """The share of ``trials`` stable benchmarks whose spread of ``processes`` medians reaches
     ``threshold`` (fraction); medians are N(1, cv) draws."""
     medians = rng.normal(1.0, cv, size=(trials, processes))
@@ -47,11 +48,14 @@ def main() -> None:
     for cv in (0.01, 0.02, 0.03):
         for n in (5, 10):
             allowed = allowed_spread(n, UNSTABLE_SPREAD)
-            old = darkened_share(rng, cv=cv, processes=n, trials=args.trials,
-                                 threshold=UNSTABLE_SPREAD)
+            old = darkened_share(
+                rng, cv=cv, processes=n, trials=args.trials, threshold=UNSTABLE_SPREAD
+            )
             new = darkened_share(rng, cv=cv, processes=n, trials=args.trials, threshold=allowed)
-            print(f"| {cv:.0%} | {n} | {UNSTABLE_SPREAD:.1%} | {allowed:.2%} | {old:.1%} "
-                  f"| {new:.1%} |")
+            print(
+                f"| {cv:.0%} | {n} | {UNSTABLE_SPREAD:.1%} | {allowed:.2%} | {old:.1%} "
+                f"| {new:.1%} |"
+            )
 
 
 if __name__ == "__main__":

@@ -36,14 +36,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
-STEP_SIZES = (0.03, 0.05, 0.075, 0.10, 0.15, 0.20, 0.30, 0.50, 1.00,
-              -0.03, -0.075, -0.10, -0.20, -0.50)
+STEP_SIZES = (
+    0.03,
+    0.05,
+    0.075,
+    0.10,
+    0.15,
+    0.20,
+    0.30,
+    0.50,
+    1.00,
+    -0.03,
+    -0.075,
+    -0.10,
+    -0.20,
+    -0.50,
+)
 BLIP_SIZES = (0.10, 0.20, 0.50, 1.00)
 SAMPLES_PER_NIGHT = (15, 20, 30, 50)
 CATEGORIES = {
-    "flat": 0.16, "bimodal": 0.05, "step": 0.32, "expected_step": 0.03, "blip": 0.07,
-    "drift": 0.04, "benign_drift": 0.03,
-    "mem_flat": 0.10, "mem_bimodal": 0.02, "mem_step": 0.13, "mem_blip": 0.05,
+    "flat": 0.16,
+    "bimodal": 0.05,
+    "step": 0.32,
+    "expected_step": 0.03,
+    "blip": 0.07,
+    "drift": 0.04,
+    "benign_drift": 0.03,
+    "mem_flat": 0.10,
+    "mem_bimodal": 0.02,
+    "mem_step": 0.13,
+    "mem_blip": 0.05,
 }
 NO_CHANGE = ("flat", "bimodal", "mem_flat", "mem_bimodal")
 
@@ -112,12 +134,16 @@ def _latency_levels(base, cv, ns, factor, bimodal, rng):
     jitter = np.exp(rng.standard_t(4, size=(n, nights)) * (cv / 4)[:, None])
     outlier = rng.random((n, nights)) < 0.01
     up = rng.random((n, nights)) < 0.8
-    spike = np.where(up, np.minimum(1 + 0.1 * np.abs(rng.standard_cauchy((n, nights))), 3.0),
-                     1 - rng.uniform(0.03, 0.2, (n, nights)))
+    spike = np.where(
+        up,
+        np.minimum(1 + 0.1 * np.abs(rng.standard_cauchy((n, nights))), 3.0),
+        1 - rng.uniform(0.03, 0.2, (n, nights)),
+    )
     gap = rng.uniform(0.05, 0.20, n)
     q = rng.uniform(0.2, 0.5, n)
-    mode = np.where(bimodal[:, None] & (rng.random((n, nights)) < q[:, None]),
-                    1 + gap[:, None], 1.0)
+    mode = np.where(
+        bimodal[:, None] & (rng.random((n, nights)) < q[:, None]), 1 + gap[:, None], 1.0
+    )
     night_level = base[:, None] * factor * jitter * np.where(outlier, spike, 1.0) * mode
     levels = np.empty((n, nights))
     for k in np.unique(ns):
@@ -141,13 +167,15 @@ def _memory_levels(base, factor, cat, rng):
     upper = (kind[:, None] == 2) & (rng.random((n, nights)) < q[:, None])
     level = np.round(base[:, None] * factor * np.where(upper, 1 + gap[:, None], 1.0) / 512) * 512
     outlier = rng.random((n, nights)) < 0.01
-    level = np.where(outlier, level * np.minimum(1 + 0.1 * np.abs(rng.standard_cauchy((n, nights))),
-                                                 3.0), level)
+    level = np.where(
+        outlier, level * np.minimum(1 + 0.1 * np.abs(rng.standard_cauchy((n, nights))), 3.0), level
+    )
     return np.round(level + jitter)
 
 
-def generate(n_series: int, nights: int = 365, seed: int = 0,
-             categories: dict[str, float] | None = None) -> SeriesSet:
+def generate(
+    n_series: int, nights: int = 365, seed: int = 0, categories: dict[str, float] | None = None
+) -> SeriesSet:
     """Draw ``n_series`` labelled series of ``nights`` nights.
 
     Args:
@@ -179,8 +207,9 @@ def generate(n_series: int, nights: int = 365, seed: int = 0,
     ns = np.where(memory, 1, rng.choice(SAMPLES_PER_NIGHT, size=n_series))
     lat = ~memory
     base = np.exp(rng.uniform(np.log(0.5), np.log(2000), n_series))
-    levels[lat] = _latency_levels(base[lat], cv[lat], ns[lat], factor[lat],
-                                  cat[lat] == "bimodal", rng)
+    levels[lat] = _latency_levels(
+        base[lat], cv[lat], ns[lat], factor[lat], cat[lat] == "bimodal", rng
+    )
     mem_base = np.round(np.exp(rng.uniform(np.log(50e6), np.log(40e9), n_series)) / 512) * 512
     levels[memory] = _memory_levels(mem_base[memory], factor[memory], cat[memory], rng)
     missing = rng.random((n_series, nights)) < 0.03
@@ -196,5 +225,14 @@ def generate(n_series: int, nights: int = 365, seed: int = 0,
     has_event = night >= 0
     missing[np.nonzero(has_event)[0], night[has_event]] = False
     levels[missing] = np.nan
-    return SeriesSet(levels=levels, memory=memory, expected=expected, category=cat, cv=cv,
-                     samples=ns, event_night=night, event_end=end, event_size=size)
+    return SeriesSet(
+        levels=levels,
+        memory=memory,
+        expected=expected,
+        category=cat,
+        cv=cv,
+        samples=ns,
+        event_night=night,
+        event_end=end,
+        event_size=size,
+    )

@@ -105,6 +105,7 @@ def measure(model: str, mode: str, batch: int | None, rounds: int, n: int) -> di
 
 def noop_costs(n: int = 200_000) -> dict[str, float]:
     """Per-iteration cost (ns) of both loops around a step that does nothing."""
+
     def noop() -> None:
         return None
 
@@ -140,23 +141,31 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(1)
     noop = noop_costs()
-    print("no-op step, per iteration: timed region {bare_sample_ns:.0f} ns bare vs "
-          "{harness_sample_ns:.0f} ns harness; whole loop {bare_loop_ns:.0f} ns bare vs "
-          "{harness_loop_ns:.0f} ns harness".format(**noop))
+    print(
+        "no-op step, per iteration: timed region {bare_sample_ns:.0f} ns bare vs "
+        "{harness_sample_ns:.0f} ns harness; whole loop {bare_loop_ns:.0f} ns bare vs "
+        "{harness_loop_ns:.0f} ns harness".format(**noop)
+    )
     rows = []
-    print(f"{'benchmark':<44} {'bare ms':>9} {'harness ms':>11} {'bias':>8} {'IQR':>7} "
-          f"{'bookkeeping':>12}")
+    print(
+        f"{'benchmark':<44} {'bare ms':>9} {'harness ms':>11} {'bias':>8} {'IQR':>7} "
+        f"{'bookkeeping':>12}"
+    )
     for model, mode, batch in CASES:
         row = measure(model, mode, batch, args.rounds, args.samples)
         rows.append(row)
-        print(f"{row['benchmark']:<44} {row['bare_median_ms']:>9.3f} "
-              f"{row['harness_median_ms']:>11.3f} {row['bias']:>+8.2%} {row['bias_iqr']:>7.2%} "
-              f"{row['bookkeeping']:>12.3%}", flush=True)
+        print(
+            f"{row['benchmark']:<44} {row['bare_median_ms']:>9.3f} "
+            f"{row['harness_median_ms']:>11.3f} {row['bias']:>+8.2%} {row['bias_iqr']:>7.2%} "
+            f"{row['bookkeeping']:>12.3%}",
+            flush=True,
+        )
     worst = max(abs(r["bias"]) for r in rows)
     print(f"largest |bias|: {worst:.2%} (target <= 1%)")
     if args.json:
-        args.json.write_text(json.dumps({"noop": noop, "rows": rows, "largest_abs_bias": worst},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps({"noop": noop, "rows": rows, "largest_abs_bias": worst}, indent=1)
+        )
     return 0
 
 

@@ -49,9 +49,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", default=None, help="comma-separated (default: all)")
     parser.add_argument("--modes", default="train,eval")
-    parser.add_argument("--run-args", default="",
-                        help='extra `python -m suite run` arguments; they start with dashes, so '
-                             'write them with "=": --run-args="--cpus 1"')
+    parser.add_argument(
+        "--run-args",
+        default="",
+        help="extra `python -m suite run` arguments; they start with dashes, so "
+        'write them with "=": --run-args="--cpus 1"',
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     listing = list_models_json()
@@ -65,8 +68,13 @@ def main() -> int:
     leaks: set[str] = set()
     cpu_medians: dict[str, list[float]] = {}
     start = time.monotonic()
-    with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         bar = progress.add_task("noise floor", total=len(specs) * args.repeats)
 
         def on_record(spec, round_no, record) -> None:
@@ -78,8 +86,9 @@ def main() -> int:
                     cpu_medians.setdefault(spec.key, []).append(m["median"])
             progress.update(bar, advance=1, description=f"round {round_no + 1} {spec.key}")
 
-        results = measure_stability(specs, args.repeats, run_args=shlex.split(args.run_args),
-                                    on_record=on_record)
+        results = measure_stability(
+            specs, args.repeats, run_args=shlex.split(args.run_args), on_record=on_record
+        )
     load_after = os.getloadavg()
     # Wall time of each round: from the end of the previous round to the end of this one.
     ends = {}
@@ -98,8 +107,10 @@ def main() -> int:
         spread = "-" if r.spread is None else f"{r.spread:.2%}"
         errors = f" ({len(r.errors)} errors: {r.errors[0][:80]})" if r.errors else ""
         setup = ", ".join(r.setups) or "-"
-        print(f"{r.model + ':' + r.mode:<40} {setup:<16} {med:>10.3f} {cv:>7} {spread:>8}  "
-              f"{verdict}{errors}")
+        print(
+            f"{r.model + ':' + r.mode:<40} {setup:<16} {med:>10.3f} {cv:>7} {spread:>8}  "
+            f"{verdict}{errors}"
+        )
     floor = noise_floor(results)
     # The same floor on CPU time: what is left once waiting for a core is taken out.
     cpu_cvs = sorted(summarize(v)[0] for v in cpu_medians.values() if len(v) >= 2)
@@ -122,20 +133,27 @@ def main() -> int:
     }
     p90 = "-" if summary["cv_p90"] is None else f"{summary['cv_p90']:.2%}"
     floor_text = "-" if floor is None else f"{floor:.2%}"
-    print(f"noise floor (median CV over {len(cvs)} benchmarks): {floor_text} (target <= 2%); "
-          f"90th percentile CV: {p90}")
-    print(f"the same over CPU time per iteration: "
-          f"{'-' if cpu_floor is None else f'{cpu_floor:.2%}'} ({len(cpu_cvs)} benchmarks)")
+    print(
+        f"noise floor (median CV over {len(cvs)} benchmarks): {floor_text} (target <= 2%); "
+        f"90th percentile CV: {p90}"
+    )
+    print(
+        f"the same over CPU time per iteration: "
+        f"{'-' if cpu_floor is None else f'{cpu_floor:.2%}'} ({len(cpu_cvs)} benchmarks)"
+    )
     print(f"unstable (spread >= 7%): {len(unstable)} of {len(results)}: {', '.join(unstable)}")
-    print("whole CPU suite, wall time per round (s): "
-          + ", ".join(f"{w:.0f}" for w in round_walls)
-          + f"; median {statistics.median(round_walls):.0f} s")
+    print(
+        "whole CPU suite, wall time per round (s): "
+        + ", ".join(f"{w:.0f}" for w in round_walls)
+        + f"; median {statistics.median(round_walls):.0f} s"
+    )
     print(f"measurement setup in force: {', '.join(summary['setups']) or '-'}")
     print(f"leak suspected in any process: {', '.join(sorted(leaks)) or 'none'}")
     print(f"load average (1, 5, 15 min) before {load_before}, after {load_after}")
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary,
-                                         "results": [r.to_json() for r in results]}, indent=1))
+        args.json.write_text(
+            json.dumps({"summary": summary, "results": [r.to_json() for r in results]}, indent=1)
+        )
     return 0
 
 

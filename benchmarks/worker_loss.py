@@ -33,9 +33,17 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _start(args: list[str], env: dict[str, str], log: Path, ready: str | None) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+def _start(
+    args: list[str], env: dict[str, str], log: Path, ready: str | None
+) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 90
     while ready and time.monotonic() < deadline:
         if ready in log.read_text(errors="replace"):
@@ -53,9 +61,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--broker", default="redis://127.0.0.1:6379/0")
-    ap.add_argument("--min-seconds", type=float, default=4.0,
-                    help="least timed seconds per benchmark (the harness's iteration cap may end "
-                         "it sooner); the kill lands within a second of a job's start")
+    ap.add_argument(
+        "--min-seconds",
+        type=float,
+        default=4.0,
+        help="least timed seconds per benchmark (the harness's iteration cap may end "
+        "it sooner); the kill lands within a second of a job's start",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -67,23 +79,58 @@ def main() -> None:
         conn.execute(sa.text(f'CREATE DATABASE "{scratch}"'))
     db_url = args.admin_url.rsplit("/", 1)[0] + f"/{scratch}"
     work = Path(tempfile.mkdtemp(prefix="nb-worker-loss-"))
-    env = {**os.environ, "NIGHTBENCH_DATABASE_URL": db_url, "NIGHTBENCH_BROKER_URL": args.broker,
-           "NIGHTBENCH_QUEUE_PREFIX": f"{scratch}:", "NIGHTBENCH_DATA_DIR": str(work),
-           "NIGHTBENCH_SUITE_MIN_SECONDS": str(args.min_seconds), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "NIGHTBENCH_DATABASE_URL": db_url,
+        "NIGHTBENCH_BROKER_URL": args.broker,
+        "NIGHTBENCH_QUEUE_PREFIX": f"{scratch}:",
+        "NIGHTBENCH_DATA_DIR": str(work),
+        "NIGHTBENCH_SUITE_MIN_SECONDS": str(args.min_seconds),
+        "OMP_NUM_THREADS": "1",
+    }
     os.environ.update(env)
     procs: list[subprocess.Popen[bytes]] = []
     console = Console()
     try:
-        subprocess.run([sys.executable, "-m", "workers.cli", "db", "upgrade"], cwd=ROOT, env=env,
-                       check=True, capture_output=True)
-        procs.append(_start([sys.executable, "-m", "celery", "-A", "workers.app", "beat",
-                             "--schedule", str(work / "beat-schedule")], env, work / "beat.log",
-                            ready=None))
-        w0 = _start([sys.executable, "-m", "workers.cli", "worker", "--name", "w0@%h"], env,
-                    work / "w0.log", ready="ready.")
+        subprocess.run(
+            [sys.executable, "-m", "workers.cli", "db", "upgrade"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        procs.append(
+            _start(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "workers.app",
+                    "beat",
+                    "--schedule",
+                    str(work / "beat-schedule"),
+                ],
+                env,
+                work / "beat.log",
+                ready=None,
+            )
+        )
+        w0 = _start(
+            [sys.executable, "-m", "workers.cli", "worker", "--name", "w0@%h"],
+            env,
+            work / "w0.log",
+            ready="ready.",
+        )
         procs.append(w0)
-        procs.append(_start([sys.executable, "-m", "workers.cli", "worker", "--name", "w1@%h"],
-                            env, work / "w1.log", ready="ready."))
+        procs.append(
+            _start(
+                [sys.executable, "-m", "workers.cli", "worker", "--name", "w1@%h"],
+                env,
+                work / "w1.log",
+                ready="ready.",
+            )
+        )
         figures = _measure(w0, console)
     finally:
         for proc in procs:
@@ -97,12 +144,19 @@ def main() -> None:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)'))
     table = Table(title="worker host killed mid-job, default settings")
-    for col in ("kill → measured again (s)", "kill → night complete (s)", "attempts",
-                "load average"):
+    for col in (
+        "kill → measured again (s)",
+        "kill → night complete (s)",
+        "attempts",
+        "load average",
+    ):
         table.add_column(col, justify="right")
-    table.add_row(f"{figures['redelivered_s']:.0f}" if figures["redelivered_s"] else "never",
-                  f"{figures['complete_s']:.0f}",
-                  str(figures["attempts"]), figures["loadavg"])
+    table.add_row(
+        f"{figures['redelivered_s']:.0f}" if figures["redelivered_s"] else "never",
+        f"{figures['complete_s']:.0f}",
+        str(figures["attempts"]),
+        figures["loadavg"],
+    )
     console.print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
@@ -127,8 +181,10 @@ def _measure(w0: subprocess.Popen[bytes], console: Console) -> dict[str, object]
     victim = None
     while victim is None:
         time.sleep(0.2)
-        victim = next((j for j in jobs() if j.status == "running"
-                       and (j.worker or "").startswith("w0@")), None)
+        victim = next(
+            (j for j in jobs() if j.status == "running" and (j.worker or "").startswith("w0@")),
+            None,
+        )
     os.killpg(w0.pid, signal.SIGKILL)  # mid-job: its measurement takes seconds
     killed = datetime.now(UTC)
     victim = next(j for j in jobs() if j.id == victim.id)
@@ -148,9 +204,12 @@ def _measure(w0: subprocess.Popen[bytes], console: Console) -> dict[str, object]
         if (datetime.now(UTC) - killed).total_seconds() > 1200:
             raise RuntimeError("the night did not complete within 20 minutes of the kill")
         time.sleep(2)
-    return {"redelivered_s": redelivered, "attempts": job.attempts,
-            "complete_s": (datetime.now(UTC) - killed).total_seconds(),
-            "loadavg": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
+    return {
+        "redelivered_s": redelivered,
+        "attempts": job.attempts,
+        "complete_s": (datetime.now(UTC) - killed).total_seconds(),
+        "loadavg": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
 
 
 if __name__ == "__main__":

@@ -13,12 +13,19 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return normalise_url(config.get_main_option("sqlalchemy.url") or get_settings().effective_database_url)
+    return normalise_url(
+        config.get_main_option("sqlalchemy.url") or get_settings().effective_database_url
+    )
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True,
-                      render_as_batch=True, compare_type=True)
+    context.configure(
+        url=_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=True,
+        compare_type=True,
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -26,16 +33,24 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, target_metadata=target_metadata,
-                          render_as_batch=True, compare_type=True)
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=True,
+            compare_type=True,
+        )
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = make_engine(_url())
     try:
         with engine.connect() as conn:
-            context.configure(connection=conn, target_metadata=target_metadata,
-                              render_as_batch=True, compare_type=True)
+            context.configure(
+                connection=conn,
+                target_metadata=target_metadata,
+                render_as_batch=True,
+                compare_type=True,
+            )
             with context.begin_transaction():
                 context.run_migrations()
     finally:

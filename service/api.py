@@ -23,27 +23,34 @@ NAME_PATTERN = r"^[^\x00-\x1f/]+$"
 MAX_ID = 2**31 - 1
 
 
-
 def _iso_date(value: Any) -> Any:
     # pydantic's lax mode would take 0 or "1700000000" as a date; nights are YYYY-MM-DD only.
-    if isinstance(value, date) or (isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value)):
+    if isinstance(value, date) or (
+        isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value)
+    ):
         return value
     raise ValueError("must be a date written YYYY-MM-DD")
 
 
 IsoDate = Annotated[date, BeforeValidator(_iso_date)]
-ModelName = Annotated[str, Path(min_length=1, max_length=128, pattern=NAME_PATTERN,
-                                description="model name, e.g. resnet18")]
+ModelName = Annotated[
+    str,
+    Path(
+        min_length=1, max_length=128, pattern=NAME_PATTERN, description="model name, e.g. resnet18"
+    ),
+]
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 FilterText = Annotated[str | None, Query(min_length=1, max_length=64, pattern=NAME_PATTERN)]
 Night = Annotated[IsoDate | None, Query(description="YYYY-MM-DD")]
 Limit = Annotated[int, Query(ge=1, le=500, description="page size")]
-Cursor = Annotated[int | None, Query(ge=1, le=MAX_ID,
-                                     description="next_cursor of the previous page")]
+Cursor = Annotated[
+    int | None, Query(ge=1, le=MAX_ID, description="next_cursor of the previous page")
+]
 
 
 class ErrorRead(BaseModel):
     """An error answer: detail says what was wrong."""
+
     detail: str
 
 
@@ -66,8 +73,10 @@ def errors(*statuses: int, json_route: bool = True) -> dict[int | str, dict[str,
     if json_route:
         return {s: {"model": ErrorRead, "description": _DESCRIPTIONS[s]} for s in statuses}
     ref = {"$ref": "#/components/schemas/ErrorRead"}
-    return {s: {"description": _DESCRIPTIONS[s], "content": {"application/json": {"schema": ref}}}
-            for s in statuses}
+    return {
+        s: {"description": _DESCRIPTIONS[s], "content": {"application/json": {"schema": ref}}}
+        for s in statuses
+    }
 
 
 def json_response(payload: Any, status_code: int = 200) -> Response:
@@ -78,8 +87,11 @@ def json_response(payload: Any, status_code: int = 200) -> Response:
     with the standard library; the route still declares its pydantic model for the schema.
     """
     # numpy columns go out as JSON arrays, NaN as null.
-    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
-                    status_code=status_code, media_type="application/json")
+    return Response(
+        orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
+        status_code=status_code,
+        media_type="application/json",
+    )
 
 
 def url(path: str, **params: Any) -> str:

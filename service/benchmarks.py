@@ -57,10 +57,14 @@ class BenchmarkKey:
         parts = name.split(":")
         if not 2 <= len(parts) <= 4 or not all(parts):
             raise InvalidInput(f"benchmark {name!r}: expected model:mode:device[:compiler]")
-        model, mode, device, compiler = (parts + ["cpu", DEFAULT_COMPILER][len(parts) - 2:])[:4]
-        for what, value, allowed in (("mode", mode, MODES), ("device", device, DEVICES),
-                                     ("compiler", compiler, COMPILERS)):
+        model, mode, device, compiler = (parts + ["cpu", DEFAULT_COMPILER][len(parts) - 2 :])[:4]
+        for what, value, allowed in (
+            ("mode", mode, MODES),
+            ("device", device, DEVICES),
+            ("compiler", compiler, COMPILERS),
+        ):
             if value not in allowed:
-                raise InvalidInput(f"benchmark {name!r}: {what} must be one of "
-                                   f"{', '.join(allowed)}, got {value!r}")
+                raise InvalidInput(
+                    f"benchmark {name!r}: {what} must be one of {', '.join(allowed)}, got {value!r}"
+                )
         return cls(model, mode, device, compiler)

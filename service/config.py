@@ -20,9 +20,15 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="NIGHTBENCH_", env_file=None, extra="ignore")
 
-    data_dir: Path = Field(default=Path(".nightbench"), description="embedded store, outbox, caches")
-    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite file")
-    broker_url: str | None = Field(default=None, description="Celery broker; None runs tasks in-process")
+    data_dir: Path = Field(
+        default=Path(".nightbench"), description="embedded store, outbox, caches"
+    )
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default SQLite file"
+    )
+    broker_url: str | None = Field(
+        default=None, description="Celery broker; None runs tasks in-process"
+    )
     result_backend: str | None = Field(default=None, description="Celery result backend (optional)")
     threshold: float = Field(default=0.07, gt=0, lt=10, description="relative change that matters")
     thresholds: dict[str, float] = Field(
@@ -30,18 +36,22 @@ class Settings(BaseSettings):
         description='per metric or benchmark, e.g. {"cpu_peak_mem": 0.05, "bert:train": 0.1}',
     )
     outbox_dir: Path | None = Field(default=None, description="issue Markdown without GitHub")
-    github_repository: str | None = Field(default=None, description='"owner/name" to file issues in')
+    github_repository: str | None = Field(
+        default=None, description='"owner/name" to file issues in'
+    )
     github_token: SecretStr | None = None
     github_api_url: str = "https://api.github.com"
     github_labels: list[str] = Field(default_factory=lambda: ["performance", "regression"])
     source_repo_path: Path | None = Field(
-        default=None, description="local clone of the source of the build under test (commit ranges)"
+        default=None,
+        description="local clone of the source of the build under test (commit ranges)",
     )
     source_github_repository: str | None = Field(
         default="pytorch/pytorch", description="where commit ranges come from without a local clone"
     )
     bisect_provider: str | None = Field(
-        default=None, pattern="^(checkout|python-overlay|wheel)$",
+        default=None,
+        pattern="^(checkout|python-overlay|wheel)$",
         description="build provider for bisecting a night's commit range; None: no bisection",
     )
     bisect_install_command: str = Field(
@@ -53,7 +63,9 @@ class Settings(BaseSettings):
     bisect_workers: int = Field(default=1, ge=1, le=64, description="commits probed per round")
     bisect_samples: int = Field(default=12, ge=3, description="samples per benchmark per probe")
     bisect_max_samples: int = Field(default=48, ge=3, description="cap when samples double")
-    bisect_work_dir: Path | None = Field(default=None, description="builds (default data_dir/bisect)")
+    bisect_work_dir: Path | None = Field(
+        default=None, description="builds (default data_dir/bisect)"
+    )
     schedule_cron: str | None = Field(
         default=None, description='beat dispatches a night on this crontab, e.g. "30 11 * * *"'
     )
@@ -63,11 +75,15 @@ class Settings(BaseSettings):
     schedule_device_classes: list[str] = Field(default_factory=lambda: ["cpu"])
     api_base_url: str = Field(default="http://127.0.0.1:8000", description="links in issues")
     api_max_request_bytes: int = Field(
-        default=32 * 1024 * 1024, ge=1024,
-        description="request bodies above this are refused (413) before they are read")
+        default=32 * 1024 * 1024,
+        ge=1024,
+        description="request bodies above this are refused (413) before they are read",
+    )
     torchbench_path: Path | None = Field(
-        default=None, description="a pytorch/benchmark checkout: its models join the listing "
-                                  "as torchbench.<name> (the suite reads the same variable)")
+        default=None,
+        description="a pytorch/benchmark checkout: its models join the listing "
+        "as torchbench.<name> (the suite reads the same variable)",
+    )
     suite_timeout_s: float = Field(default=900, gt=0, description="per benchmark subprocess")
     suite_iterations: int = Field(default=15, ge=1, description="minimum timed iterations")
     suite_min_seconds: float = Field(default=2.0, ge=0, description="minimum timed seconds")
@@ -78,53 +94,72 @@ class Settings(BaseSettings):
     stability_recheck: bool = Field(
         default=True,
         description="re-check each benchmark's stability from its own nights after each night "
-                    "(false: verdicts change only by `nightbench suite stability`)")
+        "(false: verdicts change only by `nightbench suite stability`)",
+    )
     stability_recheck_nights: int = Field(
-        default=10, ge=2,
+        default=10,
+        ge=2,
         description="nights (K) whose processes the nightly stability re-check judges (the 7% "
-                    "spread rule for 5 processes is scaled by d2(n) / d2(5) for their number n)")
+        "spread rule for 5 processes is scaled by d2(n) / d2(5) for their number n)",
+    )
     stability_recheck_min_processes: int = Field(
-        default=5, ge=2,
-        description="fewest processes (nights and re-runs) that change a stability verdict")
+        default=5,
+        ge=2,
+        description="fewest processes (nights and re-runs) that change a stability verdict",
+    )
     job_max_worker_losses: int = Field(
-        default=3, ge=1,
-        description="a job whose worker died this many times mid-run ends as an error result")
+        default=3,
+        ge=1,
+        description="a job whose worker died this many times mid-run ends as an error result",
+    )
     job_heartbeat_s: float = Field(
-        default=30, gt=0, description="a running job's heartbeat in the database, every s")
+        default=30, gt=0, description="a running job's heartbeat in the database, every s"
+    )
     job_lost_after_s: float = Field(
-        default=180, gt=0,
-        description="a running job silent this long lost its worker; the sweep requeues it")
+        default=180,
+        gt=0,
+        description="a running job silent this long lost its worker; the sweep requeues it",
+    )
     night_deadline_s: float = Field(default=6 * 3600, gt=0, description="missing-data deadline")
     night_processes: int = Field(
         default=1,
         description="processes of each benchmark per night (k): the night is measured in k "
-                    "rounds, one after the other, and its level is the median of the "
-                    "per-process medians; a confirmation re-run gets k too. 1: one process")
+        "rounds, one after the other, and its level is the median of the "
+        "per-process medians; a confirmation re-run gets k too. 1: one process",
+    )
     paired_confirmation: bool = Field(
         default=True,
         description="measure the previous night's build beside a confirmation re-run, in "
-                    "turns, and judge the re-run's latency on their ratio, so that a host slow "
-                    "for the whole evening does not confirm its own step (unpaired when the "
-                    "previous night's spec is `current`)")
+        "turns, and judge the re-run's latency on their ratio, so that a host slow "
+        "for the whole evening does not confirm its own step (unpaired when the "
+        "previous night's spec is `current`)",
+    )
     paired_confirmation_processes: int = Field(
-        default=3, ge=1,
+        default=3,
+        ge=1,
         description="processes of each build in a paired confirmation, at least (the night's "
-                    "own k when that is more): one process a side carries two processes' noise "
-                    "into the ratio")
+        "own k when that is more): one process a side carries two processes' noise "
+        "into the ratio",
+    )
     night_processes_by_queue: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict,
-        description='processes per night for the runs of one queue, over night_processes, as '
-                    'JSON: {"cpu": 5} measures CPU nights in 5 rounds and the rest as '
-                    'night_processes says (GPU nights stray by about 1%, CPU hosts by 3 to 7%)')
+        description="processes per night for the runs of one queue, over night_processes, as "
+        'JSON: {"cpu": 5} measures CPU nights in 5 rounds and the rest as '
+        "night_processes says (GPU nights stray by about 1%, CPU hosts by 3 to 7%)",
+    )
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
     visibility_timeout_s: int = Field(default=4 * 3600, gt=0)
     broker_restore_every_s: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="seconds between a worker's scans of Redis for unacknowledged tasks past the "
-                    "visibility timeout, which it delivers again (None: kombu's own period, "
-                    "a scan every 10th 10 s tick, about 100 s)")
-    queue_prefix: str = Field(default="", description="prefix for Redis keys (tests, shared brokers)")
+        "visibility timeout, which it delivers again (None: kombu's own period, "
+        "a scan every 10th 10 s tick, about 100 s)",
+    )
+    queue_prefix: str = Field(
+        default="", description="prefix for Redis keys (tests, shared brokers)"
+    )
     env_cache_dir: Path | None = Field(
         default=None, description="venvs of builds under test; default <data_dir>/envs"
     )
@@ -144,7 +179,9 @@ class Settings(BaseSettings):
     @field_validator("github_repository")
     @classmethod
     def _repository_form(cls, value: str | None) -> str | None:
-        if value is not None and (value.count("/") != 1 or value.startswith("/") or value.endswith("/")):
+        if value is not None and (
+            value.count("/") != 1 or value.startswith("/") or value.endswith("/")
+        ):
             raise ValueError(f'github_repository must look like "owner/name", got {value!r}')
         return value
 
@@ -160,7 +197,8 @@ class Settings(BaseSettings):
         if n is None or n < 1:
             raise ValueError(
                 f"NIGHTBENCH_NIGHT_PROCESSES must be a whole number of processes per benchmark "
-                f"per night, 1 or more (1: one process a night), got {value!r}")
+                f"per night, 1 or more (1: one process a night), got {value!r}"
+            )
         return n
 
     def processes_for(self, queue: str) -> int:

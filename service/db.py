@@ -33,6 +33,7 @@ JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 class Base(DeclarativeBase):
     """Declarative base of every table, with the constraint naming convention Alembic relies on."""
+
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 

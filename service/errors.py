@@ -32,31 +32,37 @@ class NightbenchError(Exception):
 
 class NotFound(NightbenchError):
     """A requested row does not exist (HTTP 404)."""
+
     status_code = 404
 
 
 class Conflict(NightbenchError):
     """The request contradicts what is stored, e.g. a reused idempotency key (HTTP 409)."""
+
     status_code = 409
 
 
 class InvalidInput(NightbenchError):
     """The input is malformed or out of range; the message names what was wrong (HTTP 422)."""
+
     status_code = 422
 
 
 class Unauthorized(NightbenchError):
     """A write without a valid API token (HTTP 401)."""
+
     status_code = 401
 
 
 class BenchmarkError(NightbenchError):
     """A benchmark failed to run; its error text is stored with the job (HTTP 500)."""
+
     status_code = 500
 
 
 class InfrastructureError(NightbenchError):
     """A part the service depends on (database, broker, tracker) is unavailable: retry (HTTP 503)."""
+
     status_code = 503
 
 
@@ -65,4 +71,5 @@ class TrackerAccessDenied(InfrastructureError):
 
     The message names the setting to fix; filing retries once it is fixed.
     """
+
     status_code = 503

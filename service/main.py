@@ -57,9 +57,13 @@ def _allowed_methods(app: FastAPI, path: str) -> list[str]:
     """Methods the OpenAPI schema documents for ``path`` (templates matched segment-wise)."""
     table = getattr(app.state, "allowed_methods", None)
     if table is None:
-        table = [(re.compile("^" + re.sub(r"\\{[^/}]+\\}", "[^/]+", re.escape(template)) + "$"),
-                  sorted(m.upper() for m in ops))
-                 for template, ops in app.openapi().get("paths", {}).items()]
+        table = [
+            (
+                re.compile("^" + re.sub(r"\\{[^/}]+\\}", "[^/]+", re.escape(template)) + "$"),
+                sorted(m.upper() for m in ops),
+            )
+            for template, ops in app.openapi().get("paths", {}).items()
+        ]
         app.state.allowed_methods = table
     return sorted({m for pattern, methods in table if pattern.match(path) for m in methods})
 
@@ -133,7 +137,8 @@ class ServerTiming:
                 wall = (time.perf_counter() - start) * 1e3
                 cpu = (time.process_time() - cpu_start) * 1e3
                 message.setdefault("headers", []).append(
-                    (b"server-timing", f"app;dur={wall:.1f}, cpu;dur={cpu:.1f}".encode()))
+                    (b"server-timing", f"app;dur={wall:.1f}, cpu;dur={cpu:.1f}".encode())
+                )
             await send(message)
 
         await self.app(scope, receive, send_with_timing)
@@ -197,14 +202,23 @@ class BodyLimit:
 
 async def _send_too_large(send: Any, limit: int) -> None:
     body = json.dumps({"detail": _too_large_message(limit)}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 def create_app(
-    *, settings: Settings | None = None, session_factory: Callable[[], Session] | None = None,
+    *,
+    settings: Settings | None = None,
+    session_factory: Callable[[], Session] | None = None,
 ) -> FastAPI:
     """Build the API.
 
@@ -218,21 +232,27 @@ def create_app(
         title="nightbench",
         version="0.1.0",
         description="Nightly performance-regression checks for PyTorch: per-model history, "
-                    "runs, regressions, bisections and charts. Writes need an API token "
-                    "(`nightbench token create --name NAME`).",
+        "runs, regressions, bisections and charts. Writes need an API token "
+        "(`nightbench token create --name NAME`).",
     )
     app.state.settings = settings
-    app.state.session_factory = session_factory or (lambda: get_sessionmaker(
-        settings.effective_database_url if settings else None)())
+    app.state.session_factory = session_factory or (
+        lambda: get_sessionmaker(settings.effective_database_url if settings else None)()
+    )
     _install_error_handlers(app)
     app.add_middleware(BodyLimit)
     app.add_middleware(ServerTiming)
-    for router in (history_router, runs_router, regressions_router, bisections_router,
-                   status_router, pages_router):
+    for router in (
+        history_router,
+        runs_router,
+        regressions_router,
+        bisections_router,
+        status_router,
+        pages_router,
+    ):
         app.include_router(router)
 
-    @app.get("/healthz", tags=["health"], responses=errors(503),
-             response_model=dict[str, str])
+    @app.get("/healthz", tags=["health"], responses=errors(503), response_model=dict[str, str])
     def healthz(session: SessionDep) -> dict[str, Any]:
         """Liveness and database reachability."""
         session.execute(text("SELECT 1"))

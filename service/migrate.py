@@ -17,7 +17,9 @@ def alembic_config(url: str | None = None) -> Config:
     """An Alembic config for this project's ``migrations/`` pointed at ``url`` (default: settings)."""
     cfg = Config(str(ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(ROOT / "migrations"))
-    cfg.set_main_option("sqlalchemy.url", normalise_url(url or get_settings().effective_database_url))
+    cfg.set_main_option(
+        "sqlalchemy.url", normalise_url(url or get_settings().effective_database_url)
+    )
     return cfg
 
 

@@ -31,7 +31,12 @@ history or of a night's level."""
 
 
 def series_history(
-    session: Session, *, series_key: str, night: date, run_id: int, limit: int,
+    session: Session,
+    *,
+    series_key: str,
+    night: date,
+    run_id: int,
+    limit: int,
     kinds: Sequence[str] = ("nightly", "ingest", "confirm"),
 ) -> list[Result]:
     """Earlier results of a series, oldest first, before ``(night, run_id)``; errors excluded.
@@ -67,7 +72,10 @@ def is_paired_round(options: dict[str, Any] | None) -> bool:
 
 
 def round_results(
-    session: Session, *, run_ids: Collection[int], series_key: str | None = None,
+    session: Session,
+    *,
+    run_ids: Collection[int],
+    series_key: str | None = None,
 ) -> dict[tuple[int, str], list[Result]]:
     """The results measured by the night rounds of runs ``run_ids``, errors excluded.
 
@@ -85,10 +93,17 @@ def round_results(
     """
     if not run_ids:
         return {}
-    stmt = (select(Result, Run.parent_run_id, Run.options).join(Run, Run.id == Result.run_id)
-            .where(Run.kind == "replicate", Run.parent_run_id.in_(set(run_ids)),
-                   Result.error.is_(None), Result.series_key.is_not(None))
-            .order_by(Result.run_id, Result.id))
+    stmt = (
+        select(Result, Run.parent_run_id, Run.options)
+        .join(Run, Run.id == Result.run_id)
+        .where(
+            Run.kind == "replicate",
+            Run.parent_run_id.in_(set(run_ids)),
+            Result.error.is_(None),
+            Result.series_key.is_not(None),
+        )
+        .order_by(Result.run_id, Result.id)
+    )
     if series_key is not None:
         stmt = stmt.where(Result.series_key == series_key)
     out: dict[tuple[int, str], list[Result]] = {}

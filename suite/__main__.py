@@ -64,8 +64,10 @@ def _list(args: argparse.Namespace) -> int:
     else:
         width = max((len(m.name) for m in models), default=10)
         for m in models:
-            print(f"{m.name:<{width}}  {m.domain:<22}  {m.task:<24}  "
-                  f"{','.join(m.modes):<10}  {','.join(m.devices)}")
+            print(
+                f"{m.name:<{width}}  {m.domain:<22}  {m.task:<24}  "
+                f"{','.join(m.modes):<10}  {','.join(m.devices)}"
+            )
     return 0
 
 
@@ -94,12 +96,17 @@ def _run(args: argparse.Namespace) -> int:
         steady_warmup={"auto": None, "on": True, "off": False}[args.steady_warmup],
     )
     # With --out -, stdout carries the record: whatever the model prints goes to stderr instead.
-    redirect = (contextlib.redirect_stdout(sys.stderr) if args.out == "-"
-                else contextlib.nullcontext())
+    redirect = (
+        contextlib.redirect_stdout(sys.stderr) if args.out == "-" else contextlib.nullcontext()
+    )
     with redirect:
         record = run_benchmark(
-            args.model, args.mode, args.device,
-            compiler=args.compiler, batch_size=args.batch_size, config=cfg,
+            args.model,
+            args.mode,
+            args.device,
+            compiler=args.compiler,
+            batch_size=args.batch_size,
+            config=cfg,
         )
     text = json.dumps(record.to_json(), indent=1)
     if args.out == "-":
@@ -118,8 +125,11 @@ def _apply_setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     from suite.cpu_setup import SetupUnavailable, reexec_if_needed
 
     try:
-        reexec_if_needed(threads=args.threads if args.device == "cpu" else None,
-                         cpus=args.cpus, enabled=not args.no_setup)
+        reexec_if_needed(
+            threads=args.threads if args.device == "cpu" else None,
+            cpus=args.cpus,
+            enabled=not args.no_setup,
+        )
     except SetupUnavailable as exc:
         parser.error(str(exc))  # exit 2: a forced allocator that is not installed
 
@@ -149,9 +159,16 @@ def _coverage(args: argparse.Namespace) -> int:
 def _print_coverage_table(doc: dict[str, object]) -> None:
     models = doc["models"]
     assert isinstance(models, list)
-    rows = [(m["model"], str(m["count"]), str(m["aten_count"]), ",".join(m["modes"]),
-             m["error"] or "; ".join(f"{k}: {v}" for k, v in m["skipped"].items()))
-            for m in models]
+    rows = [
+        (
+            m["model"],
+            str(m["count"]),
+            str(m["aten_count"]),
+            ",".join(m["modes"]),
+            m["error"] or "; ".join(f"{k}: {v}" for k, v in m["skipped"].items()),
+        )
+        for m in models
+    ]
     total = ("union", str(doc["union_count"]), str(doc["union_aten_count"]), "", "")
     header = ("model", "operators", "aten", "modes", "note")
     try:
@@ -178,11 +195,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="list the suite's models")
     p_list.add_argument("--json", action="store_true", help="print JSON")
-    p_list.add_argument("--suite", default="nightbench",
-                        choices=["nightbench", "own", "torchbench", "all"],
-                        help="which models: the suite's own (nightbench or own, as "
-                             "`nightbench nightly --suite` names it), TorchBench's (if "
-                             "installed), or both")
+    p_list.add_argument(
+        "--suite",
+        default="nightbench",
+        choices=["nightbench", "own", "torchbench", "all"],
+        help="which models: the suite's own (nightbench or own, as "
+        "`nightbench nightly --suite` names it), TorchBench's (if "
+        "installed), or both",
+    )
     p_list.set_defaults(func=_list)
     p_run = sub.add_parser("run", help="measure one benchmark")
     p_run.add_argument("--model", required=True)
@@ -192,33 +212,56 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--batch-size", type=int, default=None)
     p_run.add_argument("--warmup", type=int, default=3, help="minimum warm-up iterations")
     p_run.add_argument("--warmup-seconds", type=float, default=0.5, help="minimum warm-up seconds")
-    p_run.add_argument("--steady-warmup", choices=["auto", "on", "off"],
-                       default=os.environ.get("NIGHTBENCH_SUITE_STEADY_WARMUP", "auto"),
-                       help="after the minimums, warm up until the iteration time is steady "
-                            "(median of 5 within 1%%; auto: on for cuda; default from "
-                            "NIGHTBENCH_SUITE_STEADY_WARMUP)")
+    p_run.add_argument(
+        "--steady-warmup",
+        choices=["auto", "on", "off"],
+        default=os.environ.get("NIGHTBENCH_SUITE_STEADY_WARMUP", "auto"),
+        help="after the minimums, warm up until the iteration time is steady "
+        "(median of 5 within 1%%; auto: on for cuda; default from "
+        "NIGHTBENCH_SUITE_STEADY_WARMUP)",
+    )
     p_run.add_argument("--iterations", type=int, default=15, help="minimum timed iterations")
     p_run.add_argument("--max-iterations", type=int, default=200)
     p_run.add_argument("--min-seconds", type=float, default=2.0, help="minimum timed seconds")
     p_run.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: default)")
-    p_run.add_argument("--cpus", type=_parse_cpus, default=None,
-                       help="pin the process to these CPU ids, e.g. 1 or 0,1 (default: inherited)")
-    p_run.add_argument("--inject-work", type=float, default=0.0,
-                       help="extra work per iteration, as a fraction of an iteration (calibration)")
-    p_run.add_argument("--no-setup", action="store_true",
-                       help="measure without the measurement setup (allocator, tunables, threads)")
+    p_run.add_argument(
+        "--cpus",
+        type=_parse_cpus,
+        default=None,
+        help="pin the process to these CPU ids, e.g. 1 or 0,1 (default: inherited)",
+    )
+    p_run.add_argument(
+        "--inject-work",
+        type=float,
+        default=0.0,
+        help="extra work per iteration, as a fraction of an iteration (calibration)",
+    )
+    p_run.add_argument(
+        "--no-setup",
+        action="store_true",
+        help="measure without the measurement setup (allocator, tunables, threads)",
+    )
     p_run.add_argument("--out", required=True, help="output JSON file, or - for stdout")
     p_run.set_defaults(func=_run)
     p_cov = sub.add_parser("coverage", help="distinct operators the models exercise")
     p_cov.add_argument("--json", action="store_true", help="print JSON")
-    p_cov.add_argument("--models", nargs="+", metavar="M", default=None,
-                       help="suite models to measure (default: all of the suite's own)")
+    p_cov.add_argument(
+        "--models",
+        nargs="+",
+        metavar="M",
+        default=None,
+        help="suite models to measure (default: all of the suite's own)",
+    )
     p_cov.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p_cov.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: default)")
     p_cov.set_defaults(func=_coverage)
     for p in (p_list, p_run):
-        p.add_argument("--torchbench", metavar="PATH", default=None,
-                       help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")
+        p.add_argument(
+            "--torchbench",
+            metavar="PATH",
+            default=None,
+            help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)",
+        )
     return parser
 
 

@@ -42,8 +42,7 @@ class OperatorRecorder(TorchDispatchMode):
         super().__init__()
         self.operators: set[str] = set()
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.operators.add(operator_name(func))
         return func(*args, **(kwargs or {}))
 
@@ -123,8 +122,9 @@ def _declared_modes(cls: type[BenchmarkModel]) -> list[str]:
     return [m for m in TESTS if m in cls.metadata.get("modes", list(TESTS))]
 
 
-def model_coverage(name: str, *, device: str = "cpu",
-                   batch_size: int | None = None) -> ModelCoverage:
+def model_coverage(
+    name: str, *, device: str = "cpu", batch_size: int | None = None
+) -> ModelCoverage:
     """Record the operators of one train and one eval iteration of model ``name``.
 
     Each mode is built fresh (the harness's way); a mode the model marks unsupported (not in its
@@ -159,8 +159,9 @@ def model_coverage(name: str, *, device: str = "cpu",
     return result
 
 
-def suite_coverage(names: Sequence[str], *, device: str = "cpu",
-                   batch_size: int | None = None) -> list[ModelCoverage]:
+def suite_coverage(
+    names: Sequence[str], *, device: str = "cpu", batch_size: int | None = None
+) -> list[ModelCoverage]:
     """:func:`model_coverage` of each model in ``names``, in order.
 
     Args:

@@ -137,9 +137,14 @@ def find_allocator(name: str, dirs: Sequence[str] | None = None) -> str | None:
     return None
 
 
-def plan_setup(*, allocator: str = "auto", threads: int | None = 1,
-               cpus: Sequence[int] | None = None, environ: Mapping[str, str] | None = None,
-               dirs: Sequence[str] | None = None) -> MeasurementSetup:
+def plan_setup(
+    *,
+    allocator: str = "auto",
+    threads: int | None = 1,
+    cpus: Sequence[int] | None = None,
+    environ: Mapping[str, str] | None = None,
+    dirs: Sequence[str] | None = None,
+) -> MeasurementSetup:
     """Decide the setup of a benchmark process.
 
     Args:
@@ -161,7 +166,8 @@ def plan_setup(*, allocator: str = "auto", threads: int | None = 1,
     environ = os.environ if environ is None else environ
     if allocator not in ALLOCATORS:
         raise SetupUnavailable(
-            f"{ALLOCATOR_ENV}={allocator!r}: expected one of {', '.join(ALLOCATORS)}")
+            f"{ALLOCATOR_ENV}={allocator!r}: expected one of {', '.join(ALLOCATORS)}"
+        )
     chosen, path = "glibc", None
     for name in ("jemalloc", "tcmalloc"):
         if allocator in ("auto", name):
@@ -172,7 +178,8 @@ def plan_setup(*, allocator: str = "auto", threads: int | None = 1,
             if allocator == name:
                 raise SetupUnavailable(
                     f"{ALLOCATOR_ENV}={name}: no {'/'.join(_LIBRARY_NAMES[name])} in "
-                    f"{', '.join(library_dirs() if dirs is None else dirs)}")
+                    f"{', '.join(library_dirs() if dirs is None else dirs)}"
+                )
     env: dict[str, str] = {}
     if path is not None:
         env["LD_PRELOAD"] = ":".join(filter(None, [path, environ.get("LD_PRELOAD", "")]))
@@ -180,7 +187,8 @@ def plan_setup(*, allocator: str = "auto", threads: int | None = 1,
             env["MALLOC_CONF"] = JEMALLOC_CONF_VALUE
     else:
         env["GLIBC_TUNABLES"] = ":".join(
-            filter(None, [environ.get("GLIBC_TUNABLES", ""), GLIBC_TUNABLES_VALUE]))
+            filter(None, [environ.get("GLIBC_TUNABLES", ""), GLIBC_TUNABLES_VALUE])
+        )
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     env[MARKER_ENV] = chosen
@@ -193,8 +201,9 @@ def setup_enabled(environ: Mapping[str, str] | None = None) -> bool:
     return environ.get(SETUP_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
 
 
-def reexec_if_needed(*, threads: int | None, cpus: Sequence[int] | None,
-                     enabled: bool = True) -> None:
+def reexec_if_needed(
+    *, threads: int | None, cpus: Sequence[int] | None, enabled: bool = True
+) -> None:
     """Re-execute this process once with the setup's environment, unless it is already in force.
 
     Does nothing when the setup is disabled (``enabled`` False or ``NIGHTBENCH_SUITE_SETUP=off``)
@@ -214,8 +223,11 @@ def reexec_if_needed(*, threads: int | None, cpus: Sequence[int] | None,
     """
     if not enabled or not setup_enabled() or os.environ.get(MARKER_ENV):
         return
-    setup = plan_setup(allocator=os.environ.get(ALLOCATOR_ENV, "auto").strip().lower() or "auto",
-                       threads=threads, cpus=cpus)
+    setup = plan_setup(
+        allocator=os.environ.get(ALLOCATOR_ENV, "auto").strip().lower() or "auto",
+        threads=threads,
+        cpus=cpus,
+    )
     if setup.cpus is not None and hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, setup.cpus)
@@ -227,8 +239,10 @@ def reexec_if_needed(*, threads: int | None, cpus: Sequence[int] | None,
     try:
         os.execve(sys.executable, argv, {**os.environ, **setup.env})
     except OSError as exc:  # measure as launched; the record's setup says "off"
-        print(f"measurement setup not applied: cannot re-execute {sys.executable}: {exc}",
-              file=sys.stderr)
+        print(
+            f"measurement setup not applied: cannot re-execute {sys.executable}: {exc}",
+            file=sys.stderr,
+        )
 
 
 def _mapped_allocator() -> tuple[str, str | None]:
@@ -252,7 +266,7 @@ def _bracketed(path: str) -> str | None:
     except OSError:
         return None
     if "[" in text and "]" in text:
-        return text[text.index("[") + 1:text.index("]")]
+        return text[text.index("[") + 1 : text.index("]")]
     return text or None
 
 

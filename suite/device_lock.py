@@ -44,8 +44,9 @@ def device_lock(path: str | None = None) -> Iterator[float | None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot open the device lock {path!r} "
-                                 f"({DEVICE_LOCK_ENV}): {exc.strerror}") from exc
+        raise OSError(
+            exc.errno, f"cannot open the device lock {path!r} ({DEVICE_LOCK_ENV}): {exc.strerror}"
+        ) from exc
     try:
         start = time.monotonic()
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -47,7 +47,10 @@ def _nvidia_driver() -> str | None:
         try:
             out = subprocess.run(
                 [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20, check=True,
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
             ).stdout.strip()
             if out:
                 return out.splitlines()[0]
@@ -130,8 +133,9 @@ def precision_flags() -> dict[str, Any]:
         flags["cuda_matmul_allow_tf32"] = None
         flags["cudnn_allow_tf32"] = None
     # torch >= 2.9 also has a per-backend fp32_precision switch ("none" = follow the old flags).
-    flags["cuda_matmul_fp32_precision"] = getattr(torch.backends.cuda.matmul, "fp32_precision",
-                                                  None)
+    flags["cuda_matmul_fp32_precision"] = getattr(
+        torch.backends.cuda.matmul, "fp32_precision", None
+    )
     flags["cudnn_fp32_precision"] = getattr(torch.backends.cudnn, "fp32_precision", None)
     return flags
 
@@ -157,10 +161,16 @@ def collect_environment(device: str = "cpu") -> dict[str, Any]:
         algorithms, ``PYTORCH_CUDA_ALLOC_CONF``).
     """
     env: dict[str, Any] = dict(_static_environment())
-    env.update({
-        "cudnn": None, "driver": None, "gpu_name": None, "gpu_count": None,
-        "gpu_capability": None, "gpu_memory_bytes": None,
-    })
+    env.update(
+        {
+            "cudnn": None,
+            "driver": None,
+            "gpu_name": None,
+            "gpu_count": None,
+            "gpu_capability": None,
+            "gpu_memory_bytes": None,
+        }
+    )
     if device == "cuda" and torch.cuda.is_available():
         env.update(_gpu_environment())
     env["cpu_affinity"] = (

@@ -48,8 +48,9 @@ STEADY_WINDOW = 5
 STEADY_TOLERANCE = 0.01
 
 
-def is_steady(times_ms: Sequence[float], *, window: int = STEADY_WINDOW,
-              tolerance: float = STEADY_TOLERANCE) -> bool:
+def is_steady(
+    times_ms: Sequence[float], *, window: int = STEADY_WINDOW, tolerance: float = STEADY_TOLERANCE
+) -> bool:
     """Whether per-iteration times have settled: the median of the last ``window`` iterations is
     within ``tolerance`` (relative) of the median of the ``window`` before them.
 
@@ -72,7 +73,7 @@ def is_steady(times_ms: Sequence[float], *, window: int = STEADY_WINDOW,
         raise ValueError(f"need window >= 1 and 0 < tolerance < 1, got {window}, {tolerance}")
     if len(times_ms) < 2 * window:
         return False
-    recent = list(times_ms[-2 * window:])
+    recent = list(times_ms[-2 * window :])
     if any(not (t > 0 and t != float("inf")) for t in recent):
         raise ValueError(f"iteration times must be positive finite ms, got {recent}")
     before = statistics.median(recent[:window])
@@ -80,8 +81,9 @@ def is_steady(times_ms: Sequence[float], *, window: int = STEADY_WINDOW,
     return abs(last - before) / before < tolerance
 
 
-def steady_after(times_ms: Sequence[float], *, window: int = STEADY_WINDOW,
-                 tolerance: float = STEADY_TOLERANCE) -> int | None:
+def steady_after(
+    times_ms: Sequence[float], *, window: int = STEADY_WINDOW, tolerance: float = STEADY_TOLERANCE
+) -> int | None:
     """How many iterations a warm-up of ``times_ms`` takes to be steady (:func:`is_steady`).
 
     Returns:

@@ -169,8 +169,13 @@ def _is_out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and any(
-        phrase in text for phrase in ("out of memory", "not enough memory", "can't allocate memory",
-                                      "cannot allocate memory")
+        phrase in text
+        for phrase in (
+            "out of memory",
+            "not enough memory",
+            "can't allocate memory",
+            "cannot allocate memory",
+        )
     )
 
 
@@ -185,8 +190,12 @@ def describe_failure(exc: BaseException) -> str:
     name = "OutOfMemoryError" if _is_out_of_memory(exc) else type(exc).__name__
     message = (str(exc).strip().splitlines() or [""])[0][:2000]
     frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if f.filename.startswith(_MODELS_ROOT)
-           or (not f.filename.startswith(_LIBRARY_ROOTS) and f.filename != __file__)]
+    own = [
+        f
+        for f in frames
+        if f.filename.startswith(_MODELS_ROOT)
+        or (not f.filename.startswith(_LIBRARY_ROOTS) and f.filename != __file__)
+    ]
     frame = (own or frames)[-1] if (own or frames) else None
     where = ""
     if frame is not None:
@@ -256,8 +265,13 @@ def run_benchmark(
         with device_lock() as waited:  # one warm-up and timing at a time, when asked
             if waited is not None:
                 record.environment["device_lock"] = {"waited_s": round(waited, 3)}
-            _measure(step=step, device=device, cfg=cfg, record=record,
-                     inject=_inject_fraction(model, mode, cfg.inject_work))
+            _measure(
+                step=step,
+                device=device,
+                cfg=cfg,
+                record=record,
+                inject=_inject_fraction(model, mode, cfg.inject_work),
+            )
     except Exception as exc:  # noqa: BLE001 - every failure becomes an error record, by design
         record.error = describe_failure(exc)
         record.metrics = []
@@ -289,8 +303,11 @@ def _measure(
             torch.cuda.reset_peak_memory_stats()
         steady = cfg.steady_warmup if cfg.steady_warmup is not None else cuda
         warm_ms, reached = _warm_up(step, sync, cfg, steady=steady)
-        record.environment["warmup"] = {"iterations": len(warm_ms), "steady": reached,
-                                        "sm_clock_mhz": gpu_setup.sm_clock_mhz() if cuda else None}
+        record.environment["warmup"] = {
+            "iterations": len(warm_ms),
+            "steady": reached,
+            "sm_clock_mhz": gpu_setup.sm_clock_mhz() if cuda else None,
+        }
         warm_median = statistics.median(warm_ms[len(warm_ms) // 2 :])
         extra: Callable[[float], None] = inject_work
         if cuda:  # the host cannot see a step's GPU time: dose from the warm-up median
@@ -314,8 +331,9 @@ def _measure(
 
     def add(metric: str, values: list[float]) -> None:
         med, iqr = median_iqr(values)
-        metrics.append(MetricRecord(metric=metric, unit=UNITS[metric], samples=values,
-                                    median=med, iqr=iqr))
+        metrics.append(
+            MetricRecord(metric=metric, unit=UNITS[metric], samples=values, median=med, iqr=iqr)
+        )
 
     add("latency", samples)
     if not cuda:
@@ -330,8 +348,13 @@ def _measure(
     record.metrics = metrics
 
 
-def _warm_up(step: Callable[[], object], sync: Callable[[], None], cfg: HarnessConfig, *,
-             steady: bool = False) -> tuple[list[float], bool | None]:
+def _warm_up(
+    step: Callable[[], object],
+    sync: Callable[[], None],
+    cfg: HarnessConfig,
+    *,
+    steady: bool = False,
+) -> tuple[list[float], bool | None]:
     """Run the warm-up steps; return each step's latency (ms) and whether it became steady.
 
     Stops when both minimums (``cfg.warmup_iterations``, ``cfg.warmup_seconds``) are met, or
@@ -344,16 +367,17 @@ def _warm_up(step: Callable[[], object], sync: Callable[[], None], cfg: HarnessC
     """
     warm_ms: list[float] = []
     start = time.perf_counter()
-    while (len(warm_ms) < cfg.warmup_iterations
-           or time.perf_counter() - start < cfg.warmup_seconds):
+    while len(warm_ms) < cfg.warmup_iterations or time.perf_counter() - start < cfg.warmup_seconds:
         warm_ms.append(_timed_step(step, sync))
         if len(warm_ms) >= 10 * max(cfg.warmup_iterations, 1):
             break
     if not steady:
         return warm_ms, None
     while not gpu_setup.is_steady(warm_ms):
-        if (len(warm_ms) >= cfg.warmup_max_iterations
-                or time.perf_counter() - start >= cfg.warmup_max_seconds):
+        if (
+            len(warm_ms) >= cfg.warmup_max_iterations
+            or time.perf_counter() - start >= cfg.warmup_max_seconds
+        ):
             return warm_ms, False
         warm_ms.append(_timed_step(step, sync))
     return warm_ms, True

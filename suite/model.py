@@ -77,11 +77,13 @@ class BenchmarkModel:
             raise NotImplementedError(f"{self.name} does not support test {test!r}")
         if device == "cuda" and not torch.cuda.is_available():
             raise NotImplementedError(
-                "device 'cuda' requested but torch.cuda.is_available() is False")
+                "device 'cuda' requested but torch.cuda.is_available() is False"
+            )
         self.test = test
         self.device = device
-        self.batch_size = (batch_size if batch_size is not None
-                           else self.default_batch_size(test, device))
+        self.batch_size = (
+            batch_size if batch_size is not None else self.default_batch_size(test, device)
+        )
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         self.model: torch.nn.Module
@@ -104,7 +106,8 @@ class BenchmarkModel:
         if "cpu" in sizes:
             return int(sizes["cpu"])
         raise NotImplementedError(
-            f"{cls.name}: metadata.yaml gives no {test}_batch_size for {device}")
+            f"{cls.name}: metadata.yaml gives no {test}_batch_size for {device}"
+        )
 
     @classmethod
     def setting(cls, key: str, device: str, default: Any = None) -> Any:

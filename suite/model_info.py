@@ -61,7 +61,8 @@ def hash_folder(folder: Path, digest: Any | None = None) -> Any:
     """
     digest = digest if digest is not None else hashlib.sha256()
     files = sorted(
-        p for p in folder.rglob("*")
+        p
+        for p in folder.rglob("*")
         if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts
     )
     for path in files:

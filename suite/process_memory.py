@@ -68,8 +68,10 @@ def page_faults_since(before: resource.struct_rusage, steps: int) -> dict[str, f
         steps, and major faults (a page read from disk) in all.
     """
     now = resource.getrusage(resource.RUSAGE_SELF)
-    return {"minor_per_step": round((now.ru_minflt - before.ru_minflt) / max(steps, 1), 1),
-            "major": now.ru_majflt - before.ru_majflt}
+    return {
+        "minor_per_step": round((now.ru_minflt - before.ru_minflt) / max(steps, 1), 1),
+        "major": now.ru_majflt - before.ru_majflt,
+    }
 
 
 def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[str, object]:
@@ -99,8 +101,11 @@ def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[s
     """
     n = len(readings)
     verdict: dict[str, object] = {
-        "growth_bytes": int(readings[-1] - baseline) if n else 0, "sustained_growth_bytes": 0,
-        "per_iteration_bytes": 0.0, "iterations": n, "threshold_bytes": threshold,
+        "growth_bytes": int(readings[-1] - baseline) if n else 0,
+        "sustained_growth_bytes": 0,
+        "per_iteration_bytes": 0.0,
+        "iterations": n,
+        "threshold_bytes": threshold,
         "suspected": False,
     }
     if n < 4:
@@ -110,12 +115,17 @@ def leak_check(baseline: int, readings: Sequence[int], threshold: int) -> dict[s
     y_mean = sum(readings) / n
     sxx = sum((x - x_mean) ** 2 for x in xs)
     verdict["per_iteration_bytes"] = float(
-        sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, readings, strict=True)) / sxx)
-    q = [readings[i * n // 4:(i + 1) * n // 4] for i in range(4)]
+        sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, readings, strict=True)) / sxx
+    )
+    q = [readings[i * n // 4 : (i + 1) * n // 4] for i in range(4)]
     sustained = min(q[3]) - max(q[0])
     early = statistics.median(q[1]) - statistics.median(q[0])
     late = statistics.median(q[3]) - statistics.median(q[2])
     verdict["sustained_growth_bytes"] = int(sustained)
-    verdict["suspected"] = bool(n >= LEAK_MIN_ITERATIONS and sustained > threshold
-                                and early > threshold / 8 and late > threshold / 8)
+    verdict["suspected"] = bool(
+        n >= LEAK_MIN_ITERATIONS
+        and sustained > threshold
+        and early > threshold / 8
+        and late > threshold / 8
+    )
     return verdict

@@ -120,7 +120,7 @@ def benchmark_version(name: str, models_dir: Path = MODELS_DIR) -> str:
     if name.startswith(TORCHBENCH_PREFIX):
         from suite import torchbench  # imports torch: only for TorchBench models
 
-        return torchbench.benchmark_version(name[len(TORCHBENCH_PREFIX):])
+        return torchbench.benchmark_version(name[len(TORCHBENCH_PREFIX) :])
     digest = hash_folder(model_folder(name, models_dir))
     digest.update(_CONTRACT_FILE.read_bytes())
     digest.update(MEASUREMENT_VERSION.encode())
@@ -135,7 +135,7 @@ def model_domain(name: str, models_dir: Path = MODELS_DIR) -> str | None:
         if name.startswith(TORCHBENCH_PREFIX):
             from suite import torchbench_checkout
 
-            return torchbench_checkout.describe(name[len(TORCHBENCH_PREFIX):])[0]
+            return torchbench_checkout.describe(name[len(TORCHBENCH_PREFIX) :])[0]
         return str(load_metadata(name, models_dir)["domain"])
     except (LookupError, SyntaxError, ValueError, OSError):
         return None
@@ -214,7 +214,7 @@ def load_model_class(name: str) -> type[BenchmarkModel]:
     if name.startswith(TORCHBENCH_PREFIX):
         from suite import torchbench  # imports torch: only for TorchBench models
 
-        return torchbench.adapter_class(name[len(TORCHBENCH_PREFIX):])
+        return torchbench.adapter_class(name[len(TORCHBENCH_PREFIX) :])
     from suite.model import BenchmarkModel
 
     meta = load_metadata(name)

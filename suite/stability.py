@@ -126,8 +126,9 @@ def d2(n: int) -> float:
         raise ValueError(f"a range needs at least 2 draws, got {n}")
     from scipy import integrate, stats  # here: the suite's runs never pay for scipy
 
-    value, _ = integrate.quad(lambda x: 1.0 - stats.norm.cdf(x) ** n - stats.norm.sf(x) ** n,
-                              -math.inf, math.inf)
+    value, _ = integrate.quad(
+        lambda x: 1.0 - stats.norm.cdf(x) ** n - stats.norm.sf(x) ** n, -math.inf, math.inf
+    )
     return float(value)
 
 
@@ -155,8 +156,9 @@ def allowed_spread(processes: int, threshold: float = UNSTABLE_SPREAD) -> float:
     return threshold * d2(processes) / d2(REFERENCE_PROCESSES)
 
 
-def summarize(medians: Sequence[float], threshold: float = UNSTABLE_SPREAD
-              ) -> tuple[float | None, float | None, bool | None]:
+def summarize(
+    medians: Sequence[float], threshold: float = UNSTABLE_SPREAD
+) -> tuple[float | None, float | None, bool | None]:
     """CV, spread and the unstable flag of per-process medians.
 
     Args:
@@ -200,9 +202,14 @@ def _suite_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-def run_once(spec: StabilityBenchmark, *, python: str = sys.executable,
-             run_args: Sequence[str] = (), timeout_s: float = 600,
-             env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def run_once(
+    spec: StabilityBenchmark,
+    *,
+    python: str = sys.executable,
+    run_args: Sequence[str] = (),
+    timeout_s: float = 600,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Measure ``spec`` once in a fresh ``python -m suite run`` process; return its record.
 
     Never raises for a benchmark failure: a timeout, a crash or an unreadable record becomes a
@@ -210,12 +217,32 @@ def run_once(spec: StabilityBenchmark, *, python: str = sys.executable,
     """
     with tempfile.TemporaryDirectory(prefix="nightbench-stability-") as tmp:
         out = Path(tmp) / "record.json"
-        argv = [python, "-m", "suite", "run", "--model", spec.model, "--mode", spec.mode,
-                "--device", spec.device, "--compiler", spec.compiler, "--out", str(out),
-                *run_args]
+        argv = [
+            python,
+            "-m",
+            "suite",
+            "run",
+            "--model",
+            spec.model,
+            "--mode",
+            spec.mode,
+            "--device",
+            spec.device,
+            "--compiler",
+            spec.compiler,
+            "--out",
+            str(out),
+            *run_args,
+        ]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                                  cwd=ROOT, env=_suite_env(env))
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=ROOT,
+                env=_suite_env(env),
+            )
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout_s:g} s", "metrics": []}
         if not out.is_file():
@@ -272,33 +299,50 @@ def measure_stability(
     records: dict[StabilityBenchmark, list[dict[str, Any]]] = {b: [] for b in benchmarks}
     for round_no in range(repeats):
         for spec in benchmarks:
-            record = run_once(spec, python=python, run_args=run_args, timeout_s=timeout_s,
-                              env=env)
+            record = run_once(spec, python=python, run_args=run_args, timeout_s=timeout_s, env=env)
             records[spec].append(record)
             if on_record is not None:
                 on_record(spec, round_no, record)
     results = []
     for spec in benchmarks:
-        medians = [m for r in records[spec] if not r.get("error")
-                   and (m := _median_latency(r)) is not None]
+        medians = [
+            m for r in records[spec] if not r.get("error") and (m := _median_latency(r)) is not None
+        ]
         errors = [str(r["error"]) for r in records[spec] if r.get("error")]
         allowed = allowed_spread(len(medians), threshold) if len(medians) >= 2 else None
         cv, spread, unstable = summarize(medians, threshold if allowed is None else allowed)
         ok = [r for r in records[spec] if not r.get("error")]
-        results.append(StabilityResult(
-            model=spec.model, mode=spec.mode, device=spec.device, compiler=spec.compiler,
-            repeats=repeats, medians_ms=medians, cv=cv, spread=spread, unstable=unstable,
-            threshold=threshold, allowed_spread=allowed, errors=errors,
-            benchmark_version=ok[0].get("benchmark_version") if ok else None,
-            environment=dict(ok[0].get("environment") or {}) if ok else {},
-            setups=list(dict.fromkeys(full_setup_label(r.get("environment") or {}) for r in ok)),
-        ))
+        results.append(
+            StabilityResult(
+                model=spec.model,
+                mode=spec.mode,
+                device=spec.device,
+                compiler=spec.compiler,
+                repeats=repeats,
+                medians_ms=medians,
+                cv=cv,
+                spread=spread,
+                unstable=unstable,
+                threshold=threshold,
+                allowed_spread=allowed,
+                errors=errors,
+                benchmark_version=ok[0].get("benchmark_version") if ok else None,
+                environment=dict(ok[0].get("environment") or {}) if ok else {},
+                setups=list(
+                    dict.fromkeys(full_setup_label(r.get("environment") or {}) for r in ok)
+                ),
+            )
+        )
     return results
 
 
-def benchmarks_for(models: Sequence[Mapping[str, Any]], *, device: str = "cpu",
-                   modes: Sequence[str] = ("train", "eval"), compiler: str = "eager"
-                   ) -> list[StabilityBenchmark]:
+def benchmarks_for(
+    models: Sequence[Mapping[str, Any]],
+    *,
+    device: str = "cpu",
+    modes: Sequence[str] = ("train", "eval"),
+    compiler: str = "eager",
+) -> list[StabilityBenchmark]:
     """The benchmarks of ``python -m suite list --json`` entries on ``device``.
 
     Models that do not list ``device`` or a mode are left out.
@@ -313,15 +357,22 @@ def benchmarks_for(models: Sequence[Mapping[str, Any]], *, device: str = "cpu",
     return specs
 
 
-def list_models_json(python: str = sys.executable, env: Mapping[str, str] | None = None,
-                     timeout_s: float = 300) -> list[dict[str, Any]]:
+def list_models_json(
+    python: str = sys.executable, env: Mapping[str, str] | None = None, timeout_s: float = 300
+) -> list[dict[str, Any]]:
     """``python -m suite list --json`` in the environment of ``python``.
 
     Raises:
         RuntimeError: the listing failed; its stderr is in the message.
     """
-    proc = subprocess.run([python, "-m", "suite", "list", "--json"], capture_output=True,
-                          text=True, timeout=timeout_s, cwd=ROOT, env=_suite_env(env))
+    proc = subprocess.run(
+        [python, "-m", "suite", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=ROOT,
+        env=_suite_env(env),
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"python -m suite list failed: {proc.stderr.strip()[-2000:]}")
     return list(json.loads(proc.stdout))

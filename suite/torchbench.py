@@ -134,8 +134,9 @@ class TorchBenchAdapter(BenchmarkModel):
         if compiler not in COMPILERS:
             raise NotImplementedError(f"compiler must be one of {COMPILERS}, got {compiler!r}")
         extra = INDUCTOR_ARGS if compiler == "inductor" else []
-        self.inner = self.tb_cls(test=self.test, device=self.device, batch_size=self.batch_size,
-                                 extra_args=list(extra))
+        self.inner = self.tb_cls(
+            test=self.test, device=self.device, batch_size=self.batch_size, extra_args=list(extra)
+        )
         self.batch_size = getattr(self.inner, "batch_size", self.batch_size)
 
     def _built(self) -> Any:
@@ -174,9 +175,14 @@ def adapter_class(name: str) -> type[BenchmarkModel]:
     """
     tb_cls = _tb_model_class(name)
     domain, task, _, _ = checkout.describe(name)
-    return type(f"TorchBench_{name}", (TorchBenchAdapter,), {
-        "__doc__": f"TorchBench's {name} through the suite's harness.",
-        "tb_cls": tb_cls, "tb_metadata": checkout.read_metadata(name),
-        "name": TORCHBENCH_PREFIX + name,
-        "metadata": {"domain": domain, "task": task, "suite": "torchbench"},
-    })
+    return type(
+        f"TorchBench_{name}",
+        (TorchBenchAdapter,),
+        {
+            "__doc__": f"TorchBench's {name} through the suite's harness.",
+            "tb_cls": tb_cls,
+            "tb_metadata": checkout.read_metadata(name),
+            "name": TORCHBENCH_PREFIX + name,
+            "metadata": {"domain": domain, "task": task, "suite": "torchbench"},
+        },
+    )

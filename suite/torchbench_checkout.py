@@ -44,11 +44,23 @@ DEVICES = ("cpu", "cuda")
 SHARED_CODE = ("util", "__init__.py", "tasks.py")
 # Libraries TorchBench's framework factories build models from: a model's version covers those
 # its code can reach (suite.torchbench_imports), every one where that closure is open.
-FRAMEWORK_LIBRARIES = ("transformers", "torchvision", "timm", "torchaudio", "torchtext",
-                       "diffusers", "fairseq", "detectron2")
-_DOMAINS = {"computer_vision": "computer_vision", "nlp": "nlp", "speech": "speech",
-            "recommendation": "recommendation",
-            "reinforcement_learning": "reinforcement_learning"}
+FRAMEWORK_LIBRARIES = (
+    "transformers",
+    "torchvision",
+    "timm",
+    "torchaudio",
+    "torchtext",
+    "diffusers",
+    "fairseq",
+    "detectron2",
+)
+_DOMAINS = {
+    "computer_vision": "computer_vision",
+    "nlp": "nlp",
+    "speech": "speech",
+    "recommendation": "recommendation",
+    "reinforcement_learning": "reinforcement_learning",
+}
 
 
 class TorchBenchUnavailable(RuntimeError):
@@ -74,13 +86,15 @@ def checkout_root() -> Path:
         if not (package / "__init__.py").is_file() or not (package / "models").is_dir():
             raise InvalidCheckout(
                 f"{ENV_VAR}={configured} is not a pytorch/benchmark checkout "
-                f"(no torchbenchmark/__init__.py and torchbenchmark/models/ under it)")
+                f"(no torchbenchmark/__init__.py and torchbenchmark/models/ under it)"
+            )
         return root.resolve()
     spec = importlib.util.find_spec("torchbenchmark")  # a top-level spec imports nothing
     if spec is None or not spec.submodule_search_locations:
         raise TorchBenchUnavailable(
             "the 'torchbenchmark' package is not importable; clone pytorch/benchmark and set "
-            f"{ENV_VAR} to the clone (or pass --torchbench PATH)")
+            f"{ENV_VAR} to the clone (or pass --torchbench PATH)"
+        )
     return Path(next(iter(spec.submodule_search_locations))).resolve().parent
 
 
@@ -195,8 +209,9 @@ def missing_modules(name: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
     names.discard("torchbenchmark")
-    return sorted(n for n in names if n not in sys.stdlib_module_names
-                  and importlib.util.find_spec(n) is None)
+    return sorted(
+        n for n in names if n not in sys.stdlib_module_names and importlib.util.find_spec(n) is None
+    )
 
 
 def _model_class(name: str) -> ast.ClassDef | None:
@@ -207,8 +222,11 @@ def _model_class(name: str) -> ast.ClassDef | None:
 def _class_constants(cls: ast.ClassDef | None) -> dict[str, ast.expr]:
     out: dict[str, ast.expr] = {}
     for node in cls.body if cls else []:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             out[node.targets[0].id] = node.value
     return out
 
@@ -319,22 +337,41 @@ def benchmark_version(name: str, suite_contract: bytes) -> str:
 def model_info(name: str, suite_contract: bytes) -> ModelInfo:
     """The listing entry of one model, from files only; a model whose files cannot be read or
     whose requirements are missing is listed with ``available=False`` and the reason."""
-    entry = ModelInfo(name=TORCHBENCH_PREFIX + name, domain="other", task="", modes=[],
-                      devices=[], train_batch_size={}, eval_batch_size={}, benchmark_version="",
-                      suite="torchbench")
+    entry = ModelInfo(
+        name=TORCHBENCH_PREFIX + name,
+        domain="other",
+        task="",
+        modes=[],
+        devices=[],
+        train_batch_size={},
+        eval_batch_size={},
+        benchmark_version="",
+        suite="torchbench",
+    )
     try:
         metadata = read_metadata(name)
         domain, task, train_bs, eval_bs = describe(name)
         entry = replace(
-            entry, domain=domain, task=task, train_batch_size=train_bs, eval_batch_size=eval_bs,
+            entry,
+            domain=domain,
+            task=task,
+            train_batch_size=train_bs,
+            eval_batch_size=eval_bs,
             modes=[t for t in TESTS if any(not unsupported(metadata, t, d) for d in DEVICES)],
             devices=[d for d in DEVICES if any(not unsupported(metadata, t, d) for t in TESTS)],
             benchmark_version=benchmark_version(name, suite_contract),
-            not_implemented=[f"{t}:{d}" for t in TESTS for d in DEVICES
-                             if unsupported(metadata, t, d)])
-        missing = [f"missing {what}: {', '.join(names)}" for what, names in (
-            ("requirement(s)", missing_requirements(name)), ("module(s)", missing_modules(name)))
-            if names]
+            not_implemented=[
+                f"{t}:{d}" for t in TESTS for d in DEVICES if unsupported(metadata, t, d)
+            ],
+        )
+        missing = [
+            f"missing {what}: {', '.join(names)}"
+            for what, names in (
+                ("requirement(s)", missing_requirements(name)),
+                ("module(s)", missing_modules(name)),
+            )
+            if names
+        ]
     except (OSError, ValueError, SyntaxError) as exc:
         return replace(entry, available=False, reason=f"{type(exc).__name__}: {exc}")
     if missing:

@@ -37,15 +37,17 @@ PACKAGE = "torchbenchmark"
 # ast.unparse writes it) -> why the closure may pass over it.
 REVIEWED_DYNAMIC_IMPORTS = {
     ("models/__init__.py", "self.module_name"): "the lazy loader of a model by its name",
-    ("util/model.py", "self.dargs.distributed_wrap_fn[:pos]"):
-        "only with --distributed_wrap_fn, which nightbench never passes",
+    (
+        "util/model.py",
+        "self.dargs.distributed_wrap_fn[:pos]",
+    ): "only with --distributed_wrap_fn, which nightbench never passes",
 }
 # Files read for their module-level imports only (path under torchbenchmark/ -> why): their
 # functions run only in TorchBench's own runner or for options nightbench never passes (it
 # passes ``--torchdynamo <backend>`` alone), yet every model's base class imports them.
 MODULE_LEVEL_ONLY = {
     "__init__.py": "TorchBench's runner (load_model_by_name, ModelTask, the extended "
-                   "HuggingFace / timm listings); models take constants and add_path from it",
+    "HuggingFace / timm listings); models take constants and add_path from it",
     "util/fx_int8.py": "--precision fx_int8 only (imports transformers for hf_* models)",
     "util/backends/trt.py": "--backend trt only (imports transformers for hf_* models)",
 }
@@ -98,8 +100,9 @@ _CATCH_IMPORT_ERROR = {"ImportError", "ModuleNotFoundError", "Exception", "BaseE
 def _catches_import_error(node: ast.Try | ast.TryStar) -> bool:
     for handler in node.handlers:
         kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        if any(k is None or (isinstance(k, ast.Name) and k.id in _CATCH_IMPORT_ERROR)
-               for k in kinds):
+        if any(
+            k is None or (isinstance(k, ast.Name) and k.id in _CATCH_IMPORT_ERROR) for k in kinds
+        ):
             return True
     return False
 
@@ -116,7 +119,8 @@ def _nodes(node: ast.AST, guarded: bool, module_level: bool) -> Iterator[tuple[a
         yield child, guarded
         if isinstance(child, (ast.Try, ast.TryStar)) and _catches_import_error(child):
             parts = [(s, True) for s in child.body] + [
-                (s, guarded) for s in (*child.handlers, *child.orelse, *child.finalbody)]
+                (s, guarded) for s in (*child.handlers, *child.orelse, *child.finalbody)
+            ]
             for part, inside in parts:
                 if not (module_level and isinstance(part, _FUNCTIONS)):
                     yield part, inside
@@ -131,18 +135,24 @@ def _dynamic(node: ast.Call, package: str) -> tuple[str | None, str | None]:
     if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
         return None, ast.unparse(arg)
     level = len(arg.value) - len(arg.value.lstrip("."))
-    anchor = node.args[1] if len(node.args) > 1 else next(
-        (k.value for k in node.keywords if k.arg == "package"), None)
-    if level and anchor is not None and not (
-            isinstance(anchor, ast.Name) and anchor.id in ("__name__", "__package__")):
+    anchor = (
+        node.args[1]
+        if len(node.args) > 1
+        else next((k.value for k in node.keywords if k.arg == "package"), None)
+    )
+    if (
+        level
+        and anchor is not None
+        and not (isinstance(anchor, ast.Name) and anchor.id in ("__name__", "__package__"))
+    ):
         return None, f"{arg.value} relative to {ast.unparse(anchor)}"
-    name = _resolve_relative(package, level, arg.value.lstrip(".") or None) if level \
-        else arg.value
+    name = _resolve_relative(package, level, arg.value.lstrip(".") or None) if level else arg.value
     return (name, None) if name else (None, arg.value)
 
 
-def _imports(tree: ast.AST, package: str, module_level: bool
-             ) -> tuple[list[tuple[str, bool]], list[str]]:
+def _imports(
+    tree: ast.AST, package: str, module_level: bool
+) -> tuple[list[tuple[str, bool]], list[str]]:
     """Imported dotted names, each with whether a missing checkout file leaves the closure open
     (False for a ``from M import name`` whose ``name`` may be an attribute, and for imports a
     ``try`` catching ImportError guards: they fail and are handled), and the arguments of
@@ -153,16 +163,24 @@ def _imports(tree: ast.AST, package: str, module_level: bool
         if isinstance(node, ast.Import):
             names.extend((alias.name, not guarded) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            module = node.module if node.level == 0 else \
-                _resolve_relative(package, node.level, node.module)
+            module = (
+                node.module
+                if node.level == 0
+                else _resolve_relative(package, node.level, node.module)
+            )
             if module is None:
                 dynamic.append(f"from {'.' * node.level}{node.module or ''} (outside the tree)")
                 continue
             names.append((module, not guarded))
             names.extend((f"{module}.{alias.name}", False) for alias in node.names)
-        elif isinstance(node, ast.Call) and node.args and (
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and (
                 (isinstance(node.func, ast.Attribute) and node.func.attr in _IMPORTERS)
-                or (isinstance(node.func, ast.Name) and node.func.id in _IMPORTERS)):
+                or (isinstance(node.func, ast.Name) and node.func.id in _IMPORTERS)
+            )
+        ):
             name, arg = _dynamic(node, package)
             if name is not None:
                 names.append((name, not guarded))
@@ -172,8 +190,9 @@ def _imports(tree: ast.AST, package: str, module_level: bool
 
 
 @lru_cache(maxsize=8192)
-def _file_imports(path: str, stamp: tuple[int, int], package: str, module_level: bool
-                  ) -> tuple[list[tuple[str, bool]], list[str]] | str:
+def _file_imports(
+    path: str, stamp: tuple[int, int], package: str, module_level: bool
+) -> tuple[list[tuple[str, bool]], list[str]] | str:
     """:func:`_imports` of one file, cached by its (mtime, size) ``stamp``: the real checkout's
     ~100 models share ~30 files of ``util/``. The parse error as text where it does not parse."""
     try:
@@ -185,8 +204,11 @@ def _file_imports(path: str, stamp: tuple[int, int], package: str, module_level:
 
 def _local_roots(root: Path) -> set[str]:
     """Top-level module names that are files of the checkout (``torchbenchmark``, ``utils``)."""
-    return {p.stem if p.suffix == ".py" else p.name for p in root.iterdir()
-            if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file()}
+    return {
+        p.stem if p.suffix == ".py" else p.name
+        for p in root.iterdir()
+        if (p.suffix == ".py" and p.is_file()) or (p / "__init__.py").is_file()
+    }
 
 
 def import_closure(root: Path, model_folder: Path) -> ImportClosure:
@@ -210,14 +232,21 @@ def import_closure(root: Path, model_folder: Path) -> ImportClosure:
         out.files.add(rel)
         under = rel.removeprefix(f"{PACKAGE}/")
         stat = path.stat()
-        parsed = _file_imports(str(path), (stat.st_mtime_ns, stat.st_size),
-                               _module_name(root, path)[1], under in MODULE_LEVEL_ONLY)
+        parsed = _file_imports(
+            str(path),
+            (stat.st_mtime_ns, stat.st_size),
+            _module_name(root, path)[1],
+            under in MODULE_LEVEL_ONLY,
+        )
         if isinstance(parsed, str):
             out.open.append(f"{rel}: does not parse ({parsed})")
             continue
         names, dynamic = parsed
-        out.open.extend(f"{rel}: dynamic import of {arg}" for arg in dynamic
-                        if (under, arg) not in REVIEWED_DYNAMIC_IMPORTS)
+        out.open.extend(
+            f"{rel}: dynamic import of {arg}"
+            for arg in dynamic
+            if (under, arg) not in REVIEWED_DYNAMIC_IMPORTS
+        )
         for name, fatal in names:
             top = name.split(".")[0]
             if top not in local:
@@ -229,8 +258,11 @@ def import_closure(root: Path, model_folder: Path) -> ImportClosure:
                 todo.append(found)
                 # Importing a.b.c runs a/__init__.py and a/b/__init__.py as well.
                 parents = name.split(".")[:-1]
-                todo.extend(f for i in range(1, len(parents) + 1)
-                            if (f := _find(root, ".".join(parents[:i]))) is not None)
+                todo.extend(
+                    f
+                    for i in range(1, len(parents) + 1)
+                    if (f := _find(root, ".".join(parents[:i]))) is not None
+                )
             elif fatal and top == PACKAGE:
                 out.open.append(f"{rel}: {name} is no file of the checkout")
     return out

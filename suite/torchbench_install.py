@@ -67,17 +67,20 @@ def checkout_for_install(path: str | os.PathLike[str] | None) -> Path:
     given = str(path) if path is not None else os.environ.get(checkout.ENV_VAR)
     if not given:
         raise InstallInputError(
-            f"no TorchBench checkout: pass --torchbench PATH or set {checkout.ENV_VAR}")
+            f"no TorchBench checkout: pass --torchbench PATH or set {checkout.ENV_VAR}"
+        )
     root = Path(given).expanduser()
     package = root / "torchbenchmark"
     if not (package / "__init__.py").is_file() or not (package / "models").is_dir():
         raise InstallInputError(
             f"{given} is not a pytorch/benchmark checkout "
-            f"(no torchbenchmark/__init__.py and torchbenchmark/models/ under it)")
+            f"(no torchbenchmark/__init__.py and torchbenchmark/models/ under it)"
+        )
     if not (root / INSTALLER).is_file():
         raise InstallInputError(
             f"{given} has no {INSTALLER} at its root (TorchBench's installer); "
-            f"check out pytorch/benchmark as a whole, not only torchbenchmark/")
+            f"check out pytorch/benchmark as a whole, not only torchbenchmark/"
+        )
     return root.resolve()
 
 
@@ -106,14 +109,15 @@ def select(root: Path, patterns: Sequence[str]) -> Selection:
     for pattern in patterns:
         tb_hits = fnmatch.filter(prefixed, pattern)
         own_hits = fnmatch.filter(own_names, pattern)
-        chosen.update(name[len(TORCHBENCH_PREFIX):] for name in tb_hits)
+        chosen.update(name[len(TORCHBENCH_PREFIX) :] for name in tb_hits)
         own.update(own_hits)
         if not tb_hits and not own_hits:
             unknown.append(pattern)
     if unknown:
         raise InstallInputError(
             f"unknown model(s): {', '.join(unknown)}; TorchBench's are named "
-            f"{TORCHBENCH_PREFIX}<name> (see `python -m suite list --suite torchbench`)")
+            f"{TORCHBENCH_PREFIX}<name> (see `python -m suite list --suite torchbench`)"
+        )
     return Selection(torchbench=sorted(chosen), own=sorted(own))
 
 
@@ -142,7 +146,8 @@ def check_torch_deps() -> None:
             f"{', '.join(missing)} not installed here: TorchBench's install.py and each "
             f"model's setup read the versions of {', '.join(TORCH_DEPS)}, so every model's "
             f"install would fail; install the torchvision and torchaudio builds that match "
-            f"this torch first (from torch's own index)")
+            f"this torch first (from torch's own index)"
+        )
 
 
 def installer_command(models: Sequence[str], *, python: str) -> list[str]:
@@ -154,9 +159,11 @@ def installer_command(models: Sequence[str], *, python: str) -> list[str]:
     return [python, INSTALLER, *models, "--continue_on_fail"]
 
 
-def run_installer(root: Path, command: Sequence[str],
-                  runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run
-                  ) -> int:
+def run_installer(
+    root: Path,
+    command: Sequence[str],
+    runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
+) -> int:
     """Run ``command`` in the checkout's root (``install.py`` imports the checkout's ``utils``
     and ``userbenchmark`` from there), its output on ours. Returns its exit code.
 
@@ -194,4 +201,3 @@ def unavailable(root: Path, models: Sequence[str]) -> dict[str, str]:
             del os.environ[checkout.ENV_VAR]
         else:
             os.environ[checkout.ENV_VAR] = previous
-

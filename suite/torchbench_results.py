@@ -110,7 +110,8 @@ def result_format(data: Any) -> str:
         return PYTEST_BENCHMARK
     raise TorchBenchFormatError(
         "not a TorchBench result: expected a userbenchmark result (an object with 'metrics') "
-        "or a pytest-benchmark result (an object with a 'benchmarks' list)")
+        "or a pytest-benchmark result (an object with a 'benchmarks' list)"
+    )
 
 
 def from_torchbench(data: Any) -> list[BenchmarkRecord]:
@@ -135,12 +136,15 @@ def _series_id(model: str, record: BenchmarkRecord) -> str:
 
 def _config_key(model: str, record: BenchmarkRecord) -> str:
     extra = INDUCTOR_ARGS if record.compiler == "inductor" else []
-    return (f"model={model}, test={record.mode}, device={record.device}, "
-            f"bs={record.batch_size}, extra_args={extra}")
+    return (
+        f"model={model}, test={record.mode}, device={record.device}, "
+        f"bs={record.batch_size}, extra_args={extra}"
+    )
 
 
-def to_userbenchmark(records: Iterable[BenchmarkRecord], name: str = "nightbench"
-                     ) -> dict[str, Any]:
+def to_userbenchmark(
+    records: Iterable[BenchmarkRecord], name: str = "nightbench"
+) -> dict[str, Any]:
     """Export records as a TorchBench userbenchmark result (``test_bench`` key dialect).
 
     Each metric's median becomes the value, in TorchBench's units (``latencies`` ms,
@@ -170,12 +174,17 @@ def to_userbenchmark(records: Iterable[BenchmarkRecord], name: str = "nightbench
         for key, value in record.environment.items():
             if environ.get(key) is None:
                 environ[key] = value
-    for ours, theirs in (("torch_git_version", "pytorch_git_version"),
-                         ("torch_version", "pytorch_version")):
+    for ours, theirs in (
+        ("torch_git_version", "pytorch_git_version"),
+        ("torch_version", "pytorch_version"),
+    ):
         environ[theirs] = environ.pop(ours, None)
-    names = {torchbench_name(r.model): r.model for r in records if torchbench_name(r.model) != r.model}
-    environ[_VERSIONS_KEY] = {_series_id(torchbench_name(r.model), r): r.benchmark_version
-                              for r in records}
+    names = {
+        torchbench_name(r.model): r.model for r in records if torchbench_name(r.model) != r.model
+    }
+    environ[_VERSIONS_KEY] = {
+        _series_id(torchbench_name(r.model), r): r.benchmark_version for r in records
+    }
     environ[_NAMES_KEY] = names
     metrics: dict[str, float | str] = {}
     written: dict[str, str] = {}
@@ -184,7 +193,8 @@ def to_userbenchmark(records: Iterable[BenchmarkRecord], name: str = "nightbench
         if written.setdefault(base, record.model) != record.model:
             raise TorchBenchFormatError(
                 f"{written[base]} and {record.model} would both be written as {base!r}; "
-                "export the suite's own models and TorchBench's separately")
+                "export the suite's own models and TorchBench's separately"
+            )
         if record.error:
             metrics[f"{base}, metric=latencies"] = record.error
             continue
@@ -197,8 +207,11 @@ def to_userbenchmark(records: Iterable[BenchmarkRecord], name: str = "nightbench
 
 
 def _environment_from(environ: dict[str, Any]) -> dict[str, Any]:
-    env = {_ENV_RENAMES.get(k, k): v for k, v in environ.items()
-           if k not in (_VERSIONS_KEY, _NAMES_KEY)}
+    env = {
+        _ENV_RENAMES.get(k, k): v
+        for k, v in environ.items()
+        if k not in (_VERSIONS_KEY, _NAMES_KEY)
+    }
     if "device" in env and "gpu_name" not in env:
         env["gpu_name"] = env.pop("device")
     return env
@@ -222,7 +235,8 @@ def parse_key(key: str) -> tuple[Config, str]:
             extra = ast.literal_eval(match["extra"])
         except (ValueError, SyntaxError) as exc:
             raise TorchBenchFormatError(
-                f"metrics key {key!r}: unreadable bs or extra_args") from exc
+                f"metrics key {key!r}: unreadable bs or extra_args"
+            ) from exc
         if bs is not None and (not isinstance(bs, int) or isinstance(bs, bool)):
             raise TorchBenchFormatError(f"metrics key {key!r}: bs must be an integer or None")
         compiler = "inductor" if "inductor" in list(extra) else "eager"
@@ -246,22 +260,27 @@ def _metrics_of(values: dict[str, Any]) -> list[MetricRecord]:
             continue
         ours, scale = _FROM_TORCHBENCH.get(theirs, (theirs, 1.0))
         v = float(value) * scale
-        metrics.append(MetricRecord(metric=ours, unit=UNITS.get(ours, ""), samples=[v],
-                                    median=v, iqr=None))
+        metrics.append(
+            MetricRecord(metric=ours, unit=UNITS.get(ours, ""), samples=[v], median=v, iqr=None)
+        )
     order = list(UNITS)
     return sorted(metrics, key=lambda m: order.index(m.metric) if m.metric in order else 99)
 
 
 def _check_config(where: str, test: str, device: str) -> None:
     if test not in TESTS:
-        raise TorchBenchFormatError(f"{where}: unknown test {test!r} (expected {' or '.join(TESTS)})")
+        raise TorchBenchFormatError(
+            f"{where}: unknown test {test!r} (expected {' or '.join(TESTS)})"
+        )
     if device not in DEVICES:
         raise TorchBenchFormatError(
-            f"{where}: unknown device {device!r} (expected {' or '.join(DEVICES)})")
+            f"{where}: unknown device {device!r} (expected {' or '.join(DEVICES)})"
+        )
 
 
-def from_userbenchmark(data: dict[str, Any], model_prefix: str | None = None
-                       ) -> list[BenchmarkRecord]:
+def from_userbenchmark(
+    data: dict[str, Any], model_prefix: str | None = None
+) -> list[BenchmarkRecord]:
     """Import a TorchBench userbenchmark result as records (one per configuration).
 
     A TorchBench value is a median, so each metric holds one sample and no IQR; values are
@@ -304,8 +323,12 @@ def from_userbenchmark(data: dict[str, Any], model_prefix: str | None = None
     records = []
     for (model, test, device, bs, compiler), values in grouped.items():
         record = BenchmarkRecord(
-            model=names.get(model, model) if ours else prefix + model, mode=test, device=device,
-            compiler=compiler, batch_size=bs, environment=dict(environment),
+            model=names.get(model, model) if ours else prefix + model,
+            mode=test,
+            device=device,
+            compiler=compiler,
+            batch_size=bs,
+            environment=dict(environment),
             benchmark_version=versions.get(f"{model}:{test}:{device}:{compiler}"),
         )
         texts = [v for v in values.values() if isinstance(v, str)]
@@ -340,8 +363,10 @@ def _pytest_environment(machine_info: dict[str, Any]) -> dict[str, Any]:
         "cpu_count": cpu.get("count"),
         "hostname": machine_info.get("node"),
         "python": machine_info.get("python_version"),
-        "platform": " ".join(filter(None, (machine_info.get("system"),
-                                           machine_info.get("release")))) or None,
+        "platform": " ".join(
+            filter(None, (machine_info.get("system"), machine_info.get("release")))
+        )
+        or None,
     }
     return {k: v for k, v in env.items() if v is not None}
 
@@ -354,8 +379,9 @@ def pytest_benchmark_night(data: dict[str, Any]) -> date | None:
         return None
 
 
-def from_pytest_benchmark(data: dict[str, Any], model_prefix: str | None = None
-                          ) -> list[BenchmarkRecord]:
+def from_pytest_benchmark(
+    data: dict[str, Any], model_prefix: str | None = None
+) -> list[BenchmarkRecord]:
     """Import the pytest-benchmark JSON of TorchBench's ``test_bench.py`` as records.
 
     Each benchmark named ``test_<test>[<model>-<device>]`` becomes one eager record of
@@ -394,37 +420,62 @@ def from_pytest_benchmark(data: dict[str, Any], model_prefix: str | None = None
     return sorted(records.values(), key=lambda r: (r.model, r.mode, r.device, r.compiler))
 
 
-def _pytest_record(where: str, bench: Any, prefix: str, environment: dict[str, Any]
-                   ) -> tuple[str, BenchmarkRecord]:
+def _pytest_record(
+    where: str, bench: Any, prefix: str, environment: dict[str, Any]
+) -> tuple[str, BenchmarkRecord]:
     """One pytest-benchmark entry as ``(name, record)`` (see :func:`from_pytest_benchmark`)."""
     name = bench.get("name") if isinstance(bench, dict) else None
     match = _PYTEST_NAME.fullmatch(name) if isinstance(name, str) else None
     if match is None or not isinstance(name, str):
         raise TorchBenchFormatError(
             f"{where}: name {name!r} is not test_<train|eval>[<model>-<device>] "
-            "(TorchBench's test_bench.py)")
+            "(TorchBench's test_bench.py)"
+        )
     _check_config(f"{where} {name!r}", match["test"], match["device"])
     stats, extra = bench.get("stats"), bench.get("extra_info") or {}
     if not isinstance(stats, dict) or not isinstance(extra, dict):
         raise TorchBenchFormatError(f"{where} {name!r}: needs a 'stats' object")
     batch_size = extra.get("batch_size")
     record = BenchmarkRecord(
-        model=prefix + match["model"], mode=match["test"], device=match["device"],
-        compiler="eager", batch_size=batch_size if isinstance(batch_size, int) else None,
-        environment=dict(environment))
+        model=prefix + match["model"],
+        mode=match["test"],
+        device=match["device"],
+        compiler="eager",
+        batch_size=batch_size if isinstance(batch_size, int) else None,
+        environment=dict(environment),
+    )
     median = _number(stats.get("median"))
     if median is None:
         record.error = str(stats.get("median"))
         return name, record
     raw = stats.get("data")
-    samples = [v * 1000 for v in map(_number, raw) if v is not None] if isinstance(raw, list) else []
+    samples = (
+        [v * 1000 for v in map(_number, raw) if v is not None] if isinstance(raw, list) else []
+    )
     iqr = _number(stats.get("iqr"))
-    record.metrics = [MetricRecord(
-        metric="latency", unit=UNITS["latency"], samples=samples or [median * 1000],
-        median=median * 1000, iqr=iqr * 1000 if iqr is not None else None)]
+    record.metrics = [
+        MetricRecord(
+            metric="latency",
+            unit=UNITS["latency"],
+            samples=samples or [median * 1000],
+            median=median * 1000,
+            iqr=iqr * 1000 if iqr is not None else None,
+        )
+    ]
     return name, record
 
 
-__all__ = ["FORMATS", "PYTEST_BENCHMARK", "USERBENCHMARK", "TorchBenchFormatError",
-           "from_pytest_benchmark", "from_torchbench", "from_userbenchmark", "parse_key",
-           "pytest_benchmark_night", "result_format", "to_userbenchmark", "torchbench_name"]
+__all__ = [
+    "FORMATS",
+    "PYTEST_BENCHMARK",
+    "USERBENCHMARK",
+    "TorchBenchFormatError",
+    "from_pytest_benchmark",
+    "from_torchbench",
+    "from_userbenchmark",
+    "parse_key",
+    "pytest_benchmark_night",
+    "result_format",
+    "to_userbenchmark",
+    "torchbench_name",
+]

@@ -119,7 +119,9 @@ def session(pg_main: str) -> Iterator[Session]:
 
 
 @pytest.fixture
-def database_url(pg_template: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+def database_url(
+    pg_template: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[str]:
     """A fresh migrated database for one test; settings point at it (embedded broker)."""
     name = f"{_SESSION_TAG}_{next(_counter)}"
     _drop(name)
@@ -129,8 +131,12 @@ def database_url(pg_template: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setenv("NIGHTBENCH_DATA_DIR", str(tmp_path / "nightbench"))
     monkeypatch.delenv("NIGHTBENCH_BROKER_URL", raising=False)
     # Short measurements keep tests quick; statistics still see a dozen samples per process.
-    monkeypatch.setenv("NIGHTBENCH_SUITE_MIN_SECONDS", os.environ.get("NIGHTBENCH_SUITE_MIN_SECONDS", "0.6"))
-    monkeypatch.setenv("NIGHTBENCH_SUITE_ITERATIONS", os.environ.get("NIGHTBENCH_SUITE_ITERATIONS", "12"))
+    monkeypatch.setenv(
+        "NIGHTBENCH_SUITE_MIN_SECONDS", os.environ.get("NIGHTBENCH_SUITE_MIN_SECONDS", "0.6")
+    )
+    monkeypatch.setenv(
+        "NIGHTBENCH_SUITE_ITERATIONS", os.environ.get("NIGHTBENCH_SUITE_ITERATIONS", "12")
+    )
     _reset_caches()
     yield url
     from service.db import get_engine
@@ -196,16 +202,32 @@ class WorkerPool:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[Path] = []
 
-    def start(self, *queues: str, log_dir: Path, name: str | None = None,
-              extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    def start(
+        self, *queues: str, log_dir: Path, name: str | None = None, extra: Sequence[str] = ()
+    ) -> subprocess.Popen[bytes]:
         name = name or f"w{len(self.procs)}"
         log = log_dir / f"{name}.log"
-        args = [sys.executable, "-m", "workers.cli", "worker", "--name", f"{name}@%h",
-                "--loglevel", "INFO", *extra]
+        args = [
+            sys.executable,
+            "-m",
+            "workers.cli",
+            "worker",
+            "--name",
+            f"{name}@%h",
+            "--loglevel",
+            "INFO",
+            *extra,
+        ]
         for q in queues or ("cpu",):
             args += ["--queue", q]
-        proc = subprocess.Popen(args, cwd=ROOT, env=dict(os.environ), stdout=log.open("wb"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=dict(os.environ),
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append(proc)
         self.logs.append(log)
         deadline = time.monotonic() + 60
@@ -241,7 +263,9 @@ def celery_workers(broker_url: str) -> Iterator[WorkerPool]:
     pool.stop_all()
 
 
-def wait_until(predicate: Callable[[], bool], *, timeout: float, interval: float = 0.5, what: str = "") -> None:
+def wait_until(
+    predicate: Callable[[], bool], *, timeout: float, interval: float = 0.5, what: str = ""
+) -> None:
     """Poll ``predicate`` until true; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

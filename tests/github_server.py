@@ -180,8 +180,17 @@ class FakeGitHub:
         """
         with self._lock:
             self.faults.append(
-                Fault(method, path, status, times, after, dict(headers or {}),
-                      {"message": message}, then, delay)
+                Fault(
+                    method,
+                    path,
+                    status,
+                    times,
+                    after,
+                    dict(headers or {}),
+                    {"message": message},
+                    then,
+                    delay,
+                )
             )
 
     def heal(self) -> None:
@@ -445,8 +454,12 @@ class FakeGitHub:
             if self.token is not None:
                 auth = headers.get("Authorization", "")
                 if auth not in (f"token {self.token}", f"Bearer {self.token}"):
-                    return (401, extra, {"message": "Bad credentials", "documentation_url": _DOCS},
-                            0.0)
+                    return (
+                        401,
+                        extra,
+                        {"message": "Bad credentials", "documentation_url": _DOCS},
+                        0.0,
+                    )
             fault = next((f for f in self.faults if f.matches(method, path)), None)
             if fault is not None:
                 fault.times -= 1
@@ -460,8 +473,12 @@ class FakeGitHub:
             try:
                 status, out_headers, payload = self._route(method, path, query, body)
             except _HttpError as exc:
-                return (exc.status, extra, {"message": exc.message, "documentation_url": _DOCS},
-                        0.0)
+                return (
+                    exc.status,
+                    extra,
+                    {"message": exc.message, "documentation_url": _DOCS},
+                    0.0,
+                )
             return status, {**extra, **out_headers}, payload, 0.0
 
     def _rate_headers(self) -> dict[str, str]:

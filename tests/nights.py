@@ -14,28 +14,60 @@ from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
 from workers.night import deadline
 
-ENV = {"cpu_model": "test-cpu", "threads": 1, "torch_version": "2.13.0+cpu",
-       "torch_git_version": "f" * 40}
+ENV = {
+    "cpu_model": "test-cpu",
+    "threads": 1,
+    "torch_version": "2.13.0+cpu",
+    "torch_git_version": "f" * 40,
+}
 SPEC = BenchmarkSpec(model="dqn", mode="eval")
 
 
-def store_latency(session: Session, run: Run, level_ms: float, rng: random.Random,
-                  commit: str | None = None, spec: BenchmarkSpec = SPEC) -> None:
+def store_latency(
+    session: Session,
+    run: Run,
+    level_ms: float,
+    rng: random.Random,
+    commit: str | None = None,
+    spec: BenchmarkSpec = SPEC,
+) -> None:
     """Store 20 latency samples around ``level_ms`` (1% noise) as ``run``'s only job's result,
     measured on torch commit ``commit`` (default ``ENV``'s)."""
     job = runs.list_jobs(session, run_id=run.id)[0]
     samples = [level_ms * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
     env = {**ENV, "torch_git_version": commit} if commit else ENV
-    store_record(session, run=run, job=job, record={
-        "model": spec.model, "mode": spec.mode, "device": "cpu", "benchmark_version": "v1",
-        "environment": env, "metrics": [{"metric": "latency", "unit": "ms", "samples": samples,
-                                         "median": sorted(samples)[10], "iqr": 0.1}]})
+    store_record(
+        session,
+        run=run,
+        job=job,
+        record={
+            "model": spec.model,
+            "mode": spec.mode,
+            "device": "cpu",
+            "benchmark_version": "v1",
+            "environment": env,
+            "metrics": [
+                {
+                    "metric": "latency",
+                    "unit": "ms",
+                    "samples": samples,
+                    "median": sorted(samples)[10],
+                    "iqr": 0.1,
+                }
+            ],
+        },
+    )
     runs.end_job(session, job=job, error=None)
 
 
-def posted_night(night: date, level_ms: float | None, rng: random.Random,
-                 error: str | None = None, commit: str | None = None,
-                 spec: BenchmarkSpec = SPEC) -> int:
+def posted_night(
+    night: date,
+    level_ms: float | None,
+    rng: random.Random,
+    error: str | None = None,
+    commit: str | None = None,
+    spec: BenchmarkSpec = SPEC,
+) -> int:
     """A night of results posted through the API (an ingest run) for ``spec`` on torch commit
     ``commit`` (default ``ENV``'s), then the deadline sweep that detects, triages and files
     it; returns the run's id. With ``error``, the benchmark failed that night (no samples)."""
@@ -47,9 +79,20 @@ def posted_night(night: date, level_ms: float | None, rng: random.Random,
         else:
             job = runs.list_jobs(session, run_id=run.id)[0]
             env = {**ENV, "torch_git_version": commit} if commit else ENV
-            store_record(session, run=run, job=job, record={
-                "model": spec.model, "mode": spec.mode, "device": "cpu",
-                "benchmark_version": "v1", "environment": env, "metrics": [], "error": error})
+            store_record(
+                session,
+                run=run,
+                job=job,
+                record={
+                    "model": spec.model,
+                    "mode": spec.mode,
+                    "device": "cpu",
+                    "benchmark_version": "v1",
+                    "environment": env,
+                    "metrics": [],
+                    "error": error,
+                },
+            )
             runs.end_job(session, job=job, error=error)
         run.status = "detecting"  # what the ingest endpoint does once every benchmark is in
         run_id = run.id

@@ -39,17 +39,31 @@ def _compose() -> list[str]:
     pytest.skip("neither `docker compose` nor docker-compose is installed (dev extra)")
 
 
-def _compose_run(*args: str, password: str | None = "placeholder",
-                 **extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if k != "POSTGRES_PASSWORD" and not k.startswith("NIGHTBENCH_TORCHBENCH_")}
+def _compose_run(
+    *args: str, password: str | None = "placeholder", **extra: str
+) -> subprocess.CompletedProcess:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "POSTGRES_PASSWORD" and not k.startswith("NIGHTBENCH_TORCHBENCH_")
+    }
     if password is not None:
         env["POSTGRES_PASSWORD"] = password
     env.update(extra)
     return subprocess.run(
-        [*_compose(), "--project-directory", str(ROOT), "-f", str(ROOT / "docker-compose.yml"),
-         *args],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        [
+            *_compose(),
+            "--project-directory",
+            str(ROOT),
+            "-f",
+            str(ROOT / "docker-compose.yml"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
     )
 
 
@@ -71,7 +85,10 @@ def test_expected_workflows_exist() -> None:
 def test_actionlint_passes_on_every_workflow() -> None:
     proc = subprocess.run(
         [_actionlint(), "-no-color", *map(str, WORKFLOWS)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -122,22 +139,21 @@ def test_nightly_dispatches_on_a_schedule_and_by_hand() -> None:
     dispatch = next(step for step in steps if step.get("name") == "Dispatch the night")
     assert dispatch["env"]["NIGHTBENCH_DATABASE_URL"] == "${{ secrets.NIGHTBENCH_DATABASE_URL }}"
     assert dispatch["env"]["NIGHTBENCH_BROKER_URL"] == "${{ secrets.NIGHTBENCH_BROKER_URL }}"
-    assert "nightbench \"${args[@]}\"" in dispatch["run"]
+    assert 'nightbench "${args[@]}"' in dispatch["run"]
     assert "sed 's/^warning: /::warning::/'" in dispatch["run"]  # unheard queues annotated
-    assert "(dispatch --date \"$NIGHT\" --torch \"$TORCH_SPEC\" --suite \"$SUITE\")" in \
-        dispatch["run"]
+    assert '(dispatch --date "$NIGHT" --torch "$TORCH_SPEC" --suite "$SUITE")' in dispatch["run"]
     assert "args+=(--torchbench benchmark)" in dispatch["run"]
-    checkout = next(step for step in steps if step.get("with", {}).get("repository")
-                    == "pytorch/benchmark")
+    checkout = next(
+        step for step in steps if step.get("with", {}).get("repository") == "pytorch/benchmark"
+    )
     assert checkout["with"]["ref"] == "${{ vars.NIGHTBENCH_TORCHBENCH_COMMIT || 'main' }}"
     assert checkout["with"]["path"] == "benchmark"
-    install = next(step for step in steps
-                   if "torchbench install" in step.get("run", ""))
+    install = next(step for step in steps if "torchbench install" in step.get("run", ""))
     assert steps.index(checkout) < steps.index(install) < steps.index(dispatch)
     assert install["if"] == checkout["if"]
     assert "(torchbench install --torchbench benchmark)" in install["run"]
     assert "torchvision torchaudio" in install["run"]
-    assert "args+=(--models \"$MODELS\")" in install["run"]
+    assert 'args+=(--models "$MODELS")' in install["run"]
     assert install["env"]["MODELS"] == "${{ inputs.models }}"
     assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in steps)
 
@@ -181,8 +197,16 @@ def test_compose_services_are_wired_as_deployed() -> None:
     proc = _compose_run("--profile", "gpu", "config", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     services = json.loads(proc.stdout)["services"]
-    expected = {"postgres", "redis", "api", "worker-cpu", "worker-control", "worker-gpu", "beat",
-                "flower"}
+    expected = {
+        "postgres",
+        "redis",
+        "api",
+        "worker-cpu",
+        "worker-control",
+        "worker-gpu",
+        "beat",
+        "flower",
+    }
     assert expected <= set(services)
 
     for infra in ("postgres", "redis"):
@@ -213,16 +237,26 @@ def test_compose_services_are_wired_as_deployed() -> None:
 
 
 def test_compose_builds_a_pinned_torchbench_checkout_into_the_workers_when_asked(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from service.config import Settings
 
     commit = "0e83c440a51cd63464fee34724d01b7c814ce39b"
     models = "torchbench.lennard_jones,torchbench.soft_actor_critic"
-    pinned = json.loads(_compose_run(
-        "--profile", "gpu", "config", "--format", "json",
-        NIGHTBENCH_TORCHBENCH_COMMIT=commit, NIGHTBENCH_TORCHBENCH_MODELS=models).stdout)["services"]
-    plain = json.loads(_compose_run(
-        "--profile", "gpu", "config", "--format", "json").stdout)["services"]
+    pinned = json.loads(
+        _compose_run(
+            "--profile",
+            "gpu",
+            "config",
+            "--format",
+            "json",
+            NIGHTBENCH_TORCHBENCH_COMMIT=commit,
+            NIGHTBENCH_TORCHBENCH_MODELS=models,
+        ).stdout
+    )["services"]
+    plain = json.loads(_compose_run("--profile", "gpu", "config", "--format", "json").stdout)[
+        "services"
+    ]
     for name in ("worker-cpu", "worker-gpu", "beat"):
         assert pinned[name]["environment"]["NIGHTBENCH_TORCHBENCH_PATH"] == "/opt/torchbench"
         assert pinned[name]["build"]["args"]["TORCHBENCH_COMMIT"] == commit
@@ -233,9 +267,12 @@ def test_compose_builds_a_pinned_torchbench_checkout_into_the_workers_when_asked
     monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", "")
     assert Settings().torchbench_path is None
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for needed in ("ARG TORCHBENCH_COMMIT", "https://github.com/pytorch/benchmark",
-                   "torchvision torchaudio",
-                   "nightbench torchbench install --torchbench /opt/torchbench"):
+    for needed in (
+        "ARG TORCHBENCH_COMMIT",
+        "https://github.com/pytorch/benchmark",
+        "torchvision torchaudio",
+        "nightbench torchbench install --torchbench /opt/torchbench",
+    ):
         assert needed in dockerfile, needed
     assert dockerfile.index("nightbench torchbench install") < dockerfile.index("USER nightbench")
 
@@ -243,12 +280,16 @@ def test_compose_builds_a_pinned_torchbench_checkout_into_the_workers_when_asked
 def test_nightly_matrix_points_its_shards_at_a_pinned_torchbench_checkout() -> None:
     data = _workflow("nightly-matrix.yml")
     assert data["on"]["workflow_dispatch"]["inputs"]["suite"]["options"] == [
-        "own", "torchbench", "all"]
+        "own",
+        "torchbench",
+        "all",
+    ]
     assert data["env"]["SUITE"] == "${{ inputs.suite || vars.NIGHTBENCH_SUITE || 'own' }}"
     for name in ("plan", "shard"):
         steps = data["jobs"][name]["steps"]
-        checkout = next(step for step in steps
-                        if step.get("with", {}).get("repository") == "pytorch/benchmark")
+        checkout = next(
+            step for step in steps if step.get("with", {}).get("repository") == "pytorch/benchmark"
+        )
         assert checkout["with"]["ref"] == "${{ vars.NIGHTBENCH_TORCHBENCH_COMMIT || 'main' }}"
         assert checkout["with"]["path"] == "benchmark"
         listing = " ".join(step.get("run", "") for step in steps)

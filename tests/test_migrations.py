@@ -43,6 +43,8 @@ def test_migrations_run_on_the_embedded_sqlite_default(tmp_path) -> None:  # typ
     finally:
         engine.dispose()
     assert {"first_result_id", "first_night"} <= columns
-    assert any(k["constrained_columns"] == ["first_result_id"] and k["referred_table"] == "results"
-               for k in keys)
+    assert any(
+        k["constrained_columns"] == ["first_result_id"] and k["referred_table"] == "results"
+        for k in keys
+    )
     assert set(Base.metadata.tables) <= tables

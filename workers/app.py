@@ -38,8 +38,13 @@ def _crontab(expr: str) -> crontab:
     if len(fields) != 5:
         raise ValueError(f"NIGHTBENCH_SCHEDULE_CRON must have 5 fields, got {expr!r}")
     minute, hour, day_of_month, month_of_year, day_of_week = fields
-    return crontab(minute=minute, hour=hour, day_of_month=day_of_month,
-                   month_of_year=month_of_year, day_of_week=day_of_week)
+    return crontab(
+        minute=minute,
+        hour=hour,
+        day_of_month=day_of_month,
+        month_of_year=month_of_year,
+        day_of_week=day_of_week,
+    )
 
 
 def configure(app: Celery, settings: Settings) -> Celery:
@@ -83,8 +88,13 @@ def configure(app: Celery, settings: Settings) -> Celery:
             "options": {"queue": "control"},
         }
     if settings.embedded:
-        app.conf.update(broker_url="memory://", task_always_eager=True, task_eager_propagates=True,
-                        broker_transport_options={}, result_backend=None)
+        app.conf.update(
+            broker_url="memory://",
+            task_always_eager=True,
+            task_eager_propagates=True,
+            broker_transport_options={},
+            result_backend=None,
+        )
     else:
         app.conf.update(
             broker_url=settings.broker_url,

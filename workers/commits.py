@@ -146,9 +146,7 @@ def local_commit_range(repo_path: str | Path, good: str, bad: str) -> list[Commi
         raise InvalidInput(f"{exc}: not a commit in {repo_path}") from exc
     if good_commit.hexsha == bad_commit.hexsha:
         raise InvalidInput(f"good and bad are the same commit {good_commit.hexsha}")
-    chain = list(
-        repo.iter_commits(f"{good_commit.hexsha}..{bad_commit.hexsha}", first_parent=True)
-    )
+    chain = list(repo.iter_commits(f"{good_commit.hexsha}..{bad_commit.hexsha}", first_parent=True))
     # The range is only meaningful when good is an ancestor on bad's first-parent chain:
     # otherwise "good..bad" silently drops commits reachable from good.
     if not chain or (chain[-1].parents[:1] and chain[-1].parents[0].hexsha != good_commit.hexsha):

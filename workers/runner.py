@@ -107,8 +107,9 @@ def run_suite(
         returncode, stdout, stderr, timed_out = _communicate(
             argv, timeout_s=timeout_s, env=env, cwd=scratch if cwd is None else cwd
         )
-        done = SuiteOutcome(returncode=returncode, stdout=stdout, stderr=stderr,
-                            timed_out=timed_out)
+        done = SuiteOutcome(
+            returncode=returncode, stdout=stdout, stderr=stderr, timed_out=timed_out
+        )
         if timed_out:
             return replace(done, error=f"timed out after {timeout_s:g} s")
         if record and out.is_file():
@@ -134,7 +135,7 @@ def exit_reason(returncode: int, stderr: str, lines: int = STDERR_TAIL_LINES) ->
     text = stderr.strip().splitlines()
     crash = next((i for i, line in enumerate(text) if line.startswith("Fatal Python error")), None)
     if crash is not None:
-        tail = [line.strip() for line in text[crash:crash + CRASH_REPORT_LINES] if line.strip()]
+        tail = [line.strip() for line in text[crash : crash + CRASH_REPORT_LINES] if line.strip()]
     else:
         tail = text[-lines:] if lines > 0 else []
     if returncode < 0:
@@ -150,7 +151,10 @@ def exit_reason(returncode: int, stderr: str, lines: int = STDERR_TAIL_LINES) ->
 
 
 def _communicate(
-    argv: list[str], *, timeout_s: float, env: Mapping[str, str] | None,
+    argv: list[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None,
     cwd: str | os.PathLike[str],
 ) -> tuple[int, str, str, bool]:
     """Run ``argv`` in a new session; kill its process group on a timeout or an interruption.
@@ -158,9 +162,17 @@ def _communicate(
     Returns:
         ``(returncode, stdout, stderr, timed_out)``.
     """
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          errors="replace", env=env, cwd=cwd, start_new_session=True,
-                          preexec_fn=_dies_with(os.getpid()) if _LIBC else None) as proc:
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=_dies_with(os.getpid()) if _LIBC else None,
+    ) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -208,6 +220,9 @@ def _read_record(done: SuiteOutcome, out: Path) -> SuiteOutcome:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return replace(done, wrote_record=True, error=f"unreadable record: {exc}")
     if not isinstance(data, dict):
-        return replace(done, wrote_record=True,
-                     error=f"unreadable record: a JSON {type(data).__name__}, not an object")
+        return replace(
+            done,
+            wrote_record=True,
+            error=f"unreadable record: a JSON {type(data).__name__}, not an object",
+        )
     return replace(done, wrote_record=True, record=data)

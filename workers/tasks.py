@@ -30,7 +30,9 @@ RETRYABLE = (OperationalError, InfrastructureError, ConnectionError)
 class BenchmarkTask(Task):  # type: ignore[misc]
     """A benchmark task that failed for good still ends its job, so the night can finish."""
 
-    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
         """End the job as failed and send ``night.finish`` if it was the run's last."""
         job_id = args[0] if args else kwargs.get("job_id")
         run_id = benchmarking.fail_job(job_id, reason=f"task failed: {type(exc).__name__}: {exc}")
@@ -38,8 +40,16 @@ class BenchmarkTask(Task):  # type: ignore[misc]
             send([Step("night.finish", (run_id,))])
 
 
-@app.task(name="bench.run", bind=True, base=BenchmarkTask, acks_late=True,
-          autoretry_for=RETRYABLE, retry_backoff=True, retry_backoff_max=600, max_retries=5)
+@app.task(
+    name="bench.run",
+    bind=True,
+    base=BenchmarkTask,
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    retry_backoff_max=600,
+    max_retries=5,
+)
 def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
     """Measure one job; the job that ends its run enqueues ``night.finish``."""
     worker = self.request.hostname or f"in-process@{socket.gethostname()}"
@@ -47,77 +57,113 @@ def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
         run_id = benchmarking.measure_job(job_id, worker=worker)
     except SoftTimeLimitExceeded:
         run_id = benchmarking.fail_job(
-            job_id, reason=f"exceeded the task's soft time limit ({self.soft_time_limit or app.conf.task_soft_time_limit} s)")
+            job_id,
+            reason=f"exceeded the task's soft time limit ({self.soft_time_limit or app.conf.task_soft_time_limit} s)",
+        )
     if run_id is not None:
         send([Step("night.finish", (run_id,))])
 
 
-@app.task(name="night.finish", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
-          max_retries=5)
+@app.task(
+    name="night.finish", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=5
+)
 def finish_run(run_id: int) -> None:
     """Detect / confirm once every job of the run has ended; then confirm jobs or triage."""
     send(finish.finish(run_id))
 
 
-@app.task(name="night.triage", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
-          max_retries=5)
+@app.task(
+    name="night.triage", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=5
+)
 def triage_run(run_id: int) -> None:
     """Resolve the commit range and start the bisection of the run's confirmed regressions."""
     send(triage.triage(run_id))
 
 
-@app.task(name="night.file", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
-          max_retries=5)
+@app.task(
+    name="night.file", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=5
+)
 def file_run(run_id: int) -> None:
     """File the run's confirmed regressions (with the bisection's outcome) and close the run."""
     triage.file_night(run_id)
 
 
-@app.task(name="night.check_deadline", acks_late=True, autoretry_for=RETRYABLE,
-          retry_backoff=True, max_retries=5)
+@app.task(
+    name="night.check_deadline",
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=5,
+)
 def check_deadline(run_id: int) -> None:
     """Mark jobs that never reported as missing and raise a missing-data alert."""
     send(deadline.check_deadline(run_id))
 
 
-@app.task(name="night.file_missing", acks_late=True, autoretry_for=RETRYABLE,
-          retry_backoff=True, max_retries=5)
+@app.task(
+    name="night.file_missing",
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=5,
+)
 def file_missing(run_id: int) -> None:
     """File the run's missing-data issue (one per machine class; a repeat finds it): one attempt
     of the durable filing, which keeps it pending for the retry when the tracker fails."""
     pending.file_missing_data(run_id)
 
 
-@app.task(name="night.sweep_deadlines", acks_late=True, autoretry_for=RETRYABLE,
-          retry_backoff=True, max_retries=3)
+@app.task(
+    name="night.sweep_deadlines",
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=3,
+)
 def sweep_deadlines() -> None:
     """Periodic (beat): check every unfinished run past its deadline."""
     deadline.sweep_deadlines()
 
 
-@app.task(name="issues.sync", acks_late=True, autoretry_for=RETRYABLE,
-          retry_backoff=True, max_retries=3)
+@app.task(
+    name="issues.sync", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=3
+)
 def sync_issues() -> None:
     """Periodic (beat): read filed issues' state and labels back into triage states."""
     issue_sync.sync_from_tracker()
 
 
-@app.task(name="issues.retry_filing", acks_late=True, autoretry_for=RETRYABLE,
-          retry_backoff=True, max_retries=3)
+@app.task(
+    name="issues.retry_filing",
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=3,
+)
 def retry_filing() -> None:
     """Periodic (beat, and the deadline sweep): file every alert whose filing is pending and due."""
     pending.retry_pending()
 
 
-@app.task(name="issues.bisect_failing", acks_late=True, autoretry_for=RETRYABLE,
-          retry_backoff=True, max_retries=5)
+@app.task(
+    name="issues.bisect_failing",
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=5,
+)
 def bisect_failing(alert_id: int) -> None:
     """Start the bisection of each benchmark a ``failing`` alert reports newly failing."""
     send(failing_bisect.bisect_failing(alert_id))
 
 
-@app.task(name="issues.tell_bisected", acks_late=True, autoretry_for=RETRYABLE,
-          retry_backoff=True, max_retries=5)
+@app.task(
+    name="issues.tell_bisected",
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=5,
+)
 def tell_bisected(bisection_id: int) -> None:
     """A failure bisection ended: file its answer on the failing benchmark's issue."""
     send(failing_bisect.tell_bisected(bisection_id))
@@ -137,8 +183,16 @@ class ProbeTask(Task):  # type: ignore[misc]
             send([bisecting.advance_step(ended)])
 
 
-@app.task(name="bisect.probe", bind=True, base=ProbeTask, acks_late=True,
-          autoretry_for=RETRYABLE, retry_backoff=True, retry_backoff_max=600, max_retries=5)
+@app.task(
+    name="bisect.probe",
+    bind=True,
+    base=ProbeTask,
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    retry_backoff_max=600,
+    max_retries=5,
+)
 def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
     """Build and measure one commit of a bisection; the probe ending its round advances it."""
     worker = self.request.hostname or f"in-process@{socket.gethostname()}"
@@ -147,15 +201,25 @@ def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
         send([bisecting.advance_step(bisection_id)])
 
 
-@app.task(name="bisect.advance", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True,
-          max_retries=5)
+@app.task(
+    name="bisect.advance",
+    acks_late=True,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=5,
+)
 def advance_bisection(bisection_id: int) -> None:
     """Plan a bisection's next round from its rows, or store its outcome and file the night."""
     send(bisecting.step(bisection_id))
 
 
-@app.task(name="night.dispatch", acks_late=False, autoretry_for=RETRYABLE, retry_backoff=True,
-          max_retries=3)
+@app.task(
+    name="night.dispatch",
+    acks_late=False,
+    autoretry_for=RETRYABLE,
+    retry_backoff=True,
+    max_retries=3,
+)
 def dispatch_night() -> None:
     """Periodic (beat, when ``NIGHTBENCH_SCHEDULE_CRON`` is set): dispatch tonight's runs.
 

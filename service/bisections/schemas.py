@@ -21,6 +21,7 @@ class VerdictRead(BaseModel):
 
 class ProbeRead(BaseModel):
     """One probe: a commit of the range measured in one round, with its samples and verdicts."""
+
     id: int
     round: int
     sha: str
@@ -39,17 +40,20 @@ class ProbeRead(BaseModel):
 
 class CulpritRead(BaseModel):
     """A commit named as a culprit, with its title, author and pull request where known."""
+
     sha: str
     title: str | None = None
     author: str | None = None
     pr_number: int | None = None
     benchmarks: list[str] = Field(default_factory=list)
-    change: dict[str, float | None] = Field(default_factory=dict,
-                                            description="benchmark -> relative change")
+    change: dict[str, float | None] = Field(
+        default_factory=dict, description="benchmark -> relative change"
+    )
 
 
 class BenchmarkAnswerRead(BaseModel):
     """What a bisection found for one benchmark: its culprit, or the range it narrowed to."""
+
     benchmark: str
     status: str = Field(description="culprit | inconclusive | not_reproduced")
     culprit: str | None
@@ -60,12 +64,15 @@ class BenchmarkAnswerRead(BaseModel):
 
 class BisectionRead(BaseModel):
     """A bisection of a commit range: its state, probes, and answers per benchmark."""
+
     id: int
     run_id: int | None
     alert_id: int | None
     status: str
-    search: str = Field(description="latency: the commit that slowed the benchmarks; failure: "
-                                    "the first commit at which the benchmark fails")
+    search: str = Field(
+        description="latency: the commit that slowed the benchmarks; failure: "
+        "the first commit at which the benchmark fails"
+    )
     outcome: str | None
     good: str
     bad: str

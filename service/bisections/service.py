@@ -46,9 +46,13 @@ def get_bisection(session: Session, bisection_id: int) -> BisectionView:
     bisection = session.get(Bisection, bisection_id)
     if bisection is None:
         raise NotFound(f"bisection {bisection_id} does not exist")
-    probes = list(session.scalars(
-        select(Probe).where(Probe.bisection_id == bisection_id)
-        .order_by(Probe.round, Probe.index, Probe.id)))
+    probes = list(
+        session.scalars(
+            select(Probe)
+            .where(Probe.bisection_id == bisection_id)
+            .order_by(Probe.round, Probe.index, Probe.id)
+        )
+    )
     verdicts: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for p in (bisection.result or {}).get("probes") or []:
         verdicts[(int(p.get("round", -1)), str(p.get("sha")))] = list(p.get("results") or [])
@@ -69,8 +73,9 @@ class _BisectionRow:
     culprits: list[dict[str, Any]]
 
 
-def _bisections_of(session: Session, regression_ids: Sequence[int]
-                   ) -> tuple[dict[int, tuple[str, str]], list[_BisectionRow]]:
+def _bisections_of(
+    session: Session, regression_ids: Sequence[int]
+) -> tuple[dict[int, tuple[str, str]], list[_BisectionRow]]:
     """The regressions' benchmark names, and the bisections naming any of them (oldest
     first). Reads only the outcome's answers and culprits, not the probes' samples."""
     ids = sorted(set(regression_ids))
@@ -79,27 +84,46 @@ def _bisections_of(session: Session, regression_ids: Sequence[int]
     names: dict[int, tuple[str, str]] = {}
     runs: set[int] = set()
     for rid, run_id, model, mode, device, compiler in session.execute(
-            select(Regression.id, Regression.run_id, Regression.model, Regression.mode,
-                   Regression.device, Regression.compiler).where(Regression.id.in_(ids))):
+        select(
+            Regression.id,
+            Regression.run_id,
+            Regression.model,
+            Regression.mode,
+            Regression.device,
+            Regression.compiler,
+        ).where(Regression.id.in_(ids))
+    ):
         names[rid] = _names(model, mode, device, compiler)
         runs.add(run_id)
     if not names:
         return {}, []
     # A night's bisection carries its run; a manual one has none and names regressions only.
     rows = session.execute(
-        select(Bisection.id, Bisection.status, Bisection.outcome, Bisection.regression_ids,
-               Bisection.result["benchmarks"], Bisection.result["culprits"])
+        select(
+            Bisection.id,
+            Bisection.status,
+            Bisection.outcome,
+            Bisection.regression_ids,
+            Bisection.result["benchmarks"],
+            Bisection.result["culprits"],
+        )
         .where(or_(Bisection.run_id.in_(runs), Bisection.run_id.is_(None)))
-        .order_by(Bisection.id))
+        .order_by(Bisection.id)
+    )
     wanted = set(ids)
-    found = [_BisectionRow(bid, status, outcome, list(regs or []), list(answers or []),
-                           list(culprits or []))
-             for bid, status, outcome, regs, answers, culprits in rows
-             if wanted & set(regs or [])]
+    found = [
+        _BisectionRow(
+            bid, status, outcome, list(regs or []), list(answers or []), list(culprits or [])
+        )
+        for bid, status, outcome, regs, answers, culprits in rows
+        if wanted & set(regs or [])
+    ]
     return names, found
 
 
-def bisections_for_regressions(session: Session, regression_ids: Sequence[int]) -> dict[int, list[int]]:
+def bisections_for_regressions(
+    session: Session, regression_ids: Sequence[int]
+) -> dict[int, list[int]]:
     """Regression id -> ids of the bisections run for it (oldest first)."""
     _, bisections = _bisections_of(session, regression_ids)
     out: dict[int, list[int]] = {}

@@ -15,6 +15,7 @@ def utcnow() -> datetime:
 
 class TimestampMixin:
     """``created_at`` (UTC, set on insert) for every table that has it."""
+
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, server_default=func.now()
     )

@@ -104,7 +104,9 @@ class Bisection(TimestampMixin, Base):
     )
 
     probes: Mapped[list[Probe]] = relationship(
-        back_populates="bisection", cascade="all, delete-orphan", lazy="raise",
+        back_populates="bisection",
+        cascade="all, delete-orphan",
+        lazy="raise",
         order_by="(Probe.round, Probe.index)",
     )
 

@@ -22,7 +22,15 @@ from service.benchmarks import benchmark_name
 from service.db import Base, JSONType
 from service.models.base import TimestampMixin, utcnow
 
-TRIAGE_STATES = ("untriaged", "confirmed", "invalid", "expected", "fixed", "reverted", "improvement")
+TRIAGE_STATES = (
+    "untriaged",
+    "confirmed",
+    "invalid",
+    "expected",
+    "fixed",
+    "reverted",
+    "improvement",
+)
 
 
 class Confirmation(StrEnum):
@@ -94,13 +102,16 @@ class Regression(TimestampMixin, Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="SET NULL"), index=True)
+    alert_id: Mapped[int | None] = mapped_column(
+        ForeignKey("alerts.id", ondelete="SET NULL"), index=True
+    )
     result_id: Mapped[int] = mapped_column(ForeignKey("results.id", ondelete="CASCADE"))
     # The series' result on the step's first night at the new level (the night whose build
     # brought it: the commit range ends there); tonight's unless the step persisted from
     # earlier nights before it was raised. None for rows stored before it was recorded.
     first_result_id: Mapped[int | None] = mapped_column(
-        ForeignKey("results.id", ondelete="SET NULL"))
+        ForeignKey("results.id", ondelete="SET NULL")
+    )
     first_night: Mapped[date | None] = mapped_column(Date)
     series_key: Mapped[str] = mapped_column(String(64), index=True)
     model: Mapped[str] = mapped_column(String(128))

@@ -29,15 +29,32 @@ def _count_samples(context: Any) -> int:
 
 class Result(TimestampMixin, Base):
     """One metric of one benchmark measured in one run: raw samples, median and IQR, its series."""
+
     __tablename__ = "results"
     __table_args__ = (
         UniqueConstraint("run_id", "model", "mode", "device", "compiler", "metric"),
         Index("ix_results_series_key_night", "series_key", "night"),
         # A model's history (GET /api/models/{model}/history) is one index-only scan: rows come
         # in series order with every column the history reads or filters on; no heap access.
-        Index("ix_results_history", "model", "series_key", "night", "run_id",
-              postgresql_include=["id", "median", "iqr", "sample_count", "error", "mode",
-                                  "device", "compiler", "metric", "machine_id"]),
+        Index(
+            "ix_results_history",
+            "model",
+            "series_key",
+            "night",
+            "run_id",
+            postgresql_include=[
+                "id",
+                "median",
+                "iqr",
+                "sample_count",
+                "error",
+                "mode",
+                "device",
+                "compiler",
+                "metric",
+                "machine_id",
+            ],
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -101,6 +118,12 @@ class SeriesMonth(Base):
 
 
 # Layout of a SeriesMonth.points record (numpy structured dtype, big-endian as Postgres sends).
-POINT_FIELDS = (("result_id", ">i8"), ("run_id", ">i8"), ("night", ">i4"), ("median", ">f8"),
-                ("iqr", ">f8"), ("samples", ">i4"))
+POINT_FIELDS = (
+    ("result_id", ">i8"),
+    ("run_id", ">i8"),
+    ("night", ">i4"),
+    ("median", ">f8"),
+    ("iqr", ">f8"),
+    ("samples", ">i4"),
+)
 POINT_BYTES = 40

@@ -58,6 +58,7 @@ JOB_ENDED = (JobStatus.DONE, JobStatus.ERROR, JobStatus.MISSING)
 
 class Run(TimestampMixin, Base):
     """A night's run (or its confirmation re-run, or posted results): its jobs and results."""
+
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -20,6 +20,7 @@ from service.models.base import TimestampMixin, utcnow
 
 class BenchmarkStability(TimestampMixin, Base):
     """A benchmark's measured stability on a machine: its spread, CV and verdict."""
+
     __tablename__ = "benchmark_stability"
     __table_args__ = (UniqueConstraint("model", "mode", "device", "compiler", "machine_id"),)
 
@@ -28,8 +29,9 @@ class BenchmarkStability(TimestampMixin, Base):
     mode: Mapped[str] = mapped_column(String(8))
     device: Mapped[str] = mapped_column(String(8))
     compiler: Mapped[str] = mapped_column(String(16), default="eager")
-    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id", ondelete="CASCADE"),
-                                            index=True)
+    machine_id: Mapped[int] = mapped_column(
+        ForeignKey("machines.id", ondelete="CASCADE"), index=True
+    )
     benchmark_version: Mapped[str | None] = mapped_column(String(64))
     torch_version: Mapped[str | None] = mapped_column(String(64))
     repeats: Mapped[int] = mapped_column(Integer)

@@ -69,14 +69,17 @@ def note_back(session: Session, *, run: Run, assessed: Sequence[Assessed]) -> li
         if came_back:
             assert back_result is not None
             since = back_result.night - FIRST_NIGHT_SLACK
-            found = standing[:1] if standing and _first_night(session, standing[0]) >= since \
-                else []
-            why = ("Unless a fix or a revert landed in these nights, the step may not have been "
-                   "a commit's: a host that strays for a night or two looks like this.")
+            found = standing[:1] if standing and _first_night(session, standing[0]) >= since else []
+            why = (
+                "Unless a fix or a revert landed in these nights, the step may not have been "
+                "a commit's: a host that strays for a night or two looks like this."
+            )
         else:
             found = list(itertools.takewhile(functools.partial(_undoes, assessment), standing))
-            why = ("Its new level is no more than half the step above the baseline from before "
-                   "the regression: a fix or a revert landed" + _fix_range(session, item) + ".")
+            why = (
+                "Its new level is no more than half the step above the baseline from before "
+                "the regression: a fix or a revert landed" + _fix_range(session, item) + "."
+            )
         for regression in found:
             regression.back_night = run.night
             regression.back_reason = f"{assessment.reason} {why}"
@@ -92,11 +95,21 @@ STANDING_LOOKBACK = 10
 def _not_back(session: Session, *, series_key: str, before: date) -> list[Regression]:
     """The series' reproduced regressions recorded before night ``before`` and not yet back,
     latest first (``STANDING_LOOKBACK`` at most)."""
-    return list(session.scalars(select(Regression).join(Run, Run.id == Regression.run_id).where(
-        Regression.series_key == series_key, Regression.direction == "regression",
-        Regression.confirmation == Confirmation.REPRODUCED, Regression.back_night.is_(None),
-        Run.night < before).order_by(Run.night.desc(), Regression.id.desc())
-        .limit(STANDING_LOOKBACK)))
+    return list(
+        session.scalars(
+            select(Regression)
+            .join(Run, Run.id == Regression.run_id)
+            .where(
+                Regression.series_key == series_key,
+                Regression.direction == "regression",
+                Regression.confirmation == Confirmation.REPRODUCED,
+                Regression.back_night.is_(None),
+                Run.night < before,
+            )
+            .order_by(Run.night.desc(), Regression.id.desc())
+            .limit(STANDING_LOOKBACK)
+        )
+    )
 
 
 def _fix_range(session: Session, item: Assessed) -> str:
@@ -105,9 +118,12 @@ def _fix_range(session: Session, item: Assessed) -> str:
     first = item.first_result
     if first is None or first.series_key is None:
         return ""
-    before = session.scalar(select(Result).where(
-        Result.series_key == first.series_key, Result.night < first.night)
-        .order_by(Result.night.desc(), Result.id.desc()).limit(1))
+    before = session.scalar(
+        select(Result)
+        .where(Result.series_key == first.series_key, Result.night < first.night)
+        .order_by(Result.night.desc(), Result.id.desc())
+        .limit(1)
+    )
     runs = [session.get(Run, r.run_id) for r in (before, first) if r is not None]
     commits = [(r.torch_git_commit, r.night) for r in runs if r is not None and r.torch_git_commit]
     if len(commits) != 2 or commits[0][0] == commits[1][0]:

@@ -42,7 +42,10 @@ def has_baseline(nights: int | np.ndarray, p: DetectorParams) -> bool | np.ndarr
 
 
 def scaled_noise(
-    mid: np.ndarray, nights: np.ndarray, memory: np.ndarray, p: DetectorParams,
+    mid: np.ndarray,
+    nights: np.ndarray,
+    memory: np.ndarray,
+    p: DetectorParams,
 ) -> np.ndarray:
     """The noise from the median absolute successive difference of windows of log levels.
 
@@ -56,13 +59,18 @@ def scaled_noise(
         ``mid`` times 1.4826 / sqrt(2) in log units: 0 from fewer than 3 nights, at least
         ``p.noise_floor`` for latency.
     """
-    noise = np.where(nights >= MIN_NOISE_NIGHTS,
-                     np.nan_to_num(mid * (MAD_TO_SD / math.sqrt(2)), nan=0.0), 0.0)
+    noise = np.where(
+        nights >= MIN_NOISE_NIGHTS, np.nan_to_num(mid * (MAD_TO_SD / math.sqrt(2)), nan=0.0), 0.0
+    )
     return np.maximum(noise, np.where(memory, 0.0, p.noise_floor))
 
 
 def window_noise(
-    y: np.ndarray, rows: np.ndarray, start: np.ndarray, size: np.ndarray, p: DetectorParams,
+    y: np.ndarray,
+    rows: np.ndarray,
+    start: np.ndarray,
+    size: np.ndarray,
+    p: DetectorParams,
     memory: np.ndarray,
 ) -> np.ndarray:
     """Robust night-to-night noise of windows of log levels.
@@ -94,8 +102,14 @@ def window_noise(
 
 
 def pooled_noise(
-    y: np.ndarray, rows: np.ndarray, base_start: np.ndarray, base_size: np.ndarray,
-    run_start: np.ndarray, run_size: np.ndarray, p: DetectorParams, memory: np.ndarray,
+    y: np.ndarray,
+    rows: np.ndarray,
+    base_start: np.ndarray,
+    base_size: np.ndarray,
+    run_start: np.ndarray,
+    run_size: np.ndarray,
+    p: DetectorParams,
+    memory: np.ndarray,
 ) -> np.ndarray:
     """Night-to-night noise pooled from a baseline window and the run judged against it.
 
@@ -131,12 +145,16 @@ def pooled_noise(
 
 
 def band(
-    base_log: np.ndarray | float, noise: np.ndarray | float, memory: np.ndarray | bool,
+    base_log: np.ndarray | float,
+    noise: np.ndarray | float,
+    memory: np.ndarray | bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The band's ``(lower, upper)`` edges in the levels' unit: the baseline ± 2 noise on the
     log scale (``base_log`` and ``noise`` in log units; ``memory`` broadcasts)."""
-    return (from_log(np.asarray(base_log - BAND * noise), memory),
-            from_log(np.asarray(base_log + BAND * noise), memory))
+    return (
+        from_log(np.asarray(base_log - BAND * noise), memory),
+        from_log(np.asarray(base_log + BAND * noise), memory),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,7 +227,8 @@ def _stretches(
 
 
 def _prev_window_mids(
-    segments: Sequence[np.ndarray], w: int,
+    segments: Sequence[np.ndarray],
+    w: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every position j of every segment: the two middle order statistics of the window
     ``segment[max(0, j - w):j]`` and its size ``k = min(j, w)``.
@@ -238,7 +257,10 @@ def _prev_window_mids(
 
 
 def _stretch_noise(
-    segments: Sequence[np.ndarray], nights: np.ndarray, memory: np.ndarray, p: DetectorParams,
+    segments: Sequence[np.ndarray],
+    nights: np.ndarray,
+    memory: np.ndarray,
+    p: DetectorParams,
 ) -> np.ndarray:
     """The noise at every night of every stretch (one after the other), from the successive
     differences inside its window: the differences' window (of size ``window - 1``) before
@@ -254,14 +276,16 @@ def _stretch_noise(
     d_lo, d_hi, _ = _prev_window_mids(d_segments, p.window - 1)
     # Night j of stretch i sits at flat position q; the window before its difference j - 1
     # sits at q - i - 1 among the differences (each stretch drops its first night's).
-    d_index = np.clip(np.arange(flat.size) - np.repeat(np.arange(len(segments)) + 1, lengths),
-                      0, None)
+    d_index = np.clip(
+        np.arange(flat.size) - np.repeat(np.arange(len(segments)) + 1, lengths), 0, None
+    )
     mid = 0.5 * (d_lo[d_index] + d_hi[d_index]) if d_lo.size else np.zeros(flat.size)
     return scaled_noise(mid, nights, memory, p)
 
 
 def baseline_tracks(
-    series: Sequence[SeriesLevels], params: DetectorParams = DEFAULT_PARAMS,
+    series: Sequence[SeriesLevels],
+    params: DetectorParams = DEFAULT_PARAMS,
 ) -> list[BaselineTrack]:
     """The baseline the detector holds at each night of each series.
 
@@ -278,9 +302,15 @@ def baseline_tracks(
         detector's test for memory, which the charts leave out).
     """
     linear, pieces = _stretches(series)
-    out = [BaselineTrack(baseline=np.full(lv.size, np.nan), lower=np.full(lv.size, np.nan),
-                         upper=np.full(lv.size, np.nan), noise=np.zeros(lv.size))
-           for lv in linear]
+    out = [
+        BaselineTrack(
+            baseline=np.full(lv.size, np.nan),
+            lower=np.full(lv.size, np.nan),
+            upper=np.full(lv.size, np.nan),
+            noise=np.zeros(lv.size),
+        )
+        for lv in linear
+    ]
     if not pieces:
         return out
     segments = [linear[i][st:hi] for i, _, hi, st in pieces]
@@ -304,7 +334,10 @@ def baseline_tracks(
 
 
 def baseline_track(
-    levels: Sequence[float] | np.ndarray, *, memory: bool, resets: Sequence[tuple[int, int]] = (),
+    levels: Sequence[float] | np.ndarray,
+    *,
+    memory: bool,
+    resets: Sequence[tuple[int, int]] = (),
     params: DetectorParams = DEFAULT_PARAMS,
 ) -> BaselineTrack:
     """:func:`baseline_tracks` for one series (see :class:`SeriesLevels` for the arguments)."""

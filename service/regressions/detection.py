@@ -132,9 +132,21 @@ from service.regressions.scan import (
 )
 from service.regressions.unstable import STABLE, UnstableRule
 
-__all__ = ["METRICS", "MEMORY_METRICS", "VERDICTS", "Assessment", "DetectionInputError",
-           "DetectorParams", "Flag", "Night", "assess_night", "confirm", "detect_document",
-           "detect_series", "mann_whitney_greater"]
+__all__ = [
+    "METRICS",
+    "MEMORY_METRICS",
+    "VERDICTS",
+    "Assessment",
+    "DetectionInputError",
+    "DetectorParams",
+    "Flag",
+    "Night",
+    "assess_night",
+    "confirm",
+    "detect_document",
+    "detect_series",
+    "mann_whitney_greater",
+]
 
 VERDICTS = ("regression", "improvement", "unchanged", "no_baseline")
 
@@ -229,18 +241,28 @@ def _night_level(night: Night, field: str, memory: bool) -> float:
     if not np.all(np.isfinite(vals)) or np.any(vals < 0 if memory else vals <= 0):
         raise DetectionInputError(
             f"{field}.samples: night {night.night} has a sample that is not "
-            + ("a finite number of bytes >= 0" if memory else "a finite latency > 0"))
+            + ("a finite number of bytes >= 0" if memory else "a finite latency > 0")
+        )
     return float(np.median(vals))
 
 
-def _replay(nights: Sequence[Night], names: Sequence[str], memory: bool, threshold: float,
-            p: DetectorParams):
+def _replay(
+    nights: Sequence[Night], names: Sequence[str], memory: bool, threshold: float, p: DetectorParams
+):
     """Online flags over one series of nights (re-runs count as nights; a run's length is
     counted by the nights' dates when every night has one, else by their ordinals)."""
     lv = np.array([[_night_level(n, name, memory) for n, name in zip(nights, names, strict=True)]])
     exp, again = (np.array([[getattr(n, a) for n in nights]]) for a in ("expected", "rerun"))
-    return detect_series(lv, memory=memory, threshold=threshold, expected=exp, online=True,
-                         params=p, rerun=again, nights=_calendar(nights)[None, :]), lv[0]
+    return detect_series(
+        lv,
+        memory=memory,
+        threshold=threshold,
+        expected=exp,
+        online=True,
+        params=p,
+        rerun=again,
+        nights=_calendar(nights)[None, :],
+    ), lv[0]
 
 
 def _calendar(nights: Sequence[Night]) -> np.ndarray:
@@ -249,11 +271,13 @@ def _calendar(nights: Sequence[Night]) -> np.ndarray:
     (:func:`service.regressions.rules.night_clock`, which raises DetectionInputError for
     ordinals that decrease)."""
     dated = all(n.date is not None for n in nights)
-    t = np.array([[n.date.toordinal() if dated and n.date else n.night for n in nights]],
-                 dtype=float)
+    t = np.array(
+        [[n.date.toordinal() if dated and n.date else n.night for n in nights]], dtype=float
+    )
     again = np.array([[n.rerun for n in nights]])
-    return night_clock(np.ones_like(t), np.arange(t.shape[1])[None, :],
-                       np.array([t.shape[1]]), again, t)[0]
+    return night_clock(
+        np.ones_like(t), np.arange(t.shape[1])[None, :], np.array([t.shape[1]]), again, t
+    )[0]
 
 
 def _fmt_change(x: float) -> str:
@@ -293,12 +317,22 @@ def _run_reaches(y: np.ndarray, thr: float, p: DetectorParams) -> bool:
 
 
 def _assess(
-    nights: Sequence[Night], *, metric: str, threshold: float, dark: UnstableRule,
-    p: DetectorParams, raise_at: set[int], names: Sequence[str], confirming: bool = False,
+    nights: Sequence[Night],
+    *,
+    metric: str,
+    threshold: float,
+    dark: UnstableRule,
+    p: DetectorParams,
+    raise_at: set[int],
+    names: Sequence[str],
+    confirming: bool = False,
 ) -> Assessment:
     memory = _check_metric(metric)
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) \
-            or not 0 < threshold < 10:
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not 0 < threshold < 10
+    ):
         raise DetectionInputError(f"threshold: must be between 0 and 10, got {threshold!r}")
     flags, lv = _replay(nights, names, memory, threshold, p)
     value = float(lv[-1])
@@ -310,34 +344,59 @@ def _assess(
     k = window_nights(len(nights) - 1 - start, p)
     if not has_baseline(k, p):
         return _no_baseline(nights, flags, start, k, metric=metric, value=value, p=p)
-    out = _against_baseline(lv[start:], k, metric=metric, memory=memory, threshold=threshold,
-                            dark=dark, p=p, confirming=confirming)
+    out = _against_baseline(
+        lv[start:],
+        k,
+        metric=metric,
+        memory=memory,
+        threshold=threshold,
+        dark=dark,
+        p=p,
+        confirming=confirming,
+    )
     back = [f for f in flags if f.resumed_night == len(nights) - 1]
     if back:  # tonight is the last of the nights the series came back on
         f = back[-1]
         up = f.direction == "regression"
-        out = dataclasses.replace(out, back_from=nights[f.night].night if up else None, reason=(
-            f"{out.reason} Back from the {f.direction} of {_fmt_change(f.change)} raised on "
-            f"{nights[f.raised_night].label()} for {p.return_nights} nights: it did not "
-            "persist, and the baseline from before it resumes."))
+        out = dataclasses.replace(
+            out,
+            back_from=nights[f.night].night if up else None,
+            reason=(
+                f"{out.reason} Back from the {f.direction} of {_fmt_change(f.change)} raised on "
+                f"{nights[f.raised_night].label()} for {p.return_nights} nights: it did not "
+                "persist, and the baseline from before it resumes."
+            ),
+        )
     return out
 
 
-def _raised(f: Flag, nights: Sequence[Night], value: float, *, metric: str, memory: bool,
-            dark: UnstableRule) -> Assessment:
+def _raised(
+    f: Flag, nights: Sequence[Night], value: float, *, metric: str, memory: bool, dark: UnstableRule
+) -> Assessment:
     """The assessment of a change raised tonight (a persistent step or a drift)."""
     base = f.baseline
     regression = f.direction == "regression"
     what = "drift" if f.kind == "drift" else "step"
     p_txt = "" if f.p_value is None else f", p={f.p_value:.2g}"
-    reason = (f"{'Regression' if regression else 'Improvement'} ({what}) of "
-              f"{_fmt_change(f.change)} against a baseline of {_fmt_level(base, memory)} "
-              f"since {nights[f.night].label()}, {_persisting(nights, f.night)}{p_txt}.")
+    reason = (
+        f"{'Regression' if regression else 'Improvement'} ({what}) of "
+        f"{_fmt_change(f.change)} against a baseline of {_fmt_level(base, memory)} "
+        f"since {nights[f.night].label()}, {_persisting(nights, f.night)}{p_txt}."
+    )
     loud, why = dark.judge(f.change) if regression else (False, "")
     return Assessment(
-        verdict=f.direction, metric=metric, baseline=base, value=value,
-        change=_relative(value, base), p_value=f.p_value, alertable=loud,
-        reason=reason + why, confirmed=True, first_night=nights[f.night].night, step_change=f.change)
+        verdict=f.direction,
+        metric=metric,
+        baseline=base,
+        value=value,
+        change=_relative(value, base),
+        p_value=f.p_value,
+        alertable=loud,
+        reason=reason + why,
+        confirmed=True,
+        first_night=nights[f.night].night,
+        step_change=f.change,
+    )
 
 
 def _persisting(nights: Sequence[Night], first: int) -> str:
@@ -357,8 +416,16 @@ def _baseline_start(nights: Sequence[Night], flags: Sequence[Flag]) -> int:
     return max([start, *(f.night for f in flags if f.resumed_night is None)])
 
 
-def _no_baseline(nights: Sequence[Night], flags: Sequence[Flag], start: int, k: int, *,
-                 metric: str, value: float, p: DetectorParams) -> Assessment:
+def _no_baseline(
+    nights: Sequence[Night],
+    flags: Sequence[Flag],
+    start: int,
+    k: int,
+    *,
+    metric: str,
+    value: float,
+    p: DetectorParams,
+) -> Assessment:
     """``no_baseline``: fewer than ``p.min_baseline`` nights since the last reset, and why."""
     if start == 0:
         why = "the series is new"
@@ -367,14 +434,27 @@ def _no_baseline(nights: Sequence[Night], flags: Sequence[Flag], start: int, k: 
     else:
         why = f"the baseline restarted at {nights[start].label()}, after a raised step"
     return Assessment(
-        verdict="no_baseline", metric=metric, baseline=None, value=value, change=None,
-        p_value=None, alertable=False,
-        reason=f"No baseline: {why}; {k} of {p.min_baseline} earlier nights.")
+        verdict="no_baseline",
+        metric=metric,
+        baseline=None,
+        value=value,
+        change=None,
+        p_value=None,
+        alertable=False,
+        reason=f"No baseline: {why}; {k} of {p.min_baseline} earlier nights.",
+    )
 
 
 def _against_baseline(
-    seg: np.ndarray, k: int, *, metric: str, memory: bool, threshold: float, dark: UnstableRule,
-    p: DetectorParams, confirming: bool,
+    seg: np.ndarray,
+    k: int,
+    *,
+    metric: str,
+    memory: bool,
+    threshold: float,
+    dark: UnstableRule,
+    p: DetectorParams,
+    confirming: bool,
 ) -> Assessment:
     """Tonight (``seg[-1]``) against the median of the ``k`` nights before it: a candidate,
     unchanged, or (for a confirmation re-run) not reproduced."""
@@ -409,22 +489,40 @@ def _against_baseline(
     against = f"{_fmt_change(change)} against a baseline of {_fmt_level(base, memory)}"
     verdict, alertable = "unchanged", False
     if confirming:
-        reason = (f"Not reproduced: the re-run is at {against}, which does not confirm a "
-                  "persistent change.")
+        reason = (
+            f"Not reproduced: the re-run is at {against}, which does not confirm a "
+            "persistent change."
+        )
     elif up_candidate:
         (alertable, why), verdict = dark.judge(change), "regression"
-        reason = (f"Candidate regression: {against} over {k} nights; needs its confirmation "
-                  f"re-run or the next night.{why}")
+        reason = (
+            f"Candidate regression: {against} over {k} nights; needs its confirmation "
+            f"re-run or the next night.{why}"
+        )
     else:
         reason = f"Unchanged: {against} over {k} nights."
     return Assessment(
-        verdict=verdict, metric=metric, baseline=base, value=value, change=change, p_value=pval,
-        alertable=alertable, reason=reason, baseline_lower=lower, baseline_upper=upper)
+        verdict=verdict,
+        metric=metric,
+        baseline=base,
+        value=value,
+        change=change,
+        p_value=pval,
+        alertable=alertable,
+        reason=reason,
+        baseline_lower=lower,
+        baseline_upper=upper,
+    )
 
 
 def assess_night(
-    history: Sequence[Night], tonight: Night, *, metric: str, threshold: float = 0.07,
-    unstable: bool = False, params: DetectorParams = DEFAULT_PARAMS,
+    history: Sequence[Night],
+    tonight: Night,
+    *,
+    metric: str,
+    threshold: float = 0.07,
+    unstable: bool = False,
+    params: DetectorParams = DEFAULT_PARAMS,
     unstable_spread: float | None = None,
 ) -> Assessment:
     """Assess tonight's night of one series against its baseline.
@@ -462,13 +560,25 @@ def assess_night(
     nights = [*history, tonight]
     names = [f"history[{i}]" for i in range(len(history))] + ["tonight"]
     dark = UnstableRule(unstable, unstable_spread, threshold, params.unstable_beyond)
-    return _assess(nights, metric=metric, threshold=threshold, dark=dark, p=params,
-                   raise_at={len(nights) - 1}, names=names)
+    return _assess(
+        nights,
+        metric=metric,
+        threshold=threshold,
+        dark=dark,
+        p=params,
+        raise_at={len(nights) - 1},
+        names=names,
+    )
 
 
 def confirm(
-    history: Sequence[Night], tonight: Night, rerun: Night, *, metric: str,
-    threshold: float = 0.07, params: DetectorParams = DEFAULT_PARAMS,
+    history: Sequence[Night],
+    tonight: Night,
+    rerun: Night,
+    *,
+    metric: str,
+    threshold: float = 0.07,
+    params: DetectorParams = DEFAULT_PARAMS,
 ) -> Assessment:
     """Judge a confirmation re-run of tonight's build.
 
@@ -495,6 +605,13 @@ def confirm(
     again = Night(tonight.night, tuple(rerun.samples), rerun=True, date=tonight.date)
     nights = [*history, tonight, again]
     names = [f"history[{i}]" for i in range(len(history))] + ["tonight", "rerun"]
-    return _assess(nights, metric=metric, threshold=threshold, dark=STABLE, p=params,
-                   raise_at={len(nights) - 2, len(nights) - 1}, names=names, confirming=True)
-
+    return _assess(
+        nights,
+        metric=metric,
+        threshold=threshold,
+        dark=STABLE,
+        p=params,
+        raise_at={len(nights) - 2, len(nights) - 1},
+        names=names,
+        confirming=True,
+    )

@@ -32,7 +32,9 @@ def _threshold_for(doc_thr: Any, series: Mapping[str, Any], metric: str, where: 
     return float(thr)
 
 
-def parse_series(doc: Mapping[str, Any]) -> list[tuple[str, bool, float, list[int], list[float], list[bool]]]:
+def parse_series(
+    doc: Mapping[str, Any],
+) -> list[tuple[str, bool, float, list[int], list[float], list[bool]]]:
     """Check and read a detection document (``detect_document``'s input).
 
     Returns:
@@ -73,8 +75,9 @@ def _parse_one_series(s: Any, where: str, doc_thr: Any):
     levels: list[float] = []
     expected: list[bool] = []
     for j, n in enumerate(nights):
-        night, level, exp = _parse_night(n, f"{where}.nights[{j}]", memory,
-                                         ordinals[-1] if ordinals else None)
+        night, level, exp = _parse_night(
+            n, f"{where}.nights[{j}]", memory, ordinals[-1] if ordinals else None
+        )
         ordinals.append(night)
         levels.append(level)
         expected.append(exp)
@@ -91,15 +94,19 @@ def _parse_night(n: Any, nw: str, memory: bool, previous: int | None) -> tuple[i
     if previous is not None and night <= previous:
         raise DetectionInputError(f"{nw}.night: nights must be increasing (oldest first)")
     samples = n.get("samples")
-    if not isinstance(samples, list) or not samples or not all(
-        isinstance(x, int | float) and not isinstance(x, bool) for x in samples
+    if (
+        not isinstance(samples, list)
+        or not samples
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in samples)
     ):
         raise DetectionInputError(f"{nw}.samples: expected a non-empty list of numbers")
     # Plain Python: per-night numpy calls would dominate on large exports.
     low = min(samples)
     if not all(math.isfinite(x) for x in samples) or (low < 0 if memory else low <= 0):
-        raise DetectionInputError(f"{nw}.samples: " + (
-            "bytes must be finite and >= 0" if memory else "latency must be finite, > 0"))
+        raise DetectionInputError(
+            f"{nw}.samples: "
+            + ("bytes must be finite and >= 0" if memory else "latency must be finite, > 0")
+        )
     exp = n.get("expected", False)
     if not isinstance(exp, bool):
         raise DetectionInputError(f"{nw}.expected: expected true or false")
@@ -151,17 +158,25 @@ def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
         expected[i, : len(ex)] = ex
         clock[i, : len(ordinals)] = ordinals
     flags = detect_series(
-        levels, memory=np.array([p[1] for p in parsed]),
-        threshold=np.array([p[2] for p in parsed]), expected=expected, online=online,
-        nights=clock)
+        levels,
+        memory=np.array([p[1] for p in parsed]),
+        threshold=np.array([p[2] for p in parsed]),
+        expected=expected,
+        online=online,
+        nights=clock,
+    )
     out = []
     for f in flags:
         sid, memory, _, ordinals, _, _ = parsed[f.series]
-        out.append({
-            "id": sid, "night": ordinals[f.night], "raised_night": ordinals[f.raised_night],
-            "direction": f.direction, "change": round(f.change, 6),
-            "p_value": None if memory or f.p_value is None else float(f"{f.p_value:.6g}"),
-            "resumed_night": (None if f.resumed_night is None
-                              else ordinals[f.resumed_night]),
-        })
+        out.append(
+            {
+                "id": sid,
+                "night": ordinals[f.night],
+                "raised_night": ordinals[f.raised_night],
+                "direction": f.direction,
+                "change": round(f.change, 6),
+                "p_value": None if memory or f.p_value is None else float(f"{f.p_value:.6g}"),
+                "resumed_night": (None if f.resumed_night is None else ordinals[f.resumed_night]),
+            }
+        )
     return {"flags": out}

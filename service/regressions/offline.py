@@ -40,8 +40,11 @@ def _offline_pass(y, lengths, thr, memory, p: DetectorParams):
         nxt = np.concatenate([y[:, 1:], np.full((rows_n, 1), np.nan)], axis=1)
         first2_lo = np.fmin(y, nxt) - level
         first2_hi = np.fmax(y, nxt) - level
-        screen = valid & (np.abs(est) >= least[:, None]) & np.where(
-            est > 0, first2_lo >= 0.5 * est, first2_hi <= 0.5 * est)
+        screen = (
+            valid
+            & (np.abs(est) >= least[:, None])
+            & np.where(est > 0, first2_lo >= 0.5 * est, first2_hi <= 0.5 * est)
+        )
     # The noise only where the screen lets a change through.
     r, j = np.nonzero(screen)
     noise = np.zeros(y.shape)
@@ -56,15 +59,15 @@ def _offline_pass(y, lengths, thr, memory, p: DetectorParams):
     # would follow the noise estimate's own wobble.
     score = np.where(reg | imp, np.abs(est), -np.inf)
     half = max(w // 2, 1)
-    peak = ndimage.maximum_filter1d(score, size=2 * half + 1, axis=1, mode="constant",
-                                    cval=-np.inf)
+    peak = ndimage.maximum_filter1d(score, size=2 * half + 1, axis=1, mode="constant", cval=-np.inf)
     # Ties on a plateau: keep the earliest night of the plateau.
     left = np.concatenate([np.full((rows_n, 1), -np.inf), score[:, :-1]], axis=1)
     keep = np.isfinite(score) & (score >= peak) & (left < score)
     r, j = np.nonzero(keep)
     up = reg[r, j]
-    j = _refine(y, lengths, r, j, level[r, j], fwd[r, j], half, np.where(up[:, None],
-                reg[r], imp[r]))
+    j = _refine(
+        y, lengths, r, j, level[r, j], fwd[r, j], half, np.where(up[:, None], reg[r], imp[r])
+    )
     # Two peaks of one plateau may settle on the same night.
     _, once = np.unique(r * cols + j, return_index=True)
     r, j, up = r[once], j[once], up[once]
@@ -74,8 +77,9 @@ def _offline_pass(y, lengths, thr, memory, p: DetectorParams):
     found = [Found(r, j, j, up, pv, np.zeros(r.size, dtype=bool), j - kb_s, kb_s, j, kf_s)]
     if p.drift:
         found.append(_offline_drift(y, lengths, r, j, fwd, thr, memory, p))
-    return Found(*(np.concatenate([getattr(f, name) for f in found])
-                    for name in Found.__dataclass_fields__))
+    return Found(
+        *(np.concatenate([getattr(f, name) for f in found]) for name in Found.__dataclass_fields__)
+    )
 
 
 def _forward_median(y, lengths, level_padded, w):
@@ -119,8 +123,9 @@ def _refine(y, lengths, rows, cols, before, after, half, allowed):
     low = ~high & inside
     # cost(split at offset i) = high nights before i + low nights from i on
     high_before = np.concatenate([np.zeros((rows.size, 1)), np.cumsum(high, axis=1)], axis=1)
-    low_after = np.concatenate([np.cumsum(low[:, ::-1], axis=1)[:, ::-1],
-                                np.zeros((rows.size, 1))], axis=1)
+    low_after = np.concatenate(
+        [np.cumsum(low[:, ::-1], axis=1)[:, ::-1], np.zeros((rows.size, 1))], axis=1
+    )
     cost = (high_before + low_after)[:, :-1]
     ok = inside & np.take_along_axis(allowed, np.clip(idx, 0, y.shape[1] - 1), axis=1)
     cost = np.where(ok, cost + np.abs(offs)[None, :] / (4.0 * half + 4.0), np.inf)
@@ -151,20 +156,35 @@ def _offline_drift(y, lengths, cp_rows, cp_cols, fwd, thr, memory, p):
     cut = cutoff(thr[rows], se, p, drift=True)
     up = est > 0
     cand = np.abs(est) >= cut
-    ok, pv = significant(y, rows, ends - w, np.full(rows.size, w), starts,
-                          np.full(rows.size, w), up, memory, nz, p, w)
+    ok, pv = significant(
+        y,
+        rows,
+        ends - w,
+        np.full(rows.size, w),
+        starts,
+        np.full(rows.size, w),
+        up,
+        memory,
+        nz,
+        p,
+        w,
+    )
     sel = cand & ok
     rows, starts, ends, est, pv, h, up = (a[sel] for a in (rows, starts, ends, est, pv, h, up))
     # The drift's night: where the forward level first crosses half of the change.
     col = np.arange(y.shape[1])[None, :]
     inside = (col >= starts[:, None]) & (col <= (ends - w)[:, None])
-    crossed = np.where(up[:, None], fwd[rows] - h[:, None] >= 0.5 * est[:, None],
-                       fwd[rows] - h[:, None] <= 0.5 * est[:, None])
+    crossed = np.where(
+        up[:, None],
+        fwd[rows] - h[:, None] >= 0.5 * est[:, None],
+        fwd[rows] - h[:, None] <= 0.5 * est[:, None],
+    )
     first = np.argmax(inside & crossed, axis=1)
     full = np.full(rows.size, w)
     # The new level is the stretch's last window.
-    return Found(rows, first, first, up, pv, np.ones(rows.size, dtype=bool), starts, full,
-                  ends - w, full)
+    return Found(
+        rows, first, first, up, pv, np.ones(rows.size, dtype=bool), starts, full, ends - w, full
+    )
 
 
 def offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p):
@@ -174,7 +194,18 @@ def offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p):
         rs, st = seg_rows[c0 : c0 + CHUNK], seg_starts[c0 : c0 + CHUNK]
         ym, lengths = segment_matrix(y, rs, st, seg_ends[c0 : c0 + CHUNK])
         f = _offline_pass(ym, lengths, thr[rs], mem[rs], p)
-        out.append(Found(rs[f.rows], st[f.rows] + f.first, st[f.rows] + f.raised, f.up,
-                          f.pval, f.drift, st[f.rows] + f.base_start, f.base_size,
-                          st[f.rows] + f.post_start, f.post_size))
+        out.append(
+            Found(
+                rs[f.rows],
+                st[f.rows] + f.first,
+                st[f.rows] + f.raised,
+                f.up,
+                f.pval,
+                f.drift,
+                st[f.rows] + f.base_start,
+                f.base_size,
+                st[f.rows] + f.post_start,
+                f.post_size,
+            )
+        )
     return out

@@ -34,17 +34,29 @@ def paired_results(session: Session, *, confirm_run: Run, regression: Regression
     """The previous night's build's processes measured beside ``confirm_run`` for the benchmark
     and metric of ``regression``: one result per paired round that measured it, errors and
     empty results left out, in round order."""
-    stmt = (select(Result, Run.options).join(Run, Run.id == Result.run_id)
-            .where(Run.parent_run_id == confirm_run.id, Run.kind == RunKind.REPLICATE,
-                   Result.model == regression.model, Result.mode == regression.mode,
-                   Result.device == regression.device, Result.compiler == regression.compiler,
-                   Result.metric == regression.metric, Result.error.is_(None))
-            .order_by(Result.run_id))
+    stmt = (
+        select(Result, Run.options)
+        .join(Run, Run.id == Result.run_id)
+        .where(
+            Run.parent_run_id == confirm_run.id,
+            Run.kind == RunKind.REPLICATE,
+            Result.model == regression.model,
+            Result.mode == regression.mode,
+            Result.device == regression.device,
+            Result.compiler == regression.compiler,
+            Result.metric == regression.metric,
+            Result.error.is_(None),
+        )
+        .order_by(Result.run_id)
+    )
     return [r for r, options in session.execute(stmt) if is_paired_round(options) and r.samples]
 
 
 def previous_build_level(
-    session: Session, *, confirm_run: Run, regression: Regression,
+    session: Session,
+    *,
+    confirm_run: Run,
+    regression: Regression,
 ) -> tuple[float, int] | None:
     """The previous night's build's level beside ``confirm_run`` for ``regression``'s benchmark
     and metric: ``(median of its per-process medians, processes)`` (ms or bytes), or None when
@@ -57,7 +69,12 @@ def previous_build_level(
 
 
 def judged_rerun(
-    session: Session, *, confirm_run: Run, regression: Regression, rerun: Night, processes: int,
+    session: Session,
+    *,
+    confirm_run: Run,
+    regression: Regression,
+    rerun: Night,
+    processes: int,
 ) -> tuple[Night, str]:
     """The re-run as detection judges it, and the words for the regression's reason.
 
@@ -80,16 +97,20 @@ def judged_rerun(
         return rerun, ""
     previous = previous_build_level(session, confirm_run=confirm_run, regression=regression)
     if previous is None:
-        return rerun, (f" The previous night's build ({spec}) could not be measured beside the "
-                       "re-run; it was judged unpaired.")
+        return rerun, (
+            f" The previous night's build ({spec}) could not be measured beside the "
+            "re-run; it was judged unpaired."
+        )
     before, beside = previous
     tonight = float(statistics.median(rerun.samples))
     scale = regression.baseline / before
-    words = (f" The previous night's build ({spec}) was measured beside the re-run, in turns: "
-             f"tonight's build {tonight:.2f} ms ({_count(processes)}) against {before:.2f} ms "
-             f"({_count(beside)}), {tonight / before - 1:+.1%}; the re-run was judged at "
-             f"the baseline's {regression.baseline:.2f} ms times that ratio, so what the host "
-             "did to both builds that evening cancels.")
+    words = (
+        f" The previous night's build ({spec}) was measured beside the re-run, in turns: "
+        f"tonight's build {tonight:.2f} ms ({_count(processes)}) against {before:.2f} ms "
+        f"({_count(beside)}), {tonight / before - 1:+.1%}; the re-run was judged at "
+        f"the baseline's {regression.baseline:.2f} ms times that ratio, so what the host "
+        "did to both builds that evening cancels."
+    )
     return dataclasses.replace(rerun, samples=tuple(v * scale for v in rerun.samples)), words
 
 

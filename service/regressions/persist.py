@@ -32,8 +32,7 @@ def short_baseline_cut(cut, rows, ref, est, thr, p: DetectorParams, hist) -> np.
     pre = before[origin[rows], np.clip(offset[rows], 0, before.shape[1] - 1)]
     with np.errstate(invalid="ignore"):
         beyond = np.where(est > 0, ref + est - pre >= thr, pre - ref - est >= thr)
-    return np.where((offset[rows] > 0) & beyond, np.maximum(cut, p.short_run_factor * thr),
-                    np.inf)
+    return np.where((offset[rows] > 0) & beyond, np.maximum(cut, p.short_run_factor * thr), np.inf)
 
 
 def outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray:
@@ -69,8 +68,9 @@ def outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray
     # Runs of more than ``excursion_cap`` nights with data (re-runs not counted) always
     # outlast: a step waits one night with data at most.
     alpha = np.where(up, p.excursion_alpha, p.improvement_alpha)
-    return ((nights > np.minimum(longest, p.excursion_cap))
-            & ((with_data > p.excursion_cap) | (rate**m <= alpha)))
+    return (nights > np.minimum(longest, p.excursion_cap)) & (
+        (with_data > p.excursion_cap) | (rate**m <= alpha)
+    )
 
 
 def came_back(y, rows, starts, ends, found, p: DetectorParams) -> np.ndarray:
@@ -112,8 +112,7 @@ def came_back(y, rows, starts, ends, found, p: DetectorParams) -> np.ndarray:
     return np.where(back.all(axis=1) & live & ~found.drift, found.raised + k, -1)
 
 
-def located_first(y, rows, s, m, up, level, kind, s_min, clock,
-                  p: DetectorParams) -> np.ndarray:
+def located_first(y, rows, s, m, up, level, kind, s_min, clock, p: DetectorParams) -> np.ndarray:
     """The first night of each raised run ``[s, s + m)`` of segment row ``rows``: ``s``, or
     two nights earlier when the night before the run came out back at the old level and the
     night before that stood at the new one.
@@ -139,6 +138,11 @@ def located_first(y, rows, s, m, up, level, kind, s_min, clock,
         low = np.where(up, back1 < 0.5 * est, back1 > 0.5 * est)
         high = np.abs(back2 - est) <= 0.5 * np.abs(est)  # at the run's level, not far beyond
         nights = clock[rows, s] - clock[rows, np.clip(s - 2, 0, None)]
-    ok = ((kind == 0) & (s - 2 >= np.maximum(s_min[rows], p.min_baseline)) & low & high
-          & (nights == 2))
+    ok = (
+        (kind == 0)
+        & (s - 2 >= np.maximum(s_min[rows], p.min_baseline))
+        & low
+        & high
+        & (nights == 2)
+    )
     return np.where(ok, s - 2, s)

@@ -75,8 +75,7 @@ def mann_whitney_greater(post: Sequence[float], base: Sequence[float]) -> float:
     p = np.asarray(post, dtype=float)
     b = np.asarray(base, dtype=float)
     if not (1 <= p.size <= MWU_MAX and 1 <= b.size <= MWU_MAX):
-        raise DetectionInputError(
-            f"samples: Mann-Whitney needs 1 to {MWU_MAX} values on each side")
+        raise DetectionInputError(f"samples: Mann-Whitney needs 1 to {MWU_MAX} values on each side")
     u = float((p[:, None] > b[None, :]).sum() + 0.5 * (p[:, None] == b[None, :]).sum())
     return float(mwu_tail(MWU_MAX, MWU_MAX)[p.size, b.size, int(math.floor(u))])
 
@@ -175,5 +174,3 @@ def envelope(base: np.ndarray, tol: np.ndarray, upper: bool) -> np.ndarray:
     env = cand.max(axis=1) if upper else cand.min(axis=1)
     plain = np.nanmax(base, axis=1) if upper else np.nanmin(base, axis=1)
     return np.where(np.isfinite(env), env, plain)
-
-

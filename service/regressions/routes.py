@@ -28,23 +28,52 @@ router = APIRouter(tags=["regressions"])
 def regression_payloads(session: Session, regressions: list[Regression]) -> list[dict[str, Any]]:
     """Regressions as ``RegressionRead`` dicts, with nights, culprits and bisections."""
     ids = [r.id for r in regressions]
-    nights = dict(session.execute(select(Run.id, Run.night).where(
-        Run.id.in_({r.run_id for r in regressions}))).all()) if regressions else {}
+    nights = (
+        dict(
+            session.execute(
+                select(Run.id, Run.night).where(Run.id.in_({r.run_id for r in regressions}))
+            ).all()
+        )
+        if regressions
+        else {}
+    )
     culprits = culprits_for_regressions(session, ids)
     bisections = bisections_for_regressions(session, ids)
-    return [{
-        "id": r.id, "run_id": r.run_id, "night": nights.get(r.run_id),
-        "first_night": r.first_night or nights.get(r.run_id), "alert_id": r.alert_id,
-        "series_key": r.series_key, "benchmark": r.benchmark, "model": r.model, "mode": r.mode,
-        "device": r.device, "compiler": r.compiler, "metric": r.metric, "unit": r.unit,
-        "direction": r.direction, "baseline": r.baseline, "value": r.value, "change": r.change,
-        "p_value": r.p_value, "threshold": r.threshold, "alertable": r.alertable,
-        "confirmation": r.confirmation, "state": r.state, "reason": r.reason,
-        "culprit": culprits.get(r.id), "bisection_ids": bisections.get(r.id, []),
-        "back_night": r.back_night, "back_reason": r.back_reason,
-        "created_at": r.created_at, "updated_at": r.updated_at,
-        "chart_url": url(f"/api/models/{r.model}/history.svg", series=r.series_key),
-    } for r in regressions]
+    return [
+        {
+            "id": r.id,
+            "run_id": r.run_id,
+            "night": nights.get(r.run_id),
+            "first_night": r.first_night or nights.get(r.run_id),
+            "alert_id": r.alert_id,
+            "series_key": r.series_key,
+            "benchmark": r.benchmark,
+            "model": r.model,
+            "mode": r.mode,
+            "device": r.device,
+            "compiler": r.compiler,
+            "metric": r.metric,
+            "unit": r.unit,
+            "direction": r.direction,
+            "baseline": r.baseline,
+            "value": r.value,
+            "change": r.change,
+            "p_value": r.p_value,
+            "threshold": r.threshold,
+            "alertable": r.alertable,
+            "confirmation": r.confirmation,
+            "state": r.state,
+            "reason": r.reason,
+            "culprit": culprits.get(r.id),
+            "bisection_ids": bisections.get(r.id, []),
+            "back_night": r.back_night,
+            "back_reason": r.back_reason,
+            "created_at": r.created_at,
+            "updated_at": r.updated_at,
+            "chart_url": url(f"/api/models/{r.model}/history.svg", series=r.series_key),
+        }
+        for r in regressions
+    ]
 
 
 @router.get("/api/regressions", response_model=RegressionsPage, responses=errors(422))
@@ -58,8 +87,12 @@ def list_regressions(
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Regressions and improvements, newest first; ``since`` filters on the run's night."""
-    stmt = (select(Regression).join(Run, Run.id == Regression.run_id)
-            .order_by(Regression.id.desc()).limit(limit + 1))
+    stmt = (
+        select(Regression)
+        .join(Run, Run.id == Regression.run_id)
+        .order_by(Regression.id.desc())
+        .limit(limit + 1)
+    )
     if state is not None:
         stmt = stmt.where(Regression.state == state)
     if since is not None:
@@ -73,21 +106,28 @@ def list_regressions(
     rows = list(session.scalars(stmt))
     more = len(rows) > limit
     rows = rows[:limit]
-    return {"items": regression_payloads(session, rows),
-            "next_cursor": rows[-1].id if more else None}
+    return {
+        "items": regression_payloads(session, rows),
+        "next_cursor": rows[-1].id if more else None,
+    }
 
 
-@router.get("/api/regressions/{regression_id}", response_model=RegressionRead,
-            responses=errors(404, 422))
+@router.get(
+    "/api/regressions/{regression_id}", response_model=RegressionRead, responses=errors(404, 422)
+)
 def read_regression(regression_id: Id, session: SessionDep) -> dict[str, Any]:
     """One regression or improvement."""
     return regression_payloads(session, [get_regression(session, regression_id)])[0]
 
 
-@router.patch("/api/regressions/{regression_id}", response_model=RegressionRead,
-              responses=errors(400, 401, 404, 422))
-def triage(regression_id: Id, body: RegressionPatch, session: SessionDep,
-           token: TokenDep) -> dict[str, Any]:
+@router.patch(
+    "/api/regressions/{regression_id}",
+    response_model=RegressionRead,
+    responses=errors(400, 401, 404, 422),
+)
+def triage(
+    regression_id: Id, body: RegressionPatch, session: SessionDep, token: TokenDep
+) -> dict[str, Any]:
     """Set the triage state (``expected`` resets the series' baseline there). Needs a token."""
     regression = set_state(session, regression_id=regression_id, state=body.state)
     return regression_payloads(session, [regression])[0]
@@ -102,7 +142,12 @@ def read_alert(alert_id: Id, session: SessionDep) -> dict[str, Any]:
     run = session.get(Run, alert.run_id)
     regressions = list_alert_regressions(session, alert_id=alert_id)
     return {
-        "id": alert.id, "run_id": alert.run_id, "night": run.night if run else None,
-        "kind": alert.kind, "status": alert.status, "summary": alert.summary,
-        "created_at": alert.created_at, "regressions": regression_payloads(session, regressions),
+        "id": alert.id,
+        "run_id": alert.run_id,
+        "night": run.night if run else None,
+        "kind": alert.kind,
+        "status": alert.status,
+        "summary": alert.summary,
+        "created_at": alert.created_at,
+        "regressions": regression_payloads(session, regressions),
     }

@@ -113,18 +113,26 @@ class DetectorParams:
     return_nights: int = 3
 
     def __post_init__(self) -> None:
-        if not (2 <= self.min_run_baseline and 2 <= self.min_baseline <= self.window <= MWU_MAX
-                and 2 <= self.max_run <= 16 and self.short_run_factor >= 1
-                and 2 <= self.drift_nights <= self.window and self.excursion_look >= 0
-                and self.excursion_cap >= 0 and 0 < self.excursion_alpha <= 1
-                and 0 < self.improvement_alpha <= 1 and self.unstable_beyond >= 0
-                and self.return_nights >= 0):
+        if not (
+            2 <= self.min_run_baseline
+            and 2 <= self.min_baseline <= self.window <= MWU_MAX
+            and 2 <= self.max_run <= 16
+            and self.short_run_factor >= 1
+            and 2 <= self.drift_nights <= self.window
+            and self.excursion_look >= 0
+            and self.excursion_cap >= 0
+            and 0 < self.excursion_alpha <= 1
+            and 0 < self.improvement_alpha <= 1
+            and self.unstable_beyond >= 0
+            and self.return_nights >= 0
+        ):
             raise DetectionInputError(
                 f"params: need 2 <= min_run_baseline, 2 <= min_baseline <= window <= {MWU_MAX}, "
                 "2 <= max_run <= 16, short_run_factor >= 1, "
                 "2 <= drift_nights <= window, excursion_look >= 0, excursion_cap >= 0 and "
                 "0 < excursion_alpha <= 1, 0 < improvement_alpha <= 1, unstable_beyond >= 0 "
-                "and return_nights >= 0")
+                "and return_nights >= 0"
+            )
 
     @property
     def run_baseline(self) -> int:
@@ -215,8 +223,13 @@ def quartile_nights(post: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def new_level(
-    base: np.ndarray, low: np.ndarray, high: np.ndarray, change: np.ndarray, up: np.ndarray,
-    memory: np.ndarray, p: DetectorParams,
+    base: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    change: np.ndarray,
+    up: np.ndarray,
+    memory: np.ndarray,
+    p: DetectorParams,
 ) -> np.ndarray:
     """Whether each run's level is new to its baseline (the ``visited`` rule).
 
@@ -242,8 +255,9 @@ def new_level(
     """
     with np.errstate(invalid="ignore"):
         quarter = 0.25 * np.abs(change)
-        reach = np.where(up[:, None], base >= (low - quarter)[:, None],
-                         base <= (high + quarter)[:, None])
+        reach = np.where(
+            up[:, None], base >= (low - quarter)[:, None], base <= (high + quarter)[:, None]
+        )
         at_level = (base >= (low - quarter)[:, None]) & (base <= (high + quarter)[:, None])
     modes = memory & multimodal(base)
     near = np.where(modes[:, None], at_level, reach)
@@ -331,9 +345,17 @@ def multimodal(base: np.ndarray) -> np.ndarray:
 
 
 def significant(
-    y: np.ndarray, rows: np.ndarray, post_start: np.ndarray, post_size: np.ndarray,
-    base_start: np.ndarray, base_size: np.ndarray, up: np.ndarray, memory: np.ndarray,
-    noise: np.ndarray, p: DetectorParams, width: int,
+    y: np.ndarray,
+    rows: np.ndarray,
+    post_start: np.ndarray,
+    post_size: np.ndarray,
+    base_start: np.ndarray,
+    base_size: np.ndarray,
+    up: np.ndarray,
+    memory: np.ndarray,
+    noise: np.ndarray,
+    p: DetectorParams,
+    width: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Significance of candidate runs: (passes, p-value with NaN for memory).
 
@@ -394,8 +416,13 @@ class Found:
     post_size: np.ndarray
 
 
-def night_clock(levels: np.ndarray, order: np.ndarray, lengths: np.ndarray,
-                rerun: np.ndarray | None, nights: np.ndarray | None) -> np.ndarray:
+def night_clock(
+    levels: np.ndarray,
+    order: np.ndarray,
+    lengths: np.ndarray,
+    rerun: np.ndarray | None,
+    nights: np.ndarray | None,
+) -> np.ndarray:
     """The night each compacted night was measured on: the clock by which a run's length is
     held against the series' excursions (``DetectorParams.excursion_look``).
 
@@ -422,7 +449,7 @@ def night_clock(levels: np.ndarray, order: np.ndarray, lengths: np.ndarray,
             along a series' nights with data.
     """
     col = np.broadcast_to(np.arange(levels.shape[1]), levels.shape)
-    clock = (col.astype(np.float32) if nights is None else np.asarray(nights, dtype=float))
+    clock = col.astype(np.float32) if nights is None else np.asarray(nights, dtype=float)
     if clock.shape != levels.shape:
         raise DetectionInputError(f"nights: expected shape {levels.shape}, got {clock.shape}")
     if rerun is not None:
@@ -441,7 +468,8 @@ def night_clock(levels: np.ndarray, order: np.ndarray, lengths: np.ndarray,
         r, j = np.argwhere(bad)[0]
         raise DetectionInputError(
             f"nights: series {r} column {order[r, j]} is {float(c[r, j])!r}; night ordinals must "
-            "be finite and must not decrease along a series")
+            "be finite and must not decrease along a series"
+        )
     return c
 
 

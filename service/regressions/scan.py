@@ -42,8 +42,15 @@ from service.regressions.rules import (
     to_log,
 )
 
-__all__ = ["DEFAULT_PARAMS", "MEDIAN_VAR", "DetectorParams", "Flag", "detect_series", "from_log",
-           "to_log"]
+__all__ = [
+    "DEFAULT_PARAMS",
+    "MEDIAN_VAR",
+    "DetectorParams",
+    "Flag",
+    "detect_series",
+    "from_log",
+    "to_log",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,12 +79,14 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
         lo, hi = quartile_nights(post)
     # A step's noise is pooled from its baseline and its run; a drift's run is a ramp, whose
     # successive differences are the drift itself: its noise is the anchor window's.
-    noise = np.where(kind == 0, pooled_noise(y, rows, b0, k, s, m, p, memory),
-                     window_noise(y, rows, b0, k, p, memory))
+    noise = np.where(
+        kind == 0,
+        pooled_noise(y, rows, b0, k, s, m, p, memory),
+        window_noise(y, rows, b0, k, p, memory),
+    )
     # Multimodal peak memory: the jumps between its modes are not noise (the envelope and new
     # level rules judge them); its noise is the jitter inside a level.
-    noise = np.where(memory[rows] & multimodal(gather(y, rows, b0, k, p.window)), MODE_SAME,
-                     noise)
+    noise = np.where(memory[rows] & multimodal(gather(y, rows, b0, k, p.window)), MODE_SAME, noise)
     se = noise * np.sqrt(MEDIAN_VAR * (1.0 / m + 1.0 / k))
     cut = np.where(kind == 1, cutoff(thr[rows], se, p, drift=True), cutoff(thr[rows], se, p))
     # Online, a raised step is held to the threshold itself: an alert reading "+6%" under a
@@ -85,8 +94,11 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     # a change point is located with both sides known) let 3% steps with heavy-tailed nights
     # through on week-long runs.
     cut = np.where(kind == 0, np.maximum(cut, thr[rows]), cut)
-    cut = np.where((kind == 0) & (k < p.min_baseline),
-                   short_baseline_cut(cut, rows, ref, est, thr[rows], p, hist), cut)
+    cut = np.where(
+        (kind == 0) & (k < p.min_baseline),
+        short_baseline_cut(cut, rows, ref, est, thr[rows], p, hist),
+        cut,
+    )
     up = est > 0
     ok = (np.abs(est) >= cut) & np.where(up, lo - ref >= 0.5 * est, hi - ref <= 0.5 * est)
     # A step's first night is itself at the new level: the quartile rule must not let a run
@@ -98,22 +110,30 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     # makes a step wait for its third night; two nights at +15% do not hold up a +95% step.
     step = np.nonzero(ok & (kind == 0) & ~memory[rows])[0]
     if step.size and p.excursion_look:
-        dist = np.fmax(np.maximum(thr[rows[step]], 3.0 * noise[step]),
-                       0.5 * np.where(up[step], lo[step] - ref[step], ref[step] - hi[step]))
+        dist = np.fmax(
+            np.maximum(thr[rows[step]], 3.0 * noise[step]),
+            0.5 * np.where(up[step], lo[step] - ref[step], ref[step] - hi[step]),
+        )
         ok[step] &= outlasts(rows[step], s[step], m[step], up[step], dist, p, hist, rerun)
     pval = np.full(rows.size, np.nan)
     idx = np.nonzero(ok)[0]
     if idx.size:
-        sig, pv = significant(y, rows[idx], s[idx], m[idx], b0[idx], k[idx], up[idx], memory,
-                               noise[idx], p, width)
+        sig, pv = significant(
+            y, rows[idx], s[idx], m[idx], b0[idx], k[idx], up[idx], memory, noise[idx], p, width
+        )
         ok[idx] = sig
         pval[idx] = pv
     return ok, up, pval
 
 
 def _screen(
-    y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray, p: DetectorParams,
-    level: np.ndarray, anchor: np.ndarray,
+    y: np.ndarray,
+    lengths: np.ndarray,
+    n_min: np.ndarray,
+    thr: np.ndarray,
+    p: DetectorParams,
+    level: np.ndarray,
+    anchor: np.ndarray,
 ) -> np.ndarray:
     """(series, nights) mask of the nights that may raise: a superset of the flags, cheap.
 
@@ -147,16 +167,26 @@ def _screen(
         # A drift needs the median of the last drift_nights nights beyond the threshold.
         med = run_median(y, p.drift_nights)
         with np.errstate(invalid="ignore"):
-            screen |= ((np.abs(med - anchor[:, None]) >= thr[:, None])
-                       & (col - p.drift_nights + 1 >= 2 * p.window))
+            screen |= (np.abs(med - anchor[:, None]) >= thr[:, None]) & (
+                col - p.drift_nights + 1 >= 2 * p.window
+            )
     live = (col[None, :] < lengths[:, None]) & (col[None, :] > n_min[:, None])
     return screen & live
 
 
 def _judge_first(
-    y: np.ndarray, level: np.ndarray, anchor: np.ndarray, r: np.ndarray, n: np.ndarray,
-    combos: list[tuple[int, int]], thr: np.ndarray, memory: np.ndarray, p: DetectorParams,
-    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None, s_min: np.ndarray,
+    y: np.ndarray,
+    level: np.ndarray,
+    anchor: np.ndarray,
+    r: np.ndarray,
+    n: np.ndarray,
+    combos: list[tuple[int, int]],
+    thr: np.ndarray,
+    memory: np.ndarray,
+    p: DetectorParams,
+    hist: tuple[np.ndarray, ...],
+    rerun: np.ndarray | None,
+    s_min: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``, its
     run starting at night ``s_min[r]`` or later.
@@ -173,15 +203,15 @@ def _judge_first(
         # A latency step may stand on three nights since a reset, peak memory (judged by its
         # envelope, with no p-value to hold a short baseline back) on ``min_baseline``.
         least = np.where(memory[r[todo]], p.min_baseline, p.run_baseline)
-        valid = ((n[todo] - run_m + 1 >= (least if run_kind == 0 else 2 * p.window))
-                 & (n[todo] - run_m + 1 >= s_min[r[todo]]))
+        valid = (n[todo] - run_m + 1 >= (least if run_kind == 0 else 2 * p.window)) & (
+            n[todo] - run_m + 1 >= s_min[r[todo]]
+        )
         todo = todo[valid]
         if todo.size == 0:
             continue
         mm = np.full(todo.size, run_m)
         kk = np.full(todo.size, run_kind)
-        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p, hist,
-                            rerun)
+        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p, hist, rerun)
         best[todo[ok]] = i
         best_up[todo[ok]] = up[ok]
         best_pv[todo[ok]] = pv[ok]
@@ -189,9 +219,16 @@ def _judge_first(
 
 
 def _online_pass(
-    y: np.ndarray, lengths: np.ndarray, n_min: np.ndarray, thr: np.ndarray,
-    memory: np.ndarray, p: DetectorParams, level: np.ndarray,
-    hist: tuple[np.ndarray, ...], rerun: np.ndarray | None, s_min: np.ndarray,
+    y: np.ndarray,
+    lengths: np.ndarray,
+    n_min: np.ndarray,
+    thr: np.ndarray,
+    memory: np.ndarray,
+    p: DetectorParams,
+    level: np.ndarray,
+    hist: tuple[np.ndarray, ...],
+    rerun: np.ndarray | None,
+    s_min: np.ndarray,
 ) -> Found:
     """First flag of every row, each row a segment starting at column 0 (its last reset).
 
@@ -228,8 +265,9 @@ def _online_pass(
         if sel.size == 0:
             break
         r, n = cr[sel], cn[sel]
-        best, best_up, best_pv = _judge_first(y, level, anchor, r, n, combos, thr, memory, p,
-                                              hist, rerun, s_min)
+        best, best_up, best_pv = _judge_first(
+            y, level, anchor, r, n, combos, thr, memory, p, hist, rerun, s_min
+        )
         hit = np.nonzero(best >= 0)[0]
         # the first hit of each row (hits are in row, then night order)
         _, first = np.unique(r[hit], return_index=True)
@@ -241,13 +279,24 @@ def _online_pass(
         found["kind"].append(np.array([combos[b][1] for b in best[hit]], dtype=int))
         found["up"].append(best_up[hit])
         found["pv"].append(best_pv[hit])
-    r, n, run, kind, up, pv = (np.concatenate(found[key])
-                               for key in ("r", "n", "m", "kind", "up", "pv"))
+    r, n, run, kind, up, pv = (
+        np.concatenate(found[key]) for key in ("r", "n", "m", "kind", "up", "pv")
+    )
     s = n - run + 1
     size = np.where(kind == 0, np.minimum(s, w), w)
     b0 = np.where(kind == 0, s - size, 0)
-    return Found(r, located_first(y, r, s, run, up, level, kind, s_min, hist[3], p), n,
-                 up.astype(bool), pv, np.asarray(kind == 1), b0, size, s, run)
+    return Found(
+        r,
+        located_first(y, r, s, run, up, level, kind, s_min, hist[3], p),
+        n,
+        up.astype(bool),
+        pv,
+        np.asarray(kind == 1),
+        b0,
+        size,
+        s,
+        run,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,9 +352,13 @@ def _check_batch(levels, memory, threshold, expected):
     if bad.any() or np.isinf(lv).any():
         r, j = np.argwhere(bad | np.isinf(lv))[0]
         raise DetectionInputError(
-            f"levels: series {r} night {j} is {lv[r, j]!r}; latency must be > 0, memory >= 0")
-    exp = (np.zeros(lv.shape, dtype=bool) if expected is None
-           else np.broadcast_to(np.asarray(expected, dtype=bool), lv.shape))
+            f"levels: series {r} night {j} is {lv[r, j]!r}; latency must be > 0, memory >= 0"
+        )
+    exp = (
+        np.zeros(lv.shape, dtype=bool)
+        if expected is None
+        else np.broadcast_to(np.asarray(expected, dtype=bool), lv.shape)
+    )
     return lv, mem, thr, exp
 
 
@@ -318,39 +371,59 @@ def _compact_marks(marks, lv: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take_along_axis(rr & ~np.isnan(lv), order, axis=1)
 
 
-def _flags(found: Found, y_lin: np.ndarray, order: np.ndarray, lengths: np.ndarray,
-           online: bool, back: np.ndarray | None = None) -> list[Flag]:
+def _flags(
+    found: Found,
+    y_lin: np.ndarray,
+    order: np.ndarray,
+    lengths: np.ndarray,
+    online: bool,
+    back: np.ndarray | None = None,
+) -> list[Flag]:
     """``Found`` positions (compacted) as Flags in the input's columns, sorted by series and
     night; offline, ``raised_night`` is each series' last night. ``back``: per flag, the
     compacted night its series came back on (-1: none), or None."""
     # Report the baseline and the new level in the input's unit (exact bytes for memory).
     width = int(max(found.base_size.max(initial=1), found.post_size.max(initial=1)))
     rows = found.rows.astype(int)
-    base = row_median(gather(y_lin, rows, found.base_start.astype(int),
-                             found.base_size.astype(int), width))
-    new = row_median(gather(y_lin, rows, found.post_start.astype(int),
-                            found.post_size.astype(int), width))
+    base = row_median(
+        gather(y_lin, rows, found.base_start.astype(int), found.base_size.astype(int), width)
+    )
+    new = row_median(
+        gather(y_lin, rows, found.post_start.astype(int), found.post_size.astype(int), width)
+    )
     flags = []
     for i, row in enumerate(rows):
         raised = int(found.raised[i]) if online else int(lengths[row]) - 1
         b, v = float(base[i]), float(new[i])
-        flags.append(Flag(
-            series=int(row), night=int(order[row, int(found.first[i])]),
-            raised_night=int(order[row, raised]),
-            direction="regression" if found.up[i] else "improvement",
-            change=v / b - 1 if b > 0 else (v - b) / 1.0,  # 0 bytes counts as 1 byte
-            p_value=None if np.isnan(found.pval[i]) else float(found.pval[i]),
-            baseline=b, kind="drift" if found.drift[i] else "step",
-            resumed_night=(int(order[row, back[i]]) if back is not None and back[i] >= 0
-                           else None)))
+        flags.append(
+            Flag(
+                series=int(row),
+                night=int(order[row, int(found.first[i])]),
+                raised_night=int(order[row, raised]),
+                direction="regression" if found.up[i] else "improvement",
+                change=v / b - 1 if b > 0 else (v - b) / 1.0,  # 0 bytes counts as 1 byte
+                p_value=None if np.isnan(found.pval[i]) else float(found.pval[i]),
+                baseline=b,
+                kind="drift" if found.drift[i] else "step",
+                resumed_night=(
+                    int(order[row, back[i]]) if back is not None and back[i] >= 0 else None
+                ),
+            )
+        )
     flags.sort(key=lambda f: (f.series, f.night, f.raised_night))
     return flags
 
 
 def detect_series(
-    levels: np.ndarray, *, memory: bool | np.ndarray, threshold: float | np.ndarray = 0.07,
-    expected: np.ndarray | None = None, online: bool, params: DetectorParams = DEFAULT_PARAMS,
-    rerun: np.ndarray | None = None, nights: np.ndarray | None = None,
+    levels: np.ndarray,
+    *,
+    memory: bool | np.ndarray,
+    threshold: float | np.ndarray = 0.07,
+    expected: np.ndarray | None = None,
+    online: bool,
+    params: DetectorParams = DEFAULT_PARAMS,
+    rerun: np.ndarray | None = None,
+    nights: np.ndarray | None = None,
 ) -> list[Flag]:
     """Detect regressions and improvements in a batch of series.
 
@@ -394,18 +467,36 @@ def detect_series(
     back = None
     if online:
         clock = night_clock(lv, order, lengths, rerun, nights)
-        raw, resumed = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params, rr,
-                                     clock)
+        raw, resumed = _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params, rr, clock)
         back = np.concatenate(resumed) if resumed else np.zeros(0, dtype=int)
     else:
         raw = offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
-    found = Found(*(np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
-                     for name in Found.__dataclass_fields__))
+    found = Found(
+        *(
+            np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
+            for name in Found.__dataclass_fields__
+        )
+    )
     return _flags(found, y_lin, order, lengths, online, back)
 
 
-def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, s_min, thr, mem, p, levels,
-                    devs, origin, offset, rerun, clock) -> Found:
+def _online_chunked(
+    y,
+    seg_rows,
+    seg_starts,
+    seg_ends,
+    n_min,
+    s_min,
+    thr,
+    mem,
+    p,
+    levels,
+    devs,
+    origin,
+    offset,
+    rerun,
+    clock,
+) -> Found:
     """One pass over all segments, in blocks of rows.
 
     ``levels`` holds the first pass's baselines, (first segments, width) float32; a later
@@ -430,24 +521,43 @@ def _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, s_min, thr, mem, p
             for j in range(1, min(w, cols)):
                 level[:, j] = median_last(ym[:, :j])
             if cols > w:
-                level[:, w:] = gather(levels, origin[sl], offset[sl] + w,
-                                      np.full(rows_n, cols - w), cols - w)
+                level[:, w:] = gather(
+                    levels, origin[sl], offset[sl] + w, np.full(rows_n, cols - w), cols - w
+                )
         if origin is None:
             with np.errstate(invalid="ignore"):
                 devs[c0 : c0 + ym.shape[0], : ym.shape[1]] = ym - level
             start = (np.arange(c0, c0 + ym.shape[0]), np.zeros(ym.shape[0], dtype=int))
         else:
             start = (origin[sl], offset[sl])
-        hist = (devs, *start, segment_matrix(clock, seg_rows[sl], seg_starts[sl],
-                                             seg_ends[sl])[0], levels)
-        again = None if rerun is None else segment_matrix(rerun, seg_rows[sl], seg_starts[sl],
-                                                          seg_ends[sl])[0]
-        f = _online_pass(ym, lengths, n_min[sl], thr[seg_rows[sl]], mem[seg_rows[sl]], p, level,
-                         hist, again, s_min[sl])
+        hist = (
+            devs,
+            *start,
+            segment_matrix(clock, seg_rows[sl], seg_starts[sl], seg_ends[sl])[0],
+            levels,
+        )
+        again = (
+            None
+            if rerun is None
+            else segment_matrix(rerun, seg_rows[sl], seg_starts[sl], seg_ends[sl])[0]
+        )
+        f = _online_pass(
+            ym,
+            lengths,
+            n_min[sl],
+            thr[seg_rows[sl]],
+            mem[seg_rows[sl]],
+            p,
+            level,
+            hist,
+            again,
+            s_min[sl],
+        )
         f.rows = f.rows + c0
         parts.append(f)
-    return Found(*(np.concatenate([getattr(f, name) for f in parts])
-                    for name in Found.__dataclass_fields__))
+    return Found(
+        *(np.concatenate([getattr(f, name) for f in parts]) for name in Found.__dataclass_fields__)
+    )
 
 
 def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
@@ -463,14 +573,40 @@ def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
     devs = np.full((seg_rows.size, width), np.nan, dtype=np.float32)
     origin = offset = None
     while seg_rows.size:
-        found = _online_chunked(y, seg_rows, seg_starts, seg_ends, n_min, s_min, thr, mem, p,
-                                levels, devs, origin, offset, rerun, clock)
+        found = _online_chunked(
+            y,
+            seg_rows,
+            seg_starts,
+            seg_ends,
+            n_min,
+            s_min,
+            thr,
+            mem,
+            p,
+            levels,
+            devs,
+            origin,
+            offset,
+            rerun,
+            clock,
+        )
         rows = seg_rows[found.rows]
         starts = seg_starts[found.rows]
         ends = seg_ends[found.rows]
-        out.append(Found(rows, starts + found.first, starts + found.raised, found.up,
-                          found.pval, found.drift, starts + found.base_start, found.base_size,
-                          starts + found.post_start, found.post_size))
+        out.append(
+            Found(
+                rows,
+                starts + found.first,
+                starts + found.raised,
+                found.up,
+                found.pval,
+                found.drift,
+                starts + found.base_start,
+                found.base_size,
+                starts + found.post_start,
+                found.post_size,
+            )
+        )
         # The baseline restarts at the first night of a raised step, unless the series came
         # back from it before a new baseline stood: the baseline before it resumes there.
         back = came_back(y, rows, starts, ends, found, p)

@@ -18,9 +18,11 @@ class RegressionRead(BaseModel):
     id: int
     run_id: int
     night: date
-    first_night: date = Field(description="the step's first night at the new level (the night "
-                              "whose build brought it); earlier than night when it was raised "
-                              "once it persisted")
+    first_night: date = Field(
+        description="the step's first night at the new level (the night "
+        "whose build brought it); earlier than night when it was raised "
+        "once it persisted"
+    )
     alert_id: int | None
     series_key: str
     benchmark: str
@@ -42,9 +44,12 @@ class RegressionRead(BaseModel):
     reason: str
     culprit: str | None = Field(description="culprit commit named by a bisection")
     bisection_ids: list[int]
-    back_night: date | None = Field(None, description="the night the series was found back at "
-                                    "its level from before the regression (the step did not "
-                                    "persist, or a later improvement undid it)")
+    back_night: date | None = Field(
+        None,
+        description="the night the series was found back at "
+        "its level from before the regression (the step did not "
+        "persist, or a later improvement undid it)",
+    )
     back_reason: str | None = Field(None, description="why it counts as back")
     created_at: datetime | None
     updated_at: datetime | None
@@ -53,12 +58,14 @@ class RegressionRead(BaseModel):
 
 class RegressionsPage(BaseModel):
     """One page of regressions, newest first; ``next_cursor`` fetches the next."""
+
     items: list[RegressionRead]
     next_cursor: int | None
 
 
 class RegressionPatch(BaseModel):
     """A triage update of one regression: its new state."""
+
     model_config = ConfigDict(extra="forbid")
 
     state: TriageState = Field(description="the triage state")
@@ -66,6 +73,7 @@ class RegressionPatch(BaseModel):
 
 class AlertRead(BaseModel):
     """An alert: the regressions of one run raised together, and where it was filed."""
+
     id: int
     run_id: int
     night: date

@@ -32,12 +32,22 @@ from service.series import (
 ThresholdFor = Callable[[str, str], float]
 
 
-def _night(result: Result, position: int, expected: bool = False, rerun: bool = False,
-           rounds: Sequence[Result] = ()) -> Night:
+def _night(
+    result: Result,
+    position: int,
+    expected: bool = False,
+    rerun: bool = False,
+    rounds: Sequence[Result] = (),
+) -> Night:
     """``result``'s night as detection input; with ``rounds`` (its night's further processes)
     its samples are the per-process medians (:func:`service.series.night_samples`)."""
-    return Night(night=position, samples=night_samples(result, rounds), expected=expected,
-                 rerun=rerun, date=result.night)
+    return Night(
+        night=position,
+        samples=night_samples(result, rounds),
+        expected=expected,
+        rerun=rerun,
+        date=result.night,
+    )
 
 
 def result_night(session: Session, *, result: Result, position: int, rerun: bool = False) -> Night:
@@ -90,14 +100,28 @@ def _history(session: Session, *, result: Result, limit: int) -> tuple[list[Nigh
         session, series_key=result.series_key, night=result.night, run_id=result.run_id, limit=limit
     )
     expected = _expected_results(session, {result.series_key})
-    kinds = dict(session.execute(
-        select(Run.id, Run.kind).where(Run.id.in_({r.run_id for r in history}))
-    ).all()) if history else {}
-    rounds = round_results(session, run_ids={r.run_id for r in history},
-                           series_key=result.series_key)
-    nights = [_night(r, i, r.id in expected, kinds.get(r.run_id) == "confirm",
-                     rounds.get((r.run_id, result.series_key), ()))
-              for i, r in enumerate(history)]
+    kinds = (
+        dict(
+            session.execute(
+                select(Run.id, Run.kind).where(Run.id.in_({r.run_id for r in history}))
+            ).all()
+        )
+        if history
+        else {}
+    )
+    rounds = round_results(
+        session, run_ids={r.run_id for r in history}, series_key=result.series_key
+    )
+    nights = [
+        _night(
+            r,
+            i,
+            r.id in expected,
+            kinds.get(r.run_id) == "confirm",
+            rounds.get((r.run_id, result.series_key), ()),
+        )
+        for i, r in enumerate(history)
+    ]
     return nights, history
 
 
@@ -106,8 +130,9 @@ def history_nights(session: Session, *, result: Result, limit: int) -> list[Nigh
     return _history(session, result=result, limit=limit)[0]
 
 
-def _first_result(assessment: Assessment, nights: list[Night], results: list[Result],
-                  i: int | None = None) -> Result | None:
+def _first_result(
+    assessment: Assessment, nights: list[Night], results: list[Result], i: int | None = None
+) -> Result | None:
     """The result of the step's first night (``assessment.first_night``, or ``i``: an ordinal
     into ``nights``/``results``, which end with tonight and, for a confirmation, its re-run).
 
@@ -122,7 +147,9 @@ def _first_result(assessment: Assessment, nights: list[Night], results: list[Res
 
 
 def unstable_spreads(
-    session: Session, *, by_machine: bool = False,
+    session: Session,
+    *,
+    by_machine: bool = False,
 ) -> dict[tuple[Any, ...], float | None]:
     """The spread of each benchmark's verdicts in force that are ``unstable``.
 
@@ -139,10 +166,16 @@ def unstable_spreads(
         only on a regression beyond a multiple of it (``DetectorParams.unstable_beyond``).
     """
     out: dict[tuple[Any, ...], float | None] = {}
-    for m, mo, d, c, machine, spread in session.execute(select(
-            BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
-            BenchmarkStability.compiler, BenchmarkStability.machine_id, BenchmarkStability.spread,
-    ).where(BenchmarkStability.unstable.is_(True))):
+    for m, mo, d, c, machine, spread in session.execute(
+        select(
+            BenchmarkStability.model,
+            BenchmarkStability.mode,
+            BenchmarkStability.device,
+            BenchmarkStability.compiler,
+            BenchmarkStability.machine_id,
+            BenchmarkStability.spread,
+        ).where(BenchmarkStability.unstable.is_(True))
+    ):
         key = (m, mo, d, c, machine) if by_machine else (m, mo, d, c)
         known = [s for s in (out.get(key), spread) if s is not None]
         out[key] = max(known) if known else None
@@ -150,7 +183,11 @@ def unstable_spreads(
 
 
 def assess_run(
-    session: Session, *, run: Run, threshold_for: ThresholdFor, baseline_nights: int,
+    session: Session,
+    *,
+    run: Run,
+    threshold_for: ThresholdFor,
+    baseline_nights: int,
     unstable: Mapping[tuple[str, int | None], float | None] | None = None,
 ) -> list[Assessed]:
     """Assess every alertable metric of every successful result of ``run`` against its baseline.
@@ -177,9 +214,9 @@ def assess_run(
         from tonight (:mod:`service.regressions.back`), else None.
     """
     results = session.scalars(
-        select(Result).where(
-            Result.run_id == run.id, Result.error.is_(None), Result.metric.in_(ALERT_METRICS)
-        ).order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
+        select(Result)
+        .where(Result.run_id == run.id, Result.error.is_(None), Result.metric.in_(ALERT_METRICS))
+        .order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
     )
     out: list[Assessed] = []
     dark = unstable or {}
@@ -190,7 +227,9 @@ def assess_run(
         tonight = _night(result, len(nights), rounds=mine)
         key = (result.benchmark, result.machine_id)
         assessment = assess_night(
-            nights, tonight, metric=result.metric,
+            nights,
+            tonight,
+            metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
             # The verdict judges latency (its processes' medians); peak memory alerts as anywhere.
             unstable=result.metric == "latency" and key in dark,
@@ -198,15 +237,23 @@ def assess_run(
         )
         every = [*nights, tonight], [*history, result]
         first = _first_result(assessment, *every) if assessment.confirmed else result
-        back = (None if assessment.back_from is None
-                else _first_result(assessment, *every, i=assessment.back_from))
-        out.append(Assessed(result, assessment, first, len(night_processes(result, mine)) or 1,
-                            back))
+        back = (
+            None
+            if assessment.back_from is None
+            else _first_result(assessment, *every, i=assessment.back_from)
+        )
+        out.append(
+            Assessed(result, assessment, first, len(night_processes(result, mine)) or 1, back)
+        )
     return out
 
 
 def record_regressions(
-    session: Session, *, run: Run, assessed: list[Assessed], threshold_for: ThresholdFor,
+    session: Session,
+    *,
+    run: Run,
+    assessed: list[Assessed],
+    threshold_for: ThresholdFor,
 ) -> Alert | None:
     """Store regressions and improvements of ``run``; group alertable regressions in one alert.
 
@@ -223,17 +270,30 @@ def record_regressions(
         first = first or result
         assert a.baseline is not None and a.change is not None and result.series_key is not None
         regression = Regression(
-            run_id=run.id, result_id=result.id, series_key=result.series_key, model=result.model,
-            mode=result.mode, device=result.device, compiler=result.compiler, metric=result.metric,
-            unit=result.unit, direction=a.verdict, baseline=a.baseline, value=a.value,
-            change=a.change, p_value=a.p_value,
+            run_id=run.id,
+            result_id=result.id,
+            series_key=result.series_key,
+            model=result.model,
+            mode=result.mode,
+            device=result.device,
+            compiler=result.compiler,
+            metric=result.metric,
+            unit=result.unit,
+            direction=a.verdict,
+            baseline=a.baseline,
+            value=a.value,
+            change=a.change,
+            p_value=a.p_value,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
-            alertable=a.alertable, reason=a.reason + _processes_words(processes),
+            alertable=a.alertable,
+            reason=a.reason + _processes_words(processes),
             first_result_id=first.id,
             first_night=first.night,
             state="improvement" if a.verdict == "improvement" else "untriaged",
             # A step the detector saw persist over earlier nights needs no re-run.
-            confirmation=("reproduced" if a.confirmed else "pending") if a.alertable else "not_possible",
+            confirmation=("reproduced" if a.confirmed else "pending")
+            if a.alertable
+            else "not_possible",
         )
         if a.alertable:
             if alert is None:
@@ -255,26 +315,42 @@ def _processes_words(processes: int, what: str = "Tonight") -> str:
 
 def pending_regressions(session: Session, *, run_id: int) -> list[Regression]:
     """Alertable regressions of the run still waiting for their confirmation re-run."""
-    return list(session.scalars(
-        select(Regression).where(
-            Regression.run_id == run_id, Regression.alertable.is_(True),
-            Regression.direction == "regression", Regression.confirmation == Confirmation.PENDING,
-        ).order_by(Regression.id)
-    ))
+    return list(
+        session.scalars(
+            select(Regression)
+            .where(
+                Regression.run_id == run_id,
+                Regression.alertable.is_(True),
+                Regression.direction == "regression",
+                Regression.confirmation == Confirmation.PENDING,
+            )
+            .order_by(Regression.id)
+        )
+    )
 
 
 def reproduced_regressions(session: Session, *, run_id: int) -> list[Regression]:
     """Alertable regressions of the run whose persistence is established."""
-    return list(session.scalars(
-        select(Regression).where(
-            Regression.run_id == run_id, Regression.alertable.is_(True),
-            Regression.direction == "regression", Regression.confirmation == Confirmation.REPRODUCED,
-        ).order_by(Regression.id)
-    ))
+    return list(
+        session.scalars(
+            select(Regression)
+            .where(
+                Regression.run_id == run_id,
+                Regression.alertable.is_(True),
+                Regression.direction == "regression",
+                Regression.confirmation == Confirmation.REPRODUCED,
+            )
+            .order_by(Regression.id)
+        )
+    )
 
 
 def apply_confirmation(
-    session: Session, *, parent: Run, confirm_run: Run, threshold_for: ThresholdFor,
+    session: Session,
+    *,
+    parent: Run,
+    confirm_run: Run,
+    threshold_for: ThresholdFor,
     baseline_nights: int,
 ) -> list[Regression]:
     """Judge each pending regression of ``parent`` with the re-run's samples (same build); a
@@ -289,11 +365,16 @@ def apply_confirmation(
     reproduced: list[Regression] = []
     for regression in pending_regressions(session, run_id=parent.id):
         original = session.get(Result, regression.result_id)
-        rerun = session.scalar(select(Result).where(
-            Result.run_id == confirm_run.id, Result.model == regression.model,
-            Result.mode == regression.mode, Result.device == regression.device,
-            Result.compiler == regression.compiler, Result.metric == regression.metric,
-        ))
+        rerun = session.scalar(
+            select(Result).where(
+                Result.run_id == confirm_run.id,
+                Result.model == regression.model,
+                Result.mode == regression.mode,
+                Result.device == regression.device,
+                Result.compiler == regression.compiler,
+                Result.metric == regression.metric,
+            )
+        )
         if original is None or rerun is None or rerun.error is not None or not rerun.samples:
             regression.confirmation = "not_possible"
             regression.reason += " Confirmation re-run failed; waiting for the next night."
@@ -303,10 +384,17 @@ def apply_confirmation(
         again = result_night(session, result=rerun, position=len(nights) + 1, rerun=True)
         processes = process_count(session, result=rerun)
         again, paired_words = paired.judged_rerun(
-            session, confirm_run=confirm_run, regression=regression, rerun=again,
-            processes=processes)
+            session,
+            confirm_run=confirm_run,
+            regression=regression,
+            rerun=again,
+            processes=processes,
+        )
         verdict = confirm(
-            nights, tonight, again, metric=regression.metric,
+            nights,
+            tonight,
+            again,
+            metric=regression.metric,
             threshold=threshold_for(regression.metric, f"{regression.model}:{regression.mode}"),
         )
         regression.reason += _processes_words(processes, "Confirmation re-run") + paired_words
@@ -324,16 +412,20 @@ def apply_confirmation(
             regression.alert_id = None
             regression.reason += f" Not reproduced by the confirmation re-run ({verdict.reason})."
     session.flush()
-    for alert in session.scalars(select(Alert).where(
-            Alert.run_id == parent.id, Alert.kind == "regression", Alert.status == AlertStatus.OPEN)):
+    for alert in session.scalars(
+        select(Alert).where(
+            Alert.run_id == parent.id, Alert.kind == "regression", Alert.status == AlertStatus.OPEN
+        )
+    ):
         _refresh_alert(session, alert, parent)
     return reproduced
 
 
 def _refresh_alert(session: Session, alert: Alert, run: Run) -> None:
     """Write the alert's summary from the regressions it holds; delete it when it holds none."""
-    count = session.scalar(select(func.count()).select_from(Regression).where(
-        Regression.alert_id == alert.id))
+    count = session.scalar(
+        select(func.count()).select_from(Regression).where(Regression.alert_id == alert.id)
+    )
     if count:
         alert.summary = f"{count} regression(s) in run {run.id} ({run.night})"
     else:
@@ -354,16 +446,26 @@ def range_start(session: Session, *, run: Run) -> Run | None:
     one more night of commits, about one more build in a bisection. A first night measured by
     a confirmation re-run stands for the night it re-ran. None when there is no earlier night.
     """
-    firsts = session.execute(
-        select(Run).join(Result, Result.run_id == Run.id)
-        .join(Regression, Regression.first_result_id == Result.id)
-        .where(Regression.run_id == run.id, Regression.direction == "regression",
-               Regression.alertable.is_(True), Regression.confirmation == Confirmation.REPRODUCED)
-    ).scalars().all()
-    nights = [session.get(Run, r.parent_run_id) if r.kind == "confirm" and r.parent_run_id
-              else r for r in firsts]
-    earliest = min((r for r in nights if r is not None), key=lambda r: (r.night, r.id),
-                   default=run)
+    firsts = (
+        session.execute(
+            select(Run)
+            .join(Result, Result.run_id == Run.id)
+            .join(Regression, Regression.first_result_id == Result.id)
+            .where(
+                Regression.run_id == run.id,
+                Regression.direction == "regression",
+                Regression.alertable.is_(True),
+                Regression.confirmation == Confirmation.REPRODUCED,
+            )
+        )
+        .scalars()
+        .all()
+    )
+    nights = [
+        session.get(Run, r.parent_run_id) if r.kind == "confirm" and r.parent_run_id else r
+        for r in firsts
+    ]
+    earliest = min((r for r in nights if r is not None), key=lambda r: (r.night, r.id), default=run)
     steps_back = 2
     if earliest.night >= run.night:
         earliest, steps_back = run, 1
@@ -410,4 +512,8 @@ def list_alert_regressions(session: Session, *, alert_id: int) -> list[Regressio
     """
     if session.get(Alert, alert_id) is None:
         raise NotFound(f"alert {alert_id} does not exist")
-    return list(session.scalars(select(Regression).where(Regression.alert_id == alert_id).order_by(Regression.id)))
+    return list(
+        session.scalars(
+            select(Regression).where(Regression.alert_id == alert_id).order_by(Regression.id)
+        )
+    )

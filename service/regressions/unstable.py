@@ -48,20 +48,25 @@ class UnstableRule:
         bar = self.bar
         if bar is None:
             return False, " Benchmark marked unstable: shown, not alerted."
-        noise = (f"{self.beyond:g} times the {(self.spread or 0.0) * 100:.1f}% spread that "
-                 "marked it unstable")
+        noise = (
+            f"{self.beyond:g} times the {(self.spread or 0.0) * 100:.1f}% spread that "
+            "marked it unstable"
+        )
         if change >= bar:
             return True, f" Benchmark marked unstable, alerted: the change is beyond {noise}."
-        return False, (f" Benchmark marked unstable: shown, not alerted (it alerts from "
-                       f"{bar * 100:+.1f}%, {noise}).")
+        return False, (
+            f" Benchmark marked unstable: shown, not alerted (it alerts from "
+            f"{bar * 100:+.1f}%, {noise})."
+        )
 
 
 STABLE = UnstableRule(unstable=False, spread=None, threshold=0.07, beyond=0.0)
 """A benchmark not marked unstable (a confirmation re-run is judged as one)."""
 
 
-def alerts_from(spread: float | None, threshold: float,
-                params: DetectorParams = DEFAULT_PARAMS) -> float | None:
+def alerts_from(
+    spread: float | None, threshold: float, params: DetectorParams = DEFAULT_PARAMS
+) -> float | None:
     """The least latency regression (a fraction) a benchmark marked unstable at ``spread`` still
     alerts: ``params.unstable_beyond`` times it and at least ``threshold``; None: never."""
     return UnstableRule(True, spread, threshold, params.unstable_beyond).bar

@@ -19,12 +19,19 @@ def model_domains(session: Session, models: Sequence[str]) -> dict[str, str | No
     The catalogue is filled from the ``model_domain`` the records carry as they are stored
     (:func:`service.results.records.catalogue_models`): the service reads no suite file.
     """
-    known = dict(session.execute(select(CatalogModel.name, CatalogModel.domain)
-                                 .where(CatalogModel.name.in_(list(models)))).all())
+    known = dict(
+        session.execute(
+            select(CatalogModel.name, CatalogModel.domain).where(
+                CatalogModel.name.in_(list(models))
+            )
+        ).all()
+    )
     return {m: known.get(m) for m in models}
 
 
-def list_models(session: Session, *, since: date | None, days: int) -> tuple[date | None, list[Any]]:
+def list_models(
+    session: Session, *, since: date | None, days: int
+) -> tuple[date | None, list[Any]]:
     """Models with the configurations measured since ``since`` (default: ``days`` before the
     latest night), one row per (model, mode, device, compiler, metric, machine).
 
@@ -38,14 +45,35 @@ def list_models(session: Session, *, since: date | None, days: int) -> tuple[dat
             return None, []
         since = date.fromordinal(max(latest.toordinal() - days, 1))
     stmt = (
-        select(Result.model, Result.mode, Result.device, Result.compiler, Result.metric,
-               func.min(Result.unit), Result.machine_id, func.min(Result.night),
-               func.max(Result.night), func.count())
+        select(
+            Result.model,
+            Result.mode,
+            Result.device,
+            Result.compiler,
+            Result.metric,
+            func.min(Result.unit),
+            Result.machine_id,
+            func.min(Result.night),
+            func.max(Result.night),
+            func.count(),
+        )
         .join(Run, Run.id == Result.run_id)
         .where(Run.night >= since, Run.kind.in_(HISTORY_KINDS), Result.error.is_(None))
-        .group_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric,
-                  Result.machine_id)
-        .order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric,
-                  Result.machine_id)
+        .group_by(
+            Result.model,
+            Result.mode,
+            Result.device,
+            Result.compiler,
+            Result.metric,
+            Result.machine_id,
+        )
+        .order_by(
+            Result.model,
+            Result.mode,
+            Result.device,
+            Result.compiler,
+            Result.metric,
+            Result.machine_id,
+        )
     )
     return since, list(session.execute(stmt).all())

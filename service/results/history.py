@@ -127,6 +127,7 @@ class ErrorPoint:
 @dataclass
 class ModelHistory:
     """A model's history: its series and the nights its benchmarks failed."""
+
     model: str
     series: list[SeriesHistory]
     errors: list[ErrorPoint]
@@ -134,7 +135,11 @@ class ModelHistory:
 
 
 def model_history(
-    session: Session, *, model: str, filters: HistoryFilter, settings: Settings,
+    session: Session,
+    *,
+    model: str,
+    filters: HistoryFilter,
+    settings: Settings,
     params: DetectorParams = DEFAULT_PARAMS,
 ) -> ModelHistory:
     """Every series of ``model`` matching ``filters``, with baselines and flags per night.
@@ -168,7 +173,11 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _model_history(
-    session: Session, *, model: str, f: HistoryFilter, settings: Settings,
+    session: Session,
+    *,
+    model: str,
+    f: HistoryFilter,
+    settings: Settings,
     params: DetectorParams,
 ) -> ModelHistory:
     points = read_points(session, model=model, f=f)
@@ -176,16 +185,17 @@ def _model_history(
         if not model_exists(session, model):
             raise NotFound(f"model {model!r} has no results")
         return ModelHistory(model=model, series=[], errors=[], machines={})
-    meta, machines = result_identities(session, [int(p.result_id[0]) for p in points.series]
-                                       + [e.result_id for e in points.errors])
+    meta, machines = result_identities(
+        session, [int(p.result_id[0]) for p in points.series] + [e.result_id for e in points.errors]
+    )
     series: list[SeriesHistory] = []
     if points.series:
         # Each night's build, by position of its run among the distinct runs.
         run_ids = np.concatenate([p.run_id for p in points.series])
         run_keys, run_pos = np.unique(run_ids, return_inverse=True)
         build_ids, build_versions, build_commits = run_builds(
-            session, min(p.night[0] for p in points.series),
-            max(p.night[-1] for p in points.series))
+            session, min(p.night[0] for p in points.series), max(p.night[-1] for p in points.series)
+        )
         versions = np.full(len(run_keys), None, dtype=object)
         commits = np.full(len(run_keys), None, dtype=object)
         if len(build_ids):
@@ -197,24 +207,57 @@ def _model_history(
         for p in points.series:
             b = a + len(p.night)
             mode, device, compiler, metric, unit, batch, version, machine_id = meta[
-                int(p.result_id[0])]
-            series.append(SeriesHistory(
-                key=p.key, mode=mode, device=device, compiler=compiler, metric=metric,
-                unit=unit, batch_size=batch, benchmark_version=version, machine_id=machine_id,
-                threshold=settings.threshold_for(metric, f"{model}:{mode}"),
-                result_id=p.result_id, run_id=p.run_id, night=p.night,
-                torch_version=versions[run_pos[a:b]].tolist(),
-                torch_git_commit=commits[run_pos[a:b]].tolist(),
-                median=p.median, iqr=p.iqr, samples=p.samples))
+                int(p.result_id[0])
+            ]
+            series.append(
+                SeriesHistory(
+                    key=p.key,
+                    mode=mode,
+                    device=device,
+                    compiler=compiler,
+                    metric=metric,
+                    unit=unit,
+                    batch_size=batch,
+                    benchmark_version=version,
+                    machine_id=machine_id,
+                    threshold=settings.threshold_for(metric, f"{model}:{mode}"),
+                    result_id=p.result_id,
+                    run_id=p.run_id,
+                    night=p.night,
+                    torch_version=versions[run_pos[a:b]].tolist(),
+                    torch_git_commit=commits[run_pos[a:b]].tolist(),
+                    median=p.median,
+                    iqr=p.iqr,
+                    samples=p.samples,
+                )
+            )
             a = b
-    errors = [ErrorPoint(night=e.night, run_id=e.run_id, result_id=e.result_id,
-                         mode=meta[e.result_id][0], device=meta[e.result_id][1],
-                         compiler=meta[e.result_id][2], error=e.error)
-              for e in points.errors if f.since is None or e.night >= f.since]
+    errors = [
+        ErrorPoint(
+            night=e.night,
+            run_id=e.run_id,
+            result_id=e.result_id,
+            mode=meta[e.result_id][0],
+            device=meta[e.result_id][1],
+            compiler=meta[e.result_id][2],
+            error=e.error,
+        )
+        for e in points.errors
+        if f.since is None or e.night >= f.since
+    ]
     _fill_missing_medians(session, series)
     _round_medians(session, series)
-    series.sort(key=lambda s: (s.mode, s.device, s.compiler, _METRIC_ORDER.get(s.metric, 9),
-                               s.metric, s.machine_id or 0, s.night[0]))
+    series.sort(
+        key=lambda s: (
+            s.mode,
+            s.device,
+            s.compiler,
+            _METRIC_ORDER.get(s.metric, 9),
+            s.metric,
+            s.machine_id or 0,
+            s.night[0],
+        )
+    )
 
     stored = stored_regressions(session, [s.key for s in series])
     resets = [_flags(s, stored.get(s.key, {})) for s in series]
@@ -245,8 +288,9 @@ def _round_medians(session: Session, series: list[SeriesHistory]) -> None:
         for i, run_id in enumerate(s.run_id):
             extra = rounds.get((int(run_id), s.key))
             if extra and not np.isnan(s.median[i]):
-                s.median[i] = float(np.median([s.median[i], *(np.median(r.samples)
-                                                              for r in extra)]))
+                s.median[i] = float(
+                    np.median([s.median[i], *(np.median(r.samples) for r in extra)])
+                )
 
 
 def _flags(s: SeriesHistory, stored: dict[int, StoredVerdict]) -> list[tuple[int, int]]:
@@ -284,18 +328,25 @@ def _flags(s: SeriesHistory, stored: dict[int, StoredVerdict]) -> list[tuple[int
     return resets
 
 
-def _baselines(series: list[SeriesHistory], resets: list[list[tuple[int, int]]],
-               params: DetectorParams) -> None:
+def _baselines(
+    series: list[SeriesHistory], resets: list[list[tuple[int, int]]], params: DetectorParams
+) -> None:
     """Fill baseline, band, change and outlier flags of every series (one batch)."""
     todo = [i for i, s in enumerate(series) if s.metric in METRICS and len(s)]
-    tracks = baseline_tracks([SeriesLevels(series[i].median, series[i].metric in MEMORY_METRICS,
-                                           resets[i]) for i in todo], params)
+    tracks = baseline_tracks(
+        [
+            SeriesLevels(series[i].median, series[i].metric in MEMORY_METRICS, resets[i])
+            for i in todo
+        ],
+        params,
+    )
     by_index = dict(zip(todo, tracks, strict=True))
     for i, s in enumerate(series):
         track = by_index.get(i)
         if track is None:
             s.baseline, s.baseline_lower, s.baseline_upper, s.change = (
-                np.full(len(s), np.nan) for _ in range(4))
+                np.full(len(s), np.nan) for _ in range(4)
+            )
             s.outlier = np.zeros(len(s), dtype=bool)
             continue
         memory = s.metric in MEMORY_METRICS
@@ -319,9 +370,25 @@ def value_or_none(x: Any) -> Any:
     return None if isinstance(x, float) and x != x else x
 
 
-_FIELDS = ("night", "run_id", "result_id", "torch_version", "torch_git_commit", "median", "iqr",
-           "samples", "baseline", "baseline_lower", "baseline_upper", "change", "regression",
-           "improvement", "outlier", "expected", "regression_id")
+_FIELDS = (
+    "night",
+    "run_id",
+    "result_id",
+    "torch_version",
+    "torch_git_commit",
+    "median",
+    "iqr",
+    "samples",
+    "baseline",
+    "baseline_lower",
+    "baseline_upper",
+    "change",
+    "regression",
+    "improvement",
+    "outlier",
+    "expected",
+    "regression_id",
+)
 
 
 def _since(s: SeriesHistory, since: date) -> SeriesHistory:

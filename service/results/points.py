@@ -80,6 +80,7 @@ class ErrorRow:
 @dataclass(frozen=True)
 class Points:
     """A model's history as the charts read it: points per series, and the failed nights."""
+
     series: list[SeriesPoints]
     errors: list[ErrorRow]
 
@@ -101,23 +102,37 @@ def read_points(session: Session, *, model: str, f: HistoryFilter) -> Points:
 # Row by row
 
 
-_FILTER_COLUMNS = (("metric", Result.metric), ("mode", Result.mode), ("device", Result.device),
-                   ("compiler", Result.compiler), ("machine", Result.machine_id),
-                   ("series", Result.series_key))
+_FILTER_COLUMNS = (
+    ("metric", Result.metric),
+    ("mode", Result.mode),
+    ("device", Result.device),
+    ("compiler", Result.compiler),
+    ("machine", Result.machine_id),
+    ("series", Result.series_key),
+)
 
 
 def _other_runs() -> Any:
     # Plain comparisons rather than IN lists: the statement compiles once, with no expanding
     # parameters to render per call.
-    return (select(Run.id).where(and_(*(Run.kind != kind for kind in HISTORY_KINDS)))
-            .scalar_subquery())
+    return (
+        select(Run.id).where(and_(*(Run.kind != kind for kind in HISTORY_KINDS))).scalar_subquery()
+    )
 
 
 @lru_cache(maxsize=128)
 def _history_select(shape: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
     stmt = (
-        select(Result.id, Result.run_id, Result.night, Result.series_key, Result.median,
-               Result.iqr, Result.sample_count, Result.error)
+        select(
+            Result.id,
+            Result.run_id,
+            Result.night,
+            Result.series_key,
+            Result.median,
+            Result.iqr,
+            Result.sample_count,
+            Result.error,
+        )
         .where(Result.model == bindparam("model"), Result.run_id.not_in(_other_runs()))
         .order_by(Result.series_key, Result.night, Result.run_id)
     )
@@ -184,14 +199,27 @@ def row_points(session: Session, *, model: str, f: HistoryFilter) -> Points:
     # Stretches of equal series_key (rows come ordered by it); errors carry no key.
     cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
     bounds = [(int(a), int(b)) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True)]
-    errors = [ErrorRow(int(ids[k]), int(run_ids[k]), nights[k], errs_t[k])
-              for a, b in bounds if keys[a] is None for k in range(a, b)
-              if errs_t[k] is not None]
+    errors = [
+        ErrorRow(int(ids[k]), int(run_ids[k]), nights[k], errs_t[k])
+        for a, b in bounds
+        if keys[a] is None
+        for k in range(a, b)
+        if errs_t[k] is not None
+    ]
     errors.sort(key=lambda e: (e.night, e.run_id, e.result_id))
-    series = [SeriesPoints(key=str(keys[a]), result_id=ids[a:b], run_id=run_ids[a:b],
-                           night=nights[a:b], median=medians[a:b].copy(), iqr=iqrs[a:b],
-                           samples=counts[a:b])
-              for a, b in bounds if keys[a] is not None]
+    series = [
+        SeriesPoints(
+            key=str(keys[a]),
+            result_id=ids[a:b],
+            run_id=run_ids[a:b],
+            night=nights[a:b],
+            median=medians[a:b].copy(),
+            iqr=iqrs[a:b],
+            samples=counts[a:b],
+        )
+        for a, b in bounds
+        if keys[a] is not None
+    ]
     return Points(series, errors)
 
 
@@ -199,16 +227,23 @@ def row_points(session: Session, *, model: str, f: HistoryFilter) -> Points:
 # Packed by month
 
 
-_MONTH_COLUMNS = (("metric", SeriesMonth.metric), ("mode", SeriesMonth.mode),
-                  ("device", SeriesMonth.device), ("compiler", SeriesMonth.compiler),
-                  ("machine", SeriesMonth.machine_id), ("series", SeriesMonth.series_key))
+_MONTH_COLUMNS = (
+    ("metric", SeriesMonth.metric),
+    ("mode", SeriesMonth.mode),
+    ("device", SeriesMonth.device),
+    ("compiler", SeriesMonth.compiler),
+    ("machine", SeriesMonth.machine_id),
+    ("series", SeriesMonth.series_key),
+)
 
 
 @lru_cache(maxsize=128)
 def _months_select(shape: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
-    stmt = (select(SeriesMonth.series_key, SeriesMonth.points)
-            .where(SeriesMonth.model == bindparam("model"))
-            .order_by(SeriesMonth.series_key, SeriesMonth.month))
+    stmt = (
+        select(SeriesMonth.series_key, SeriesMonth.points)
+        .where(SeriesMonth.model == bindparam("model"))
+        .order_by(SeriesMonth.series_key, SeriesMonth.month)
+    )
     return _filtered(stmt, shape, _MONTH_COLUMNS, SeriesMonth.month)
 
 
@@ -216,8 +251,12 @@ def _months_select(shape: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
 def _errors_select(shape: tuple[str, ...]) -> Select:  # type: ignore[type-arg]
     stmt = (
         select(Result.id, Result.run_id, Result.night, Result.error)
-        .where(Result.model == bindparam("model"), Result.series_key.is_(None),
-               Result.error.is_not(None), Result.run_id.not_in(_other_runs()))
+        .where(
+            Result.model == bindparam("model"),
+            Result.series_key.is_(None),
+            Result.error.is_not(None),
+            Result.run_id.not_in(_other_runs()),
+        )
         .order_by(Result.night, Result.run_id, Result.id)
     )
     return _filtered(stmt, shape)
@@ -233,21 +272,31 @@ def packed_statements(model: str, f: HistoryFilter) -> tuple[Select, Select, dic
 def packed_points(session: Session, *, model: str, f: HistoryFilter) -> Points:
     """The model's points from ``series_months`` (Postgres), errors from ``results``."""
     months, errors_stmt, values = packed_statements(model, f)
-    series = [(key, np.frombuffer(b"".join(chunk for _, chunk in rows), _POINT))
-              for key, rows in itertools.groupby(fetch(session, months, values),
-                                                 key=lambda row: row[0])]
+    series = [
+        (key, np.frombuffer(b"".join(chunk for _, chunk in rows), _POINT))
+        for key, rows in itertools.groupby(fetch(session, months, values), key=lambda row: row[0])
+    ]
     if f.until is not None:
         last = (f.until - _EPOCH).days
         series = [(key, p[p["night"] <= last]) for key, p in series]
         series = [(key, p) for key, p in series if len(p)]
     errors = [ErrorRow(*row) for row in fetch(session, errors_stmt, values)]
     nights = _dates([p["night"] for _, p in series])
-    return Points([
-        SeriesPoints(key=key, result_id=p["result_id"].astype(np.int64),
-                     run_id=p["run_id"].astype(np.int64), night=night,
-                     median=p["median"].astype(np.float64), iqr=p["iqr"].astype(np.float64),
-                     samples=p["samples"].astype(np.int64))
-        for (key, p), night in zip(series, nights, strict=True)], errors)
+    return Points(
+        [
+            SeriesPoints(
+                key=key,
+                result_id=p["result_id"].astype(np.int64),
+                run_id=p["run_id"].astype(np.int64),
+                night=night,
+                median=p["median"].astype(np.float64),
+                iqr=p["iqr"].astype(np.float64),
+                samples=p["samples"].astype(np.int64),
+            )
+            for (key, p), night in zip(series, nights, strict=True)
+        ],
+        errors,
+    )
 
 
 def _dates(days: list[np.ndarray]) -> list[list[date]]:

@@ -29,9 +29,14 @@ _FINGERPRINT_FIELDS = ("cpu_model", "gpu_name", "driver", "threads")
 _SETUP_FINGERPRINT_FIELDS = ("setup", "allocator", "glibc_tunables", "malloc_conf", "thp", "aslr")
 # The GPU part (``measurement_setup["gpu"]``, ``suite/gpu_setup.py``): what changes the kernels run
 # or how the caching allocator maps memory. The warm-up's outcome is per process and not in it.
-_GPU_SETUP_FINGERPRINT_FIELDS = ("cudnn_benchmark", "cudnn_deterministic",
-                                 "deterministic_algorithms", "alloc_conf", "allocator_backend",
-                                 "cublas_workspace_config")
+_GPU_SETUP_FINGERPRINT_FIELDS = (
+    "cudnn_benchmark",
+    "cudnn_deterministic",
+    "deterministic_algorithms",
+    "alloc_conf",
+    "allocator_backend",
+    "cublas_workspace_config",
+)
 
 
 def _digest(*parts: Any) -> str:
@@ -103,8 +108,16 @@ def build_identity(environment: dict[str, Any]) -> tuple[str, str]:
 
 
 def series_key(
-    *, model: str, mode: str, device: str, compiler: str, metric: str, batch_size: int | None,
-    benchmark_version: str | None, machine: str, build: tuple[str, str] = ("", ""),
+    *,
+    model: str,
+    mode: str,
+    device: str,
+    compiler: str,
+    metric: str,
+    batch_size: int | None,
+    benchmark_version: str | None,
+    machine: str,
+    build: tuple[str, str] = ("", ""),
 ) -> str:
     """The identity of a series: only results with the same key are comparable (32 hex digits).
 
@@ -124,8 +137,16 @@ def series_key(
     Returns:
         32 hex digits.
     """
-    parts: tuple[Any, ...] = (model, mode, device, compiler, metric, batch_size, benchmark_version,
-                              machine)
+    parts: tuple[Any, ...] = (
+        model,
+        mode,
+        device,
+        compiler,
+        metric,
+        batch_size,
+        benchmark_version,
+        machine,
+    )
     return _digest(*parts, *build) if any(build) else _digest(*parts)
 
 
@@ -141,8 +162,10 @@ def get_or_create_machine(session: Session, *, environment: dict[str, Any], devi
             gpu_name=environment.get("gpu_name"),
             driver=environment.get("driver"),
             hostname=environment.get("hostname"),
-            details={k: environment.get(k)
-                     for k in ("cpu_count", "threads", "platform", "cuda", "measurement_setup")},
+            details={
+                k: environment.get(k)
+                for k in ("cpu_count", "threads", "platform", "cuda", "measurement_setup")
+            },
         )
         session.add(machine)
         session.flush()
@@ -168,7 +191,10 @@ def record_environment(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_machine(
-    session: Session, record: dict[str, Any], *, known: dict[str, Machine] | None = None,
+    session: Session,
+    record: dict[str, Any],
+    *,
+    known: dict[str, Machine] | None = None,
 ) -> Machine | None:
     """The machine the record was measured on (created on first sight); None without environment.
 
@@ -223,25 +249,57 @@ def result_rows(record: dict[str, Any], *, machine: Machine | None) -> list[dict
     """
     model, mode, device, compiler = record_benchmark(record)
     common: dict[str, Any] = dict(
-        machine_id=machine.id if machine else None, model=model, mode=mode, device=device,
-        compiler=compiler, batch_size=record.get("batch_size"),
-        environment=record_environment(record), benchmark_version=record.get("benchmark_version"),
-        median=None, iqr=None, series_key=None, error=None,
+        machine_id=machine.id if machine else None,
+        model=model,
+        mode=mode,
+        device=device,
+        compiler=compiler,
+        batch_size=record.get("batch_size"),
+        environment=record_environment(record),
+        benchmark_version=record.get("benchmark_version"),
+        median=None,
+        iqr=None,
+        series_key=None,
+        error=None,
     )
     if record.get("error"):
-        return [{**common, "metric": "latency", "unit": "ms", "samples": [], "sample_count": 0,
-                 "error": str(record["error"])}]
+        return [
+            {
+                **common,
+                "metric": "latency",
+                "unit": "ms",
+                "samples": [],
+                "sample_count": 0,
+                "error": str(record["error"]),
+            }
+        ]
     rows: list[dict[str, Any]] = []
     build = build_identity(common["environment"])
     for m in record.get("metrics", []):
         metric, unit, samples = _metric_values(m, f"{model}:{mode}:{device}")
         key = series_key(
-            model=model, mode=mode, device=device, compiler=compiler, metric=metric,
-            batch_size=record.get("batch_size"), benchmark_version=record.get("benchmark_version"),
-            machine=machine.fingerprint if machine else "", build=build)
-        rows.append({**common, "metric": metric, "unit": unit, "samples": samples,
-                     "sample_count": len(samples), "median": m.get("median"),
-                     "iqr": m.get("iqr"), "series_key": key})
+            model=model,
+            mode=mode,
+            device=device,
+            compiler=compiler,
+            metric=metric,
+            batch_size=record.get("batch_size"),
+            benchmark_version=record.get("benchmark_version"),
+            machine=machine.fingerprint if machine else "",
+            build=build,
+        )
+        rows.append(
+            {
+                **common,
+                "metric": metric,
+                "unit": unit,
+                "samples": samples,
+                "sample_count": len(samples),
+                "median": m.get("median"),
+                "iqr": m.get("iqr"),
+                "series_key": key,
+            }
+        )
     return rows
 
 
@@ -272,5 +330,6 @@ def catalogue_models(session: Session, records: Sequence[dict[str, Any]]) -> Non
     dialect = session.get_bind().dialect.name
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
     stmt = insert(CatalogModel).values(rows)
-    session.execute(stmt.on_conflict_do_update(index_elements=["name"],
-                                               set_={"domain": stmt.excluded.domain}))
+    session.execute(
+        stmt.on_conflict_do_update(index_elements=["name"], set_={"domain": stmt.excluded.domain})
+    )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 class MachineRead(BaseModel):
     """A machine results were measured on: its device class and fingerprint parts."""
+
     id: int
     device_class: str
     cpu_model: str | None
@@ -33,8 +34,11 @@ class ConfigurationRead(BaseModel):
 
 class ModelRead(BaseModel):
     """A model and the configurations (mode, device, compiler) it was measured in."""
+
     name: str
-    domain: str | None = Field(description="as its records report it (the suite's metadata); null when none did")
+    domain: str | None = Field(
+        description="as its records report it (the suite's metadata); null when none did"
+    )
     configurations: list[ConfigurationRead]
     history_url: str
     page_url: str
@@ -42,6 +46,7 @@ class ModelRead(BaseModel):
 
 class ModelsRead(BaseModel):
     """Every model with stored results."""
+
     since: date | None = Field(description="configurations measured on or after this night")
     models: list[ModelRead]
 
@@ -62,24 +67,29 @@ class PointsRead(BaseModel):
     median: list[float] = Field(description="median of the night's samples")
     iqr: list[float | None] = Field(description="interquartile range of the samples")
     samples: list[int] = Field(description="number of samples")
-    baseline: list[float | None] = Field(description="the baseline held at that night (null: "
-                                                     "none yet)")
+    baseline: list[float | None] = Field(
+        description="the baseline held at that night (null: none yet)"
+    )
     baseline_lower: list[float | None]
     baseline_upper: list[float | None]
     change: list[float | None] = Field(description="median / baseline - 1 (0.12 = +12%)")
     regression: list[bool]
     improvement: list[bool]
-    outlier: list[bool] = Field(description="beyond the threshold and the noise band for one "
-                                            "night only")
-    expected: list[bool] = Field(description="a maintainer marked the change at this night "
-                                             "expected")
+    outlier: list[bool] = Field(
+        description="beyond the threshold and the noise band for one night only"
+    )
+    expected: list[bool] = Field(
+        description="a maintainer marked the change at this night expected"
+    )
     regression_id: list[int | None]
-    culprit: list[str | None] = Field(description="culprit commit named by a bisection of the "
-                                                  "change at this night")
+    culprit: list[str | None] = Field(
+        description="culprit commit named by a bisection of the change at this night"
+    )
 
 
 class SeriesRead(BaseModel):
     """One series of a model: a metric of one benchmark on one machine and environment."""
+
     series_key: str
     benchmark: str = Field(description="model:mode:device[:compiler]")
     mode: str
@@ -92,17 +102,22 @@ class SeriesRead(BaseModel):
     machine: MachineRead | None
     threshold: float
     unstable: bool = Field(
-        False, description="a latency series of a benchmark marked unstable: shown, alerted "
-                           "only beyond its noise")
+        False,
+        description="a latency series of a benchmark marked unstable: shown, alerted "
+        "only beyond its noise",
+    )
     alerts_from: float | None = Field(
-        None, description="for an unstable one, the least regression it still alerts "
-                          "(fraction; null: never, or not unstable)")
+        None,
+        description="for an unstable one, the least regression it still alerts "
+        "(fraction; null: never, or not unstable)",
+    )
     chart_url: str
     points: PointsRead
 
 
 class ErrorPointRead(BaseModel):
     """A night the benchmark failed: its run, result and error text."""
+
     night: date
     run_id: int
     result_id: int
@@ -112,6 +127,7 @@ class ErrorPointRead(BaseModel):
 
 class HistoryRead(BaseModel):
     """A model's history: its series and failed nights."""
+
     model: str
     series: list[SeriesRead]
     errors: list[ErrorPointRead]

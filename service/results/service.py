@@ -21,7 +21,9 @@ from service.results.records import (
 )
 
 
-def store_record(session: Session, *, run: Run, job: Job | None, record: dict[str, Any]) -> list[Result]:
+def store_record(
+    session: Session, *, run: Run, job: Job | None, record: dict[str, Any]
+) -> list[Result]:
     """Store one benchmark record (``python -m suite run`` JSON) as results of ``run``.
 
     Idempotent: if results for this benchmark already exist in the run (a redelivered task),
@@ -44,16 +46,21 @@ def store_record(session: Session, *, run: Run, job: Job | None, record: dict[st
     existing = list(
         session.scalars(
             select(Result).where(
-                Result.run_id == run.id, Result.model == model, Result.mode == mode,
-                Result.device == device, Result.compiler == compiler,
+                Result.run_id == run.id,
+                Result.model == model,
+                Result.mode == mode,
+                Result.device == device,
+                Result.compiler == compiler,
             )
         )
     )
     if existing:
         return existing
     machine = record_machine(session, record)
-    results = [Result(**row, run_id=run.id, job_id=job.id if job else None, night=run.night)
-               for row in result_rows(record, machine=machine)]
+    results = [
+        Result(**row, run_id=run.id, job_id=job.id if job else None, night=run.night)
+        for row in result_rows(record, machine=machine)
+    ]
     session.add_all(results)
     catalogue_models(session, [record])
     adopt_torch_build(run, [record])

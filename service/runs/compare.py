@@ -58,6 +58,7 @@ class Comparison:
 @dataclass(frozen=True)
 class RunComparison:
     """Two runs compared: the per-benchmark comparisons and what only one side measured."""
+
     comparisons: list[Comparison]
     only_in_a: list[str]
     only_in_b: list[str]
@@ -125,7 +126,11 @@ GROWTH_MIN_BYTES = 8 * 1024 * 1024
 
 
 def compare_processes(
-    a: list[float], b: list[float], *, alpha: float, threshold: float,
+    a: list[float],
+    b: list[float],
+    *,
+    alpha: float,
+    threshold: float,
     min_difference: float | None = None,
 ) -> tuple[float | None, float | None, bool, str]:
     """Ratio of medians (b / a), two-sided Mann-Whitney U p-value, significance and verdict,
@@ -158,10 +163,16 @@ def compare_processes(
         raise ValueError(f"each side needs at least one process, got {len(a)} and {len(b)}")
     ma, mb = float(np.median(a)), float(np.median(b))
     ratio = mb / ma if ma > 0 and min_difference is None else None
-    worse = (mb - ma >= min_difference) if min_difference is not None else \
-        (ratio is not None and ratio > 1 + threshold)
-    better = (ma - mb >= min_difference) if min_difference is not None else \
-        (ratio is not None and ratio < 1 - threshold)
+    worse = (
+        (mb - ma >= min_difference)
+        if min_difference is not None
+        else (ratio is not None and ratio > 1 + threshold)
+    )
+    better = (
+        (ma - mb >= min_difference)
+        if min_difference is not None
+        else (ratio is not None and ratio < 1 - threshold)
+    )
     if smallest_p_value(len(a), len(b)) >= alpha:
         return ratio, None, False, NOT_ENOUGH
     if np.ptp(np.r_[a, b]) == 0:
@@ -187,11 +198,20 @@ def run_processes(session: Session, *, run_id: int) -> dict[Key, list[Result]]:
     confirmation runs, replicate runs and rounds, and the rounds of its confirmation runs, not
     their paired rounds, which measure the previous night's build), by benchmark metric: one
     result per process (errors included)."""
-    children = list(session.scalars(
-        select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.id)))
-    rows = list(session.execute(select(Run.id, Run.options).where(
-        Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE).order_by(Run.id)
-    )) if children else []
+    children = list(
+        session.scalars(select(Run.id).where(Run.parent_run_id == run_id).order_by(Run.id))
+    )
+    rows = (
+        list(
+            session.execute(
+                select(Run.id, Run.options)
+                .where(Run.parent_run_id.in_(children), Run.kind == RunKind.REPLICATE)
+                .order_by(Run.id)
+            )
+        )
+        if children
+        else []
+    )
     grandchildren = [rid for rid, options in rows if not is_paired_round(options)]
     out: dict[Key, list[Result]] = {}
     for rid in (run_id, *children, *grandchildren):
@@ -201,7 +221,12 @@ def run_processes(session: Session, *, run_id: int) -> dict[Key, list[Result]]:
 
 
 def compare_runs(
-    session: Session, *, a: int, b: int, alpha: float, threshold_for: Callable[[str, str], float],
+    session: Session,
+    *,
+    a: int,
+    b: int,
+    alpha: float,
+    threshold_for: Callable[[str, str], float],
 ) -> RunComparison:
     """Compare every benchmark metric of run ``a`` with run ``b``, process by process.
 
@@ -227,15 +252,30 @@ def compare_runs(
         pa = [float(np.median(r.samples)) for r in xs]
         pb = [float(np.median(r.samples)) for r in ys]
         ratio, p, significant, verdict = compare_processes(
-            pa, pb, alpha=alpha, threshold=threshold_for(key[4], f"{key[0]}:{key[1]}"),
-            min_difference=GROWTH_MIN_BYTES if key[4] in GROWTH_METRICS else None)
-        out.append(Comparison(
-            benchmark=_label(key).rsplit(" ", 1)[0], metric=key[4], unit=ys[0].unit,
-            a_median=float(np.median(pa)), b_median=float(np.median(pb)), ratio=ratio,
-            difference=float(np.median(pb) - np.median(pa)),
-            a_processes=len(pa), b_processes=len(pb),
-            a_samples=sum(len(r.samples) for r in xs), b_samples=sum(len(r.samples) for r in ys),
-            p_value=p, significant=significant, verdict=verdict))
+            pa,
+            pb,
+            alpha=alpha,
+            threshold=threshold_for(key[4], f"{key[0]}:{key[1]}"),
+            min_difference=GROWTH_MIN_BYTES if key[4] in GROWTH_METRICS else None,
+        )
+        out.append(
+            Comparison(
+                benchmark=_label(key).rsplit(" ", 1)[0],
+                metric=key[4],
+                unit=ys[0].unit,
+                a_median=float(np.median(pa)),
+                b_median=float(np.median(pb)),
+                ratio=ratio,
+                difference=float(np.median(pb) - np.median(pa)),
+                a_processes=len(pa),
+                b_processes=len(pb),
+                a_samples=sum(len(r.samples) for r in xs),
+                b_samples=sum(len(r.samples) for r in ys),
+                p_value=p,
+                significant=significant,
+                verdict=verdict,
+            )
+        )
     return RunComparison(
         comparisons=out,
         only_in_a=[_label(k) for k in sorted(ra.keys() - rb.keys())],

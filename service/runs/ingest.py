@@ -65,7 +65,11 @@ def _bench(record: dict[str, Any]) -> Bench:
 
 
 def store_records(
-    session: Session, *, run: Run, job_ids: dict[Bench, int], records: Sequence[dict[str, Any]],
+    session: Session,
+    *,
+    run: Run,
+    job_ids: dict[Bench, int],
+    records: Sequence[dict[str, Any]],
 ) -> int:
     """Store many suite records of ``run`` at once: the rows ``store_record`` writes for each.
 
@@ -98,8 +102,17 @@ def store_records(
         mine = result_rows(record, machine=machine)
         # The rows of a record share its environment: its JSON text is made once.
         environment_json = orjson.dumps(mine[0]["environment"]).decode() if mine else ""
-        rows.extend({**row, "run_id": run.id, "job_id": job_id, "night": run.night,
-                     "created_at": now, "environment_json": environment_json} for row in mine)
+        rows.extend(
+            {
+                **row,
+                "run_id": run.id,
+                "job_id": job_id,
+                "night": run.night,
+                "created_at": now,
+                "environment_json": environment_json,
+            }
+            for row in mine
+        )
     _insert_results(session, rows)
     catalogue_models(session, records)
     adopt_torch_build(run, records)
@@ -107,9 +120,28 @@ def store_records(
     return len(rows)
 
 
-_COPY_COLUMNS = ("run_id", "job_id", "machine_id", "night", "model", "mode", "device", "compiler",
-                 "batch_size", "metric", "unit", "samples", "sample_count", "median", "iqr",
-                 "environment", "benchmark_version", "series_key", "error", "created_at")
+_COPY_COLUMNS = (
+    "run_id",
+    "job_id",
+    "machine_id",
+    "night",
+    "model",
+    "mode",
+    "device",
+    "compiler",
+    "batch_size",
+    "metric",
+    "unit",
+    "samples",
+    "sample_count",
+    "median",
+    "iqr",
+    "environment",
+    "benchmark_version",
+    "series_key",
+    "error",
+    "created_at",
+)
 
 
 def _insert_results(session: Session, rows: list[dict[str, Any]]) -> None:
@@ -123,19 +155,29 @@ def _insert_results(session: Session, rows: list[dict[str, Any]]) -> None:
         return
     conn = session.connection()
     if conn.dialect.name != "postgresql":
-        session.execute(insert(Result), [
-            {k: v for k, v in row.items() if k != "environment_json"} for row in rows])
+        session.execute(
+            insert(Result),
+            [{k: v for k, v in row.items() if k != "environment_json"} for row in rows],
+        )
         return
     driver = conn.connection.driver_connection
     assert driver is not None
     # JSON columns go in as their text (orjson, once per record for the environment).
-    with driver.cursor() as cur, cur.copy(
-            f"COPY results ({', '.join(_COPY_COLUMNS)}) FROM STDIN") as copy:
+    with (
+        driver.cursor() as cur,
+        cur.copy(f"COPY results ({', '.join(_COPY_COLUMNS)}) FROM STDIN") as copy,
+    ):
         for row in rows:
-            copy.write_row([
-                row["environment_json"] if c == "environment"
-                else orjson.dumps(row[c]).decode() if c == "samples" else row[c]
-                for c in _COPY_COLUMNS])
+            copy.write_row(
+                [
+                    row["environment_json"]
+                    if c == "environment"
+                    else orjson.dumps(row[c]).decode()
+                    if c == "samples"
+                    else row[c]
+                    for c in _COPY_COLUMNS
+                ]
+            )
 
 
 def _end_jobs(session: Session, ended: list[tuple[int, Any]]) -> None:
@@ -146,34 +188,60 @@ def _end_jobs(session: Session, ended: list[tuple[int, Any]]) -> None:
     done = [job_id for job_id, error in ended if not error]
     if done:
         # One array parameter on Postgres: hundreds of placeholders cost more to parse.
-        ids = (table.c.id == any_(bindparam("ids", done, type_=ARRAY(Integer)))
-               if conn.dialect.name == "postgresql" else table.c.id.in_(done))
-        conn.execute(update(table).where(ids).values(status=JobStatus.DONE, error=None, finished_at=now))
+        ids = (
+            table.c.id == any_(bindparam("ids", done, type_=ARRAY(Integer)))
+            if conn.dialect.name == "postgresql"
+            else table.c.id.in_(done)
+        )
+        conn.execute(
+            update(table).where(ids).values(status=JobStatus.DONE, error=None, finished_at=now)
+        )
     failed = [{"job_id": job_id, "reason": str(error)} for job_id, error in ended if error]
     if failed:
-        conn.execute(update(table).where(table.c.id == bindparam("job_id"))
-                     .values(status=JobStatus.ERROR, error=bindparam("reason"), finished_at=now), failed)
+        conn.execute(
+            update(table)
+            .where(table.c.id == bindparam("job_id"))
+            .values(status=JobStatus.ERROR, error=bindparam("reason"), finished_at=now),
+            failed,
+        )
     # The session's Job objects predate these updates.
     session.expire_all()
 
 
 def completeness(session: Session, *, run_id: int, list_limit: int = 200) -> Completeness:
     """Job counts by status; up to ``list_limit`` pending and missing benchmark names."""
-    counts = Counter(dict(session.execute(
-        select(Job.status, func.count()).where(Job.run_id == run_id).group_by(Job.status)).all()))
+    counts = Counter(
+        dict(
+            session.execute(
+                select(Job.status, func.count()).where(Job.run_id == run_id).group_by(Job.status)
+            ).all()
+        )
+    )
     out = Completeness(total=sum(counts.values()), counts=counts)
     for status, target in (("missing", out.missing), (None, out.pending)):
         stmt = select(Job.model, Job.mode, Job.device, Job.compiler).where(Job.run_id == run_id)
-        stmt = (stmt.where(Job.status == status) if status
-                else stmt.where(Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING))))
-        target.extend(_name(*row) for row in session.execute(stmt.order_by(Job.id).limit(list_limit)))
+        stmt = (
+            stmt.where(Job.status == status)
+            if status
+            else stmt.where(Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)))
+        )
+        target.extend(
+            _name(*row) for row in session.execute(stmt.order_by(Job.id).limit(list_limit))
+        )
     return out
 
 
 def create_ingest_run(
-    session: Session, *, night: date, benchmarks: Sequence[BenchmarkSpec], torch_spec: str,
-    torch_version: str | None, torch_git_commit: str | None, key: str | None,
-    note: str | None = None, deadline_s: float | None = None,
+    session: Session,
+    *,
+    night: date,
+    benchmarks: Sequence[BenchmarkSpec],
+    torch_spec: str,
+    torch_version: str | None,
+    torch_git_commit: str | None,
+    key: str | None,
+    note: str | None = None,
+    deadline_s: float | None = None,
 ) -> tuple[Run, bool]:
     """Create an ``ingest`` run expecting ``benchmarks``; with ``key``, at most once.
 
@@ -191,12 +259,25 @@ def create_ingest_run(
     if key is not None:
         existing = ingest_run_by_key(session, key=key)
         if existing is not None:
-            _check_same_request(session, existing, key=key, night=night, benchmarks=benchmarks,
-                                torch_version=torch_version, torch_git_commit=torch_git_commit)
+            _check_same_request(
+                session,
+                existing,
+                key=key,
+                night=night,
+                benchmarks=benchmarks,
+                torch_version=torch_version,
+                torch_git_commit=torch_git_commit,
+            )
             return existing, False
-    run = create_run(session, night=night, benchmarks=benchmarks, torch_spec=torch_spec,
-                     kind=RunKind.INGEST, options={"ingest_key": key} if key else {},
-                     deadline_s=deadline_s)
+    run = create_run(
+        session,
+        night=night,
+        benchmarks=benchmarks,
+        torch_spec=torch_spec,
+        kind=RunKind.INGEST,
+        options={"ingest_key": key} if key else {},
+        deadline_s=deadline_s,
+    )
     run.torch_version = torch_version
     run.torch_git_commit = torch_git_commit
     run.note = note
@@ -209,12 +290,19 @@ def create_ingest_run(
 def ingest_run_by_key(session: Session, *, key: str) -> Run | None:
     """The ingest run that ``key`` made, or None."""
     return session.scalar(
-        select(Run).where(Run.kind == "ingest", Run.options["ingest_key"].as_string() == key))
+        select(Run).where(Run.kind == "ingest", Run.options["ingest_key"].as_string() == key)
+    )
 
 
 def _check_same_request(
-    session: Session, existing: Run, *, key: str, night: date,
-    benchmarks: Sequence[BenchmarkSpec], torch_version: str | None, torch_git_commit: str | None,
+    session: Session,
+    existing: Run,
+    *,
+    key: str,
+    night: date,
+    benchmarks: Sequence[BenchmarkSpec],
+    torch_version: str | None,
+    torch_git_commit: str | None,
 ) -> None:
     """Raise Conflict unless a repeated ``key`` asks for the run it already made."""
     said = f"key {key!r} already names run {existing.id}"
@@ -222,10 +310,13 @@ def _check_same_request(
         raise Conflict(f"{said} of night {existing.night}, not {night}")
     expected = sorted(j.benchmark for j in list_jobs(session, run_id=existing.id))
     if sorted(b.name for b in benchmarks) != expected:
-        raise Conflict(f"{said} with other benchmarks ({', '.join(expected)}); "
-                       f"a new request needs a new key")
-    for name, old, new in (("torch_version", existing.torch_version, torch_version),
-                            ("torch_git_commit", existing.torch_git_commit, torch_git_commit)):
+        raise Conflict(
+            f"{said} with other benchmarks ({', '.join(expected)}); a new request needs a new key"
+        )
+    for name, old, new in (
+        ("torch_version", existing.torch_version, torch_version),
+        ("torch_git_commit", existing.torch_git_commit, torch_git_commit),
+    ):
         if old != new:
             raise Conflict(f"{said} with {name} {old!r}, not {new!r}")
 
@@ -233,14 +324,18 @@ def _check_same_request(
 @dataclass(frozen=True)
 class IngestOutcome:
     """What an ingest stored: the run, new records, and records the run already had."""
+
     run: Run
     stored: int
     already_stored: int
     results: int
 
 
-def _fresh_records(run: Run, status: dict[Bench, str], records: Sequence[dict[str, Any]],
-                   ) -> tuple[list[dict[str, Any]], int]:
+def _fresh_records(
+    run: Run,
+    status: dict[Bench, str],
+    records: Sequence[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], int]:
     """The records the run does not hold yet, and how many it already holds.
 
     Raises:
@@ -260,14 +355,18 @@ def _fresh_records(run: Run, status: dict[Bench, str], records: Sequence[dict[st
         # and the missing-data issue is told they came).
         late = run.status == RunStatus.INCOMPLETE and status[bench] == JobStatus.MISSING
         if run.status in FINISHED and not late:
-            raise Conflict(f"run {run.id} is {run.status}; it takes no new results "
-                           f"({_name(*bench)} was never reported)")
+            raise Conflict(
+                f"run {run.id} is {run.status}; it takes no new results "
+                f"({_name(*bench)} was never reported)"
+            )
         seen.add(bench)
         fresh.append(record)
     return fresh, already
 
 
-def ingest_records(session: Session, *, run_id: int, records: Sequence[dict[str, Any]]) -> IngestOutcome:
+def ingest_records(
+    session: Session, *, run_id: int, records: Sequence[dict[str, Any]]
+) -> IngestOutcome:
     """Store suite records as results of ingest run ``run_id`` and end their jobs.
 
     Args:
@@ -293,26 +392,39 @@ def ingest_records(session: Session, *, run_id: int, records: Sequence[dict[str,
     session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
     # Every job of the run, as plain rows: a job that ended done or error holds its record (this
     # module writes both in one transaction), which makes the idempotency check one query.
-    jobs = {(model, mode, device, compiler): (job_id, status)
-            for job_id, model, mode, device, compiler, status in session.execute(
-                select(Job.id, Job.model, Job.mode, Job.device, Job.compiler, Job.status)
-                .where(Job.run_id == run_id))}
+    jobs = {
+        (model, mode, device, compiler): (job_id, status)
+        for job_id, model, mode, device, compiler, status in session.execute(
+            select(Job.id, Job.model, Job.mode, Job.device, Job.compiler, Job.status).where(
+                Job.run_id == run_id
+            )
+        )
+    }
     wanted = {_bench(r) for r in records}
     unknown = sorted(_name(*b) for b in wanted - jobs.keys())
     if unknown:
-        raise InvalidInput(f"run {run_id} does not expect {', '.join(unknown[:10])}"
-                           + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
-                           + "; list every benchmark when creating the run")
-    fresh, already = _fresh_records(run, {bench: status for bench, (_, status) in jobs.items()},
-                                    records)
+        raise InvalidInput(
+            f"run {run_id} does not expect {', '.join(unknown[:10])}"
+            + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+            + "; list every benchmark when creating the run"
+        )
+    fresh, already = _fresh_records(
+        run, {bench: status for bench, (_, status) in jobs.items()}, records
+    )
     job_ids = {bench: job_id for bench, (job_id, _) in jobs.items()}
     rows = store_records(session, run=run, job_ids=job_ids, records=fresh)
     if fresh:
         _end_jobs(session, [(job_ids[_bench(r)], r.get("error")) for r in fresh])
     stored = len(fresh)
-    if stored and run.status not in FINISHED and not session.scalar(
-            select(func.count()).select_from(Job).where(
-                Job.run_id == run_id, Job.status.in_(("queued", "running")))):
+    if (
+        stored
+        and run.status not in FINISHED
+        and not session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.run_id == run_id, Job.status.in_(("queued", "running")))
+        )
+    ):
         # Every benchmark reported: detection follows on the workers' periodic sweep.
         run.status = "detecting"
         session.flush()

@@ -59,9 +59,12 @@ def _measured(session: Session, family: list[int]) -> Counter[str]:
     """Processes that measured each benchmark without an error, over the runs ``family``."""
     rows = session.execute(
         select(Result.run_id, Result.model, Result.mode, Result.device, Result.compiler)
-        .where(Result.run_id.in_(family), Result.error.is_(None)).distinct())
-    return Counter(BenchmarkSpec(model=m, mode=mo, device=d, compiler=c).name
-                   for _, m, mo, d, c in rows)
+        .where(Result.run_id.in_(family), Result.error.is_(None))
+        .distinct()
+    )
+    return Counter(
+        BenchmarkSpec(model=m, mode=mo, device=d, compiler=c).name for _, m, mo, d, c in rows
+    )
 
 
 def process_counts(session: Session, *, run_id: int) -> dict[str, tuple[int, int]]:
@@ -77,10 +80,17 @@ def process_counts(session: Session, *, run_id: int) -> dict[str, tuple[int, int
     measured = _measured(session, [run_id, *children])
     own = _measured(session, [run_id])
     waiting = Counter(
-        j.benchmark for j in session.scalars(
-            select(Job).join(Run, Run.id == Job.run_id)
-            .where(Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE,
-                   Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)))))
+        j.benchmark
+        for j in session.scalars(
+            select(Job)
+            .join(Run, Run.id == Job.run_id)
+            .where(
+                Run.parent_run_id == run_id,
+                Run.kind == RunKind.REPLICATE,
+                Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)),
+            )
+        )
+    )
     return {name: (measured[name], waiting[name]) for name in sorted(own)}
 
 
@@ -90,7 +100,11 @@ def _queue(jobs: dict[str, Job], name: str, device: str) -> str:
 
 
 def request_processes(
-    session: Session, *, run_id: int, processes: int, deadline_s: float | None = None,
+    session: Session,
+    *,
+    run_id: int,
+    processes: int,
+    deadline_s: float | None = None,
 ) -> ProcessRequest:
     """Queue replicate runs until every benchmark of run ``run_id`` has ``processes`` processes
     (measured or queued); nothing is created when each already has.
@@ -116,42 +130,68 @@ def request_processes(
         raise InvalidInput(f"processes must be between 2 and {MAX_PROCESSES}, got {processes}")
     run = get_run(session, run_id)
     if run.kind != RunKind.NIGHTLY:
-        raise InvalidInput(f"run {run_id} is a {run.kind} run; more processes are measured for "
-                           f"nightly runs only, on their own build")
+        raise InvalidInput(
+            f"run {run_id} is a {run.kind} run; more processes are measured for "
+            f"nightly runs only, on their own build"
+        )
     if run.status in RUN_OPEN:
-        raise Conflict(f"run {run_id} is still {run.status}; ask for more processes once it "
-                       f"has finished")
+        raise Conflict(
+            f"run {run_id} is still {run.status}; ask for more processes once it has finished"
+        )
     counts = process_counts(session, run_id=run_id)
     if not counts:
-        raise Conflict(f"run {run_id} has no result without an error; there is no measured "
-                       f"benchmark to repeat")
-    short = {name: max(0, processes - measured - queued)
-             for name, (measured, queued) in counts.items()}
+        raise Conflict(
+            f"run {run_id} has no result without an error; there is no measured benchmark to repeat"
+        )
+    short = {
+        name: max(0, processes - measured - queued) for name, (measured, queued) in counts.items()
+    }
     specs = _specs(session, run_id=run_id)
     created: list[int] = []
     for k in range(1, max(short.values()) + 1):
         batch = [specs[name] for name, n in short.items() if n >= k]
         child = create_run(
-            session, night=run.night, benchmarks=batch, torch_spec=run.torch_spec,
-            kind=RunKind.REPLICATE, parent_run_id=run_id, deadline_s=deadline_s,
-            options={"processes": processes, "dispatch": DISPATCH_PENDING})
+            session,
+            night=run.night,
+            benchmarks=batch,
+            torch_spec=run.torch_spec,
+            kind=RunKind.REPLICATE,
+            parent_run_id=run_id,
+            deadline_s=deadline_s,
+            options={"processes": processes, "dispatch": DISPATCH_PENDING},
+        )
         created.append(child.id)
     return ProcessRequest(
-        run_id=run_id, processes=processes, runs=created, jobs=sum(short.values()),
-        benchmarks=[BenchmarkProcesses(benchmark=name, measured=m, queued=q, added=short[name])
-                    for name, (m, q) in counts.items()])
+        run_id=run_id,
+        processes=processes,
+        runs=created,
+        jobs=sum(short.values()),
+        benchmarks=[
+            BenchmarkProcesses(benchmark=name, measured=m, queued=q, added=short[name])
+            for name, (m, q) in counts.items()
+        ],
+    )
 
 
 def _specs(session: Session, *, run_id: int) -> dict[str, BenchmarkSpec]:
     """The run's benchmarks measured without an error, as it measured them (batch size, queue)."""
     jobs = {j.benchmark: j for j in list_jobs(session, run_id=run_id)}
     specs: dict[str, BenchmarkSpec] = {}
-    for r in session.scalars(select(Result).where(
-            Result.run_id == run_id, Result.error.is_(None)).order_by(Result.id)):
+    for r in session.scalars(
+        select(Result).where(Result.run_id == run_id, Result.error.is_(None)).order_by(Result.id)
+    ):
         name = BenchmarkSpec(model=r.model, mode=r.mode, device=r.device, compiler=r.compiler).name
-        specs.setdefault(name, BenchmarkSpec(
-            model=r.model, mode=r.mode, device=r.device, compiler=r.compiler,
-            batch_size=r.batch_size, queue=_queue(jobs, name, r.device)))
+        specs.setdefault(
+            name,
+            BenchmarkSpec(
+                model=r.model,
+                mode=r.mode,
+                device=r.device,
+                compiler=r.compiler,
+                batch_size=r.batch_size,
+                queue=_queue(jobs, name, r.device),
+            ),
+        )
     return specs
 
 
@@ -162,8 +202,12 @@ def claim_pending(session: Session, *, parent_ids: list[int] | None = None) -> l
     Sending a job twice is harmless (a job measured once is not measured again), so a claim
     lost between the commit and the send leaves at worst jobs for the deadline to mark missing.
     """
-    stmt = (select(Run).where(Run.kind == RunKind.REPLICATE, Run.status.in_(RUN_OPEN))
-            .order_by(Run.id).with_for_update(skip_locked=True))
+    stmt = (
+        select(Run)
+        .where(Run.kind == RunKind.REPLICATE, Run.status.in_(RUN_OPEN))
+        .order_by(Run.id)
+        .with_for_update(skip_locked=True)
+    )
     if parent_ids is not None:
         stmt = stmt.where(Run.parent_run_id.in_(parent_ids))
     claimed = []
@@ -177,6 +221,14 @@ def claim_pending(session: Session, *, parent_ids: list[int] | None = None) -> l
 
 def open_replicates(session: Session, *, parent_ids: list[int]) -> list[int]:
     """Replicate runs of ``parent_ids`` not finished yet, in id order."""
-    return list(session.scalars(select(Run.id).where(
-        Run.kind == RunKind.REPLICATE, Run.parent_run_id.in_(parent_ids),
-        Run.status.in_(RUN_OPEN)).order_by(Run.id)))
+    return list(
+        session.scalars(
+            select(Run.id)
+            .where(
+                Run.kind == RunKind.REPLICATE,
+                Run.parent_run_id.in_(parent_ids),
+                Run.status.in_(RUN_OPEN),
+            )
+            .order_by(Run.id)
+        )
+    )

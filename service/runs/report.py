@@ -59,7 +59,9 @@ NOT_A_REGRESSION = "an environment change, not a regression"
 
 
 def environment_changes(
-    previous: dict[str, Any] | None, tonight: dict[str, Any] | None, *,
+    previous: dict[str, Any] | None,
+    tonight: dict[str, Any] | None,
+    *,
     meaning: str = NOT_A_REGRESSION,
 ) -> list[str]:
     """What changed in the build's identity between two runs' environments, as report lines.
@@ -79,14 +81,18 @@ def environment_changes(
     """
     if not previous or not tonight:
         return []
-    (old_variant, old_reqs), (new_variant, new_reqs) = (build_identity(previous),
-                                                        build_identity(tonight))
+    (old_variant, old_reqs), (new_variant, new_reqs) = (
+        build_identity(previous),
+        build_identity(tonight),
+    )
     lines = []
     if old_variant != new_variant:
         lines.append(f"build variant {old_variant or 'none'} → {new_variant or 'none'}: {meaning}")
     if old_reqs != new_reqs:
-        lines.append(f"suite requirements {old_reqs[:12] or 'unrecorded'} → "
-                     f"{new_reqs[:12] or 'unrecorded'}: {meaning}")
+        lines.append(
+            f"suite requirements {old_reqs[:12] or 'unrecorded'} → "
+            f"{new_reqs[:12] or 'unrecorded'}: {meaning}"
+        )
     return lines
 
 
@@ -95,27 +101,36 @@ def run_environment_changes(
 ) -> list[str]:
     """:func:`environment_changes` between the run before ``run`` (its ``previous_run_id``, else
     the latest earlier run of its kind) and ``run``, each read from one measured result."""
-    return environment_changes(_run_environment(session, _previous_run_id(session, run)),
-                               _run_environment(session, run.id), meaning=meaning)
+    return environment_changes(
+        _run_environment(session, _previous_run_id(session, run)),
+        _run_environment(session, run.id),
+        meaning=meaning,
+    )
 
 
 def _run_environment(session: Session, run_id: int | None) -> dict[str, Any] | None:
     """The environment of one measured result of the run (None when it has none)."""
     if run_id is None:
         return None
-    return session.scalar(
-        select(Result.environment)
-        .where(Result.run_id == run_id, Result.error.is_(None))
-        .order_by(Result.id).limit(1)
-    ) or None
+    return (
+        session.scalar(
+            select(Result.environment)
+            .where(Result.run_id == run_id, Result.error.is_(None))
+            .order_by(Result.id)
+            .limit(1)
+        )
+        or None
+    )
 
 
 def _previous_run_id(session: Session, run: Run) -> int | None:
     if run.previous_run_id is not None:
         return run.previous_run_id
     return session.scalar(
-        select(Run.id).where(Run.kind == run.kind, Run.night < run.night)
-        .order_by(Run.night.desc(), Run.id.desc()).limit(1)
+        select(Run.id)
+        .where(Run.kind == run.kind, Run.night < run.night)
+        .order_by(Run.night.desc(), Run.id.desc())
+        .limit(1)
     )
 
 
@@ -124,11 +139,21 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
     run = get_run(session, run_id)
     jobs = list(session.scalars(select(Job).where(Job.run_id == run_id)))
     counts = Counter(j.status for j in jobs)
-    assessed = {item.result.id: item.assessment for item in assess_run(
-        session, run=run, threshold_for=lambda m, b: settings.threshold_for(m, b),
-        baseline_nights=settings.baseline_nights)}
+    assessed = {
+        item.result.id: item.assessment
+        for item in assess_run(
+            session,
+            run=run,
+            threshold_for=lambda m, b: settings.threshold_for(m, b),
+            baseline_nights=settings.baseline_nights,
+        )
+    }
     rounds = round_results(session, run_ids=[run_id])
-    regs = list(session.scalars(select(Regression).where(Regression.run_id == run_id).order_by(Regression.id)))
+    regs = list(
+        session.scalars(
+            select(Regression).where(Regression.run_id == run_id).order_by(Regression.id)
+        )
+    )
     by_result = {r.result_id: r for r in regs}
     results = []
     for res in run_results(session, run_id=run_id):
@@ -147,38 +172,76 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
                 change = level / baseline - 1 if baseline else None
         reg = by_result.get(res.id)
         if reg is not None and reg.direction == "regression":
-            verdict = {"reproduced": "regression", "not_reproduced": "not reproduced",
-                       "pending": "flagged", "not_possible": "flagged"}[reg.confirmation]
+            verdict = {
+                "reproduced": "regression",
+                "not_reproduced": "not reproduced",
+                "pending": "flagged",
+                "not_possible": "flagged",
+            }[reg.confirmation]
             if not reg.alertable and reg.confirmation != Confirmation.NOT_REPRODUCED:
                 verdict = _unstable_verdict(session, reg, res.machine_id)
-        results.append({
-            "benchmark": res.benchmark, "model": res.model, "mode": res.mode, "device": res.device,
-            "compiler": res.compiler, "metric": res.metric, "unit": res.unit,
-            "baseline": baseline, "value": level,
-            "processes": n,
-            "change": change, "p_value": a.p_value if a else None,
-            "verdict": verdict, "samples": len(res.samples), "iqr": res.iqr, "error": res.error,
-        })
+        results.append(
+            {
+                "benchmark": res.benchmark,
+                "model": res.model,
+                "mode": res.mode,
+                "device": res.device,
+                "compiler": res.compiler,
+                "metric": res.metric,
+                "unit": res.unit,
+                "baseline": baseline,
+                "value": level,
+                "processes": n,
+                "change": change,
+                "p_value": a.p_value if a else None,
+                "verdict": verdict,
+                "samples": len(res.samples),
+                "iqr": res.iqr,
+                "error": res.error,
+            }
+        )
     alerts = session.scalars(select(Alert).where(Alert.run_id == run_id).order_by(Alert.id))
     return {
         "run": {
-            "id": run.id, "night": run.night.isoformat(), "kind": run.kind, "status": run.status,
-            "torch_spec": run.torch_spec, "torch_version": run.torch_version,
+            "id": run.id,
+            "night": run.night.isoformat(),
+            "kind": run.kind,
+            "status": run.status,
+            "torch_spec": run.torch_spec,
+            "torch_version": run.torch_version,
             "torch_git_commit": run.torch_git_commit,
-            "jobs": {"total": len(jobs), "done": counts["done"], "error": counts["error"],
-                     "missing": counts["missing"]},
+            "jobs": {
+                "total": len(jobs),
+                "done": counts["done"],
+                "error": counts["error"],
+                "missing": counts["missing"],
+            },
         },
         "results": results,
-        "regressions": [{
-            "id": r.id, "benchmark": r.benchmark, "metric": r.metric, "direction": r.direction,
-            "baseline": r.baseline, "value": r.value, "change": r.change, "p_value": r.p_value,
-            "confirmation": r.confirmation, "state": r.state, "alertable": r.alertable,
-            "reason": r.reason,
-        } for r in regs],
-        "alerts": [{"id": a.id, "kind": a.kind, "status": a.status, "summary": a.summary} for a in alerts],
+        "regressions": [
+            {
+                "id": r.id,
+                "benchmark": r.benchmark,
+                "metric": r.metric,
+                "direction": r.direction,
+                "baseline": r.baseline,
+                "value": r.value,
+                "change": r.change,
+                "p_value": r.p_value,
+                "confirmation": r.confirmation,
+                "state": r.state,
+                "alertable": r.alertable,
+                "reason": r.reason,
+            }
+            for r in regs
+        ],
+        "alerts": [
+            {"id": a.id, "kind": a.kind, "status": a.status, "summary": a.summary} for a in alerts
+        ],
         "environment_changes": run_environment_changes(session, run=run),
         "stability_changes": stability_changes(session, run_id=run.id),
-        "failed_processes": failed_processes(session, run_id=run.id)}
+        "failed_processes": failed_processes(session, run_id=run.id),
+    }
 
 
 def _unstable_verdict(session: Session, reg: Regression, machine_id: int | None) -> str:
@@ -187,5 +250,8 @@ def _unstable_verdict(session: Session, reg: Regression, machine_id: int | None)
     spreads = unstable_spreads(session, by_machine=True)
     spread = spreads.get((reg.model, reg.mode, reg.device, reg.compiler, machine_id))
     bar = alerts_from(spread, reg.threshold)
-    return "regression (unstable)" if bar is None else (
-        f"regression (unstable, alerts from {bar * 100:+.1f}%)")
+    return (
+        "regression (unstable)"
+        if bar is None
+        else (f"regression (unstable, alerts from {bar * 100:+.1f}%)")
+    )

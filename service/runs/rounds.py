@@ -34,15 +34,28 @@ from service.series import NIGHT_ROUND, PAIRED_ROUND, is_night_round, is_paired_
 
 
 def _replicates(session: Session, run_id: int) -> list[Run]:
-    return list(session.scalars(select(Run).where(
-        Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE).order_by(Run.id)))
+    return list(
+        session.scalars(
+            select(Run)
+            .where(Run.parent_run_id == run_id, Run.kind == RunKind.REPLICATE)
+            .order_by(Run.id)
+        )
+    )
 
 
 def _job_specs(session: Session, run_id: int) -> list[BenchmarkSpec]:
     """Every benchmark of run ``run_id``'s jobs, on their queues: what a round measures again."""
-    return [BenchmarkSpec(model=j.model, mode=j.mode, device=j.device, compiler=j.compiler,
-                          batch_size=j.batch_size, queue=j.queue)
-            for j in list_jobs(session, run_id=run_id)]
+    return [
+        BenchmarkSpec(
+            model=j.model,
+            mode=j.mode,
+            device=j.device,
+            compiler=j.compiler,
+            batch_size=j.batch_size,
+            queue=j.queue,
+        )
+        for j in list_jobs(session, run_id=run_id)
+    ]
 
 
 def night_rounds(session: Session, *, run_id: int) -> list[Run]:
@@ -90,10 +103,15 @@ def create_round(session: Session, *, parent: Run, rounds: int, deadline_s: floa
     """
     number = len(night_rounds(session, run_id=parent.id)) + 2
     child = create_run(
-        session, night=parent.night, benchmarks=_job_specs(session, parent.id),
+        session,
+        night=parent.night,
+        benchmarks=_job_specs(session, parent.id),
         torch_spec=parent.torch_spec,
-        kind=RunKind.REPLICATE, parent_run_id=parent.id, deadline_s=deadline_s,
-        options={"origin": NIGHT_ROUND, "round": number, "rounds": rounds})
+        kind=RunKind.REPLICATE,
+        parent_run_id=parent.id,
+        deadline_s=deadline_s,
+        options={"origin": NIGHT_ROUND, "round": number, "rounds": rounds},
+    )
     if child.deadline_at is not None and parent.deadline_at is not None:
         parent.deadline_at = max(_aware(parent.deadline_at), _aware(child.deadline_at))
     session.flush()
@@ -101,7 +119,12 @@ def create_round(session: Session, *, parent: Run, rounds: int, deadline_s: floa
 
 
 def create_paired_round(
-    session: Session, *, parent: Run, torch_spec: str, rounds: int, deadline_s: float | None,
+    session: Session,
+    *,
+    parent: Run,
+    torch_spec: str,
+    rounds: int,
+    deadline_s: float | None,
 ) -> Run:
     """Create the next paired round of confirmation run ``parent``: every benchmark of its jobs
     once, on the build ``torch_spec`` (the previous night's) and the same queues (only
@@ -113,10 +136,15 @@ def create_paired_round(
     """
     number = len(paired_rounds(session, run_id=parent.id)) + 1
     child = create_run(
-        session, night=parent.night, benchmarks=_job_specs(session, parent.id),
+        session,
+        night=parent.night,
+        benchmarks=_job_specs(session, parent.id),
         torch_spec=torch_spec,
-        kind=RunKind.REPLICATE, parent_run_id=parent.id, deadline_s=deadline_s,
-        options={"origin": PAIRED_ROUND, "round": number, "rounds": rounds})
+        kind=RunKind.REPLICATE,
+        parent_run_id=parent.id,
+        deadline_s=deadline_s,
+        options={"origin": PAIRED_ROUND, "round": number, "rounds": rounds},
+    )
     session.flush()
     return child
 
@@ -136,8 +164,13 @@ def rounds_left(session: Session, *, run_id: int, processes: int) -> int | None:
     paired = paired_rounds(session, run_id=run_id)
     if any(r.status in RUN_OPEN for r in (*rounds, *paired)):
         return None
-    if paired and session.scalar(select(Job.id).where(
-            Job.run_id == run_id, Job.status.not_in(JOB_ENDED)).limit(1)) is not None:
+    if (
+        paired
+        and session.scalar(
+            select(Job.id).where(Job.run_id == run_id, Job.status.not_in(JOB_ENDED)).limit(1)
+        )
+        is not None
+    ):
         return None
     return max(0, processes - 1 - len(rounds))
 
@@ -151,18 +184,26 @@ def rounds_note(session: Session, *, run: Run) -> str | None:
     wanted = len(rounds) + 1
     measured: Counter[str] = Counter()
     for run_id in (run.id, *(r.id for r in rounds)):
-        names = {BenchmarkSpec(model=m, mode=mo, device=d, compiler=c).name
-                 for m, mo, d, c in session.execute(
-                     select(Result.model, Result.mode, Result.device, Result.compiler)
-                     .where(Result.run_id == run_id, Result.error.is_(None)))}
+        names = {
+            BenchmarkSpec(model=m, mode=mo, device=d, compiler=c).name
+            for m, mo, d, c in session.execute(
+                select(Result.model, Result.mode, Result.device, Result.compiler).where(
+                    Result.run_id == run_id, Result.error.is_(None)
+                )
+            )
+        }
         measured.update(names)
     fewer = ", ".join(f"{name} {n}" for name, n in sorted(measured.items()) if n < wanted)
     ids = ", ".join(str(r.id) for r in rounds)
-    return (f"{wanted} processes per benchmark, the level of each the median of their medians "
-            f"(rounds: runs {ids})" + (f"; fewer: {fewer}" if fewer else ""))
+    return (
+        f"{wanted} processes per benchmark, the level of each the median of their medians "
+        f"(rounds: runs {ids})" + (f"; fewer: {fewer}" if fewer else "")
+    )
 
 
-def store_measured(session: Session, *, run: Run, job: Job | None, record: dict[str, Any]) -> list[Result]:
+def store_measured(
+    session: Session, *, run: Run, job: Job | None, record: dict[str, Any]
+) -> list[Result]:
     """Store a benchmark record of ``run``'s job (:func:`service.results.service.store_record`),
     in the night when the record is a round's stand-in for the night's own failed process.
 
@@ -195,15 +236,27 @@ def store_measured(session: Session, *, run: Run, job: Job | None, record: dict[
 def _stand_in_for(session: Session, *, run: Run, record: dict[str, Any]) -> Run | None:
     """The night (``run``'s parent, locked) whose own failed process ``record`` stands in for,
     with the night's error result moved to ``run``; None when the record goes to ``run``."""
-    if (record.get("error") or run.kind != RunKind.REPLICATE or run.parent_run_id is None
-            or not is_night_round(run.options)):
+    if (
+        record.get("error")
+        or run.kind != RunKind.REPLICATE
+        or run.parent_run_id is None
+        or not is_night_round(run.options)
+    ):
         return None
     model, mode, device, compiler = record_benchmark(record)
 
     def rows(run_id: int) -> list[Result]:
-        return list(session.scalars(select(Result).where(
-            Result.run_id == run_id, Result.model == model, Result.mode == mode,
-            Result.device == device, Result.compiler == compiler)))
+        return list(
+            session.scalars(
+                select(Result).where(
+                    Result.run_id == run_id,
+                    Result.model == model,
+                    Result.mode == mode,
+                    Result.device == device,
+                    Result.compiler == compiler,
+                )
+            )
+        )
 
     if rows(run.id):
         return None  # a redelivered task: the round already holds this benchmark
@@ -214,9 +267,11 @@ def _stand_in_for(session: Session, *, run: Run, record: dict[str, Any]) -> Run 
     for result in failed:
         result.run_id = run.id
     session.flush()
-    line = (f"{benchmark_name(model, mode, device, compiler)}: the night's own process failed "
-            f"({failed[0].error}); round {(run.options or {}).get('round')} (run {run.id}) "
-            f"measured it in its place")
+    line = (
+        f"{benchmark_name(model, mode, device, compiler)}: the night's own process failed "
+        f"({failed[0].error}); round {(run.options or {}).get('round')} (run {run.id}) "
+        f"measured it in its place"
+    )
     night.note = f"{night.note}\n{line}" if night.note else line
     return night
 
@@ -233,17 +288,33 @@ def failed_processes(session: Session, *, run_id: int) -> list[dict[str, Any]]:
         ``[{"benchmark", "process", "run_id", "error"}, ...]`` in process order; ``run_id`` is
         the run the error result is stored in. Empty for a run without rounds.
     """
-    number = {run_id: 1, **{r.id: (r.options or {}).get("round") for r in
-                            night_rounds(session, run_id=run_id)}}
+    number = {
+        run_id: 1,
+        **{r.id: (r.options or {}).get("round") for r in night_rounds(session, run_id=run_id)},
+    }
     if len(number) == 1:
         return []
-    measured = {benchmark_name(*row) for row in session.execute(
-        select(Result.model, Result.mode, Result.device, Result.compiler)
-        .where(Result.run_id == run_id, Result.error.is_(None)))}
+    measured = {
+        benchmark_name(*row)
+        for row in session.execute(
+            select(Result.model, Result.mode, Result.device, Result.compiler).where(
+                Result.run_id == run_id, Result.error.is_(None)
+            )
+        )
+    }
     failed = session.execute(
-        select(Result, Job.run_id).outerjoin(Job, Job.id == Result.job_id)
-        .where(Result.run_id.in_(number), Result.error.is_not(None)))
-    out = [{"benchmark": r.benchmark, "process": number.get(job_run or r.run_id),
-            "run_id": r.run_id, "error": r.error}
-           for r, job_run in failed if r.benchmark in measured]
+        select(Result, Job.run_id)
+        .outerjoin(Job, Job.id == Result.job_id)
+        .where(Result.run_id.in_(number), Result.error.is_not(None))
+    )
+    out = [
+        {
+            "benchmark": r.benchmark,
+            "process": number.get(job_run or r.run_id),
+            "run_id": r.run_id,
+            "error": r.error,
+        }
+        for r, job_run in failed
+        if r.benchmark in measured
+    ]
     return sorted(out, key=lambda e: (e["process"] or 0, e["benchmark"]))

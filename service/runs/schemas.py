@@ -17,8 +17,18 @@ SignedSample = Annotated[float, Field(allow_inf_nan=False)]
 # Latency and peak memory stay >= 0.
 SIGNED_METRICS = frozenset({"mem_growth"})
 # What the stored environment's own columns are made of; other keys are free-form JSON.
-ENVIRONMENT_STRINGS = ("torch_version", "torch_git_version", "device_class", "cpu_model",
-                       "gpu_name", "driver", "hostname", "platform", "cuda", "python")
+ENVIRONMENT_STRINGS = (
+    "torch_version",
+    "torch_git_version",
+    "device_class",
+    "cpu_model",
+    "gpu_name",
+    "driver",
+    "hostname",
+    "platform",
+    "cuda",
+    "python",
+)
 ENVIRONMENT_INTEGERS = ("cpu_count", "threads")
 _CONTROL = {chr(c) for c in range(0x20)} - {"\t", "\n", "\r"}
 
@@ -40,7 +50,8 @@ def _control_characters_in(value: Any, where: str) -> str | None:
     if isinstance(value, dict):
         for key, item in value.items():
             found = _control_characters_in(key, where) or _control_characters_in(
-                item, f"{where}.{key}")
+                item, f"{where}.{key}"
+            )
             if found:
                 return found
     if isinstance(value, list):
@@ -53,6 +64,7 @@ def _control_characters_in(value: Any, where: str) -> str | None:
 
 class RunSummaryRead(BaseModel):
     """A run in a listing: night, kind, status and the build it measured."""
+
     id: int
     night: date
     kind: str
@@ -69,6 +81,7 @@ class RunSummaryRead(BaseModel):
 
 class RunsPage(BaseModel):
     """One page of runs, newest first; ``next_cursor`` fetches the next."""
+
     items: list[RunSummaryRead]
     next_cursor: int | None = Field(description="pass as cursor for the next page; null at the end")
 
@@ -90,6 +103,7 @@ class CompletenessRead(BaseModel):
 
 class ResultRead(BaseModel):
     """One benchmark's result in a run, with its metrics."""
+
     id: int
     benchmark: str
     model: str
@@ -108,6 +122,7 @@ class ResultRead(BaseModel):
 
 class RunErrorRead(BaseModel):
     """A benchmark that failed in a run: from its result or from its job."""
+
     benchmark: str
     source: Literal["result", "job"]
     status: str
@@ -116,6 +131,7 @@ class RunErrorRead(BaseModel):
 
 class AlertRef(BaseModel):
     """An alert a run raised, by reference."""
+
     id: int
     kind: str
     status: str
@@ -124,6 +140,7 @@ class AlertRef(BaseModel):
 
 class RunRead(RunSummaryRead):
     """A run with its completeness, results, errors and alerts."""
+
     note: str | None
     completeness: CompletenessRead
     results: list[ResultRead]
@@ -141,21 +158,27 @@ class ComparisonRead(BaseModel):
     b_median: float = Field(description="median of run b's per-process medians (ms or bytes)")
     ratio: float | None = Field(
         description="b median / a median; null when a median is 0, and for mem_growth (a signed "
-                    "growth in bytes, compared by its difference)")
+        "growth in bytes, compared by its difference)"
+    )
     difference: float = Field(description="b median - a median, in the metric's unit")
     a_processes: int = Field(description="processes that measured it in run a (with its re-runs)")
     b_processes: int = Field(description="processes that measured it in run b (with its re-runs)")
     a_samples: int = Field(description="iterations over run a's processes")
     b_samples: int = Field(description="iterations over run b's processes")
-    p_value: float | None = Field(description=(
-        "two-sided Mann-Whitney U on the per-process medians; null when too few processes"))
+    p_value: float | None = Field(
+        description=(
+            "two-sided Mann-Whitney U on the per-process medians; null when too few processes"
+        )
+    )
     significant: bool = Field(description="p_value < alpha")
-    verdict: Literal["regression", "improvement", "unchanged", "not significant",
-                     "not enough processes"]
+    verdict: Literal[
+        "regression", "improvement", "unchanged", "not significant", "not enough processes"
+    ]
 
 
 class CompareRead(BaseModel):
     """Two runs compared benchmark by benchmark."""
+
     a: RunSummaryRead
     b: RunSummaryRead
     alpha: float
@@ -167,6 +190,7 @@ class CompareRead(BaseModel):
 
 class BenchmarkIn(BaseModel):
     """One benchmark of a run being created: model, mode, device, compiler."""
+
     model_config = ConfigDict(extra="forbid")
 
     model: Name
@@ -183,22 +207,32 @@ class RunCreate(BaseModel):
 
     night: IsoDate
     benchmarks: list[BenchmarkIn] = Field(
-        min_length=1, max_length=20000, json_schema_extra={"uniqueItems": True},
-        description="what the runner will measure, each benchmark once")
+        min_length=1,
+        max_length=20000,
+        json_schema_extra={"uniqueItems": True},
+        description="what the runner will measure, each benchmark once",
+    )
     torch_spec: str = Field(default="ingest", min_length=1, max_length=255, pattern=NAME_PATTERN)
-    torch_version: str | None = Field(default=None, min_length=1, max_length=64,
-                                      pattern=NAME_PATTERN)
-    torch_git_commit: str | None = Field(default=None, min_length=7, max_length=64,
-                                         pattern=r"^[0-9a-f]+$")
-    key: str | None = Field(default=None, min_length=1, max_length=128, pattern=NAME_PATTERN,
-                            description="idempotency key: posting the same key again returns "
-                                        "the run it created")
+    torch_version: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=NAME_PATTERN
+    )
+    torch_git_commit: str | None = Field(
+        default=None, min_length=7, max_length=64, pattern=r"^[0-9a-f]+$"
+    )
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=NAME_PATTERN,
+        description="idempotency key: posting the same key again returns the run it created",
+    )
     note: Text | None = Field(default=None, max_length=2000)
 
 
 class MetricIn(BaseModel):
     """One metric of an ingested record: its unit and raw samples (>= 0 but for the signed
     metrics, ``SIGNED_METRICS``)."""
+
     metric: Name
     unit: str = Field(min_length=1, max_length=16, pattern=NAME_PATTERN)
     samples: list[SignedSample] = Field(min_length=1, max_length=100000)
@@ -210,8 +244,10 @@ class MetricIn(BaseModel):
         if self.metric not in SIGNED_METRICS:
             negative = [x for x in (*self.samples, self.median) if x is not None and x < 0]
             if negative:
-                raise ValueError(f"{self.metric}: samples must be >= 0 (got {negative[0]}); "
-                                 f"only {', '.join(sorted(SIGNED_METRICS))} may be negative")
+                raise ValueError(
+                    f"{self.metric}: samples must be >= 0 (got {negative[0]}); "
+                    f"only {', '.join(sorted(SIGNED_METRICS))} may be negative"
+                )
         return self
 
 
@@ -239,8 +275,9 @@ class RecordIn(BaseModel):
             value = env.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ValueError(f"environment.{key}: must be an integer, got {_json_type(value)}")
-        found = (_control_characters_in(env, "environment")
-                 or _control_characters_in(self.leak, "leak"))
+        found = _control_characters_in(env, "environment") or _control_characters_in(
+            self.leak, "leak"
+        )
         if found:
             raise ValueError(f"{found}: contains control characters, which cannot be stored")
         return self
@@ -248,8 +285,14 @@ class RecordIn(BaseModel):
 
 def _json_type(value: Any) -> str:
     """The JSON name of a decoded value's type (object, array, string, number, boolean, null)."""
-    for kind, name in ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"),
-                       (int, "number"), (float, "number")):
+    for kind, name in (
+        (bool, "boolean"),
+        (dict, "object"),
+        (list, "array"),
+        (str, "string"),
+        (int, "number"),
+        (float, "number"),
+    ):
         if isinstance(value, kind):
             return name
     return "null"
@@ -257,6 +300,7 @@ def _json_type(value: Any) -> str:
 
 class IngestRead(BaseModel):
     """What an ingest stored: new records and those the run already had."""
+
     run_id: int
     stored: int = Field(description="records stored by this request")
     already_stored: int = Field(description="records the run already had (left as they were)")
@@ -267,6 +311,7 @@ class IngestRead(BaseModel):
 
 class ProcessesCreate(BaseModel):
     """How many processes each benchmark of a run should have (its own and its re-runs')."""
+
     model_config = ConfigDict(extra="forbid")
 
     processes: int = Field(ge=2, le=50, description="processes per benchmark, 2 to 50")
@@ -274,6 +319,7 @@ class ProcessesCreate(BaseModel):
 
 class BenchmarkProcessesRead(BaseModel):
     """One benchmark of the run: processes measured, queued before, and added by this request."""
+
     benchmark: str
     measured: int
     queued: int
@@ -282,6 +328,7 @@ class BenchmarkProcessesRead(BaseModel):
 
 class ProcessesRead(BaseModel):
     """What a request for more processes queued: replicate runs and their jobs."""
+
     run_id: int
     processes: int
     runs: list[int] = Field(description="replicate runs created (none when nothing was short)")

@@ -58,9 +58,16 @@ class BenchmarkSpec:
 
 
 def create_run(
-    session: Session, *, night: date, benchmarks: Sequence[BenchmarkSpec], torch_spec: str = "current",
-    kind: str = RunKind.NIGHTLY, parent_run_id: int | None = None, deadline_s: float | None = None,
-    commit_range: list[dict[str, Any]] | None = None, options: dict[str, Any] | None = None,
+    session: Session,
+    *,
+    night: date,
+    benchmarks: Sequence[BenchmarkSpec],
+    torch_spec: str = "current",
+    kind: str = RunKind.NIGHTLY,
+    parent_run_id: int | None = None,
+    deadline_s: float | None = None,
+    commit_range: list[dict[str, Any]] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Run:
     """Create a queued run with one job per benchmark.
 
@@ -73,22 +80,45 @@ def create_run(
     if len(set(names)) != len(names):
         dupes = sorted({n for n in names if names.count(n) > 1})
         raise InvalidInput(f"benchmarks listed twice: {', '.join(dupes)}")
-    previous = session.scalar(
-        select(Run).where(Run.kind == RunKind.NIGHTLY, Run.night <= night,
-                          Run.status.in_((RunStatus.COMPLETE, RunStatus.INCOMPLETE)))
-        .order_by(Run.night.desc(), Run.id.desc()).limit(1)
-    ) if kind == RunKind.NIGHTLY else None
+    previous = (
+        session.scalar(
+            select(Run)
+            .where(
+                Run.kind == RunKind.NIGHTLY,
+                Run.night <= night,
+                Run.status.in_((RunStatus.COMPLETE, RunStatus.INCOMPLETE)),
+            )
+            .order_by(Run.night.desc(), Run.id.desc())
+            .limit(1)
+        )
+        if kind == RunKind.NIGHTLY
+        else None
+    )
     run = Run(
-        night=night, kind=kind, torch_spec=torch_spec, parent_run_id=parent_run_id, status=RunStatus.QUEUED,
-        expected_jobs=len(benchmarks), previous_run_id=previous.id if previous else None,
-        commit_range=commit_range, options=options or {},
+        night=night,
+        kind=kind,
+        torch_spec=torch_spec,
+        parent_run_id=parent_run_id,
+        status=RunStatus.QUEUED,
+        expected_jobs=len(benchmarks),
+        previous_run_id=previous.id if previous else None,
+        commit_range=commit_range,
+        options=options or {},
         deadline_at=utcnow() + timedelta(seconds=deadline_s) if deadline_s else None,
     )
     session.add(run)
     session.flush()
     session.add_all(
-        Job(run_id=run.id, model=b.model, mode=b.mode, device=b.device, compiler=b.compiler,
-            batch_size=b.batch_size, queue=b.queue, status=JobStatus.QUEUED)
+        Job(
+            run_id=run.id,
+            model=b.model,
+            mode=b.mode,
+            device=b.device,
+            compiler=b.compiler,
+            batch_size=b.batch_size,
+            queue=b.queue,
+            status=JobStatus.QUEUED,
+        )
         for b in benchmarks
     )
     session.flush()
@@ -126,7 +156,8 @@ def start_job(session: Session, *, job: Job, worker: str) -> None:
     job.worker = worker
     job.started_at = job.heartbeat_at = utcnow()
     session.execute(
-        update(Run).where(Run.id == job.run_id, Run.status == RunStatus.QUEUED)
+        update(Run)
+        .where(Run.id == job.run_id, Run.status == RunStatus.QUEUED)
         .values(status=RunStatus.RUNNING, started_at=utcnow())
     )
     session.flush()
@@ -134,9 +165,14 @@ def start_job(session: Session, *, job: Job, worker: str) -> None:
 
 def beat_job(session: Session, *, job_id: int, worker: str) -> bool:
     """Write a running job's heartbeat (now); False when ``worker`` no longer holds it."""
-    done = cast(CursorResult[Any], session.execute(
-        update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.worker == worker)
-        .values(heartbeat_at=utcnow())))
+    done = cast(
+        CursorResult[Any],
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.worker == worker)
+            .values(heartbeat_at=utcnow())
+        ),
+    )
     return bool(done.rowcount)
 
 
@@ -148,10 +184,17 @@ def last_sign_of_life(job: Job) -> datetime | None:
 def lost_jobs(session: Session, *, silent_since: datetime) -> list[Job]:
     """Running jobs of open runs whose worker has not been heard of since ``silent_since``,
     locked for update (skipping rows another sweep holds), in id order."""
-    stmt = (select(Job).join(Run, Run.id == Job.run_id)
-            .where(Job.status == JobStatus.RUNNING, Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)),
-                   func.coalesce(Job.heartbeat_at, Job.started_at) < silent_since)
-            .order_by(Job.id).with_for_update(of=Job, skip_locked=True))
+    stmt = (
+        select(Job)
+        .join(Run, Run.id == Job.run_id)
+        .where(
+            Job.status == JobStatus.RUNNING,
+            Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)),
+            func.coalesce(Job.heartbeat_at, Job.started_at) < silent_since,
+        )
+        .order_by(Job.id)
+        .with_for_update(of=Job, skip_locked=True)
+    )
     return list(session.scalars(stmt))
 
 
@@ -165,9 +208,14 @@ def end_job(session: Session, *, job: Job, error: str | None) -> None:
 
 def jobs_pending(session: Session, *, run_id: int) -> int:
     """How many jobs of the run have not ended."""
-    return int(session.scalar(
-        select(func.count()).select_from(Job).where(Job.run_id == run_id, Job.status.not_in(JOB_ENDED))
-    ) or 0)
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.run_id == run_id, Job.status.not_in(JOB_ENDED))
+        )
+        or 0
+    )
 
 
 def begin_finishing(session: Session, *, run_id: int) -> bool:
@@ -178,10 +226,14 @@ def begin_finishing(session: Session, *, run_id: int) -> bool:
     """
     if jobs_pending(session, run_id=run_id):
         return False
-    moved = cast(CursorResult[Any], session.execute(
-        update(Run).where(Run.id == run_id, Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))
-        .values(status=RunStatus.DETECTING)
-    )).rowcount
+    moved = cast(
+        CursorResult[Any],
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))
+            .values(status=RunStatus.DETECTING)
+        ),
+    ).rowcount
     session.flush()
     return bool(moved)
 
@@ -190,7 +242,9 @@ def finish_run(session: Session, *, run: Run, status: str | None = None) -> None
     """Close the run: ``complete``, or ``incomplete`` when a job went missing."""
     if status is None:
         missing = session.scalar(
-            select(func.count()).select_from(Job).where(Job.run_id == run.id, Job.status == JobStatus.MISSING)
+            select(func.count())
+            .select_from(Job)
+            .where(Job.run_id == run.id, Job.status == JobStatus.MISSING)
         )
         status = RunStatus.INCOMPLETE if missing else RunStatus.COMPLETE
     run.status = status
@@ -209,26 +263,36 @@ def mark_missing(session: Session, *, run_id: int, now: datetime | None = None) 
     now = now or utcnow()
     if run.deadline_at is None or now < _aware(run.deadline_at):
         return []
-    jobs = list(session.scalars(
-        select(Job).where(Job.run_id == run_id, Job.status.not_in(JOB_ENDED)).with_for_update()
-    ))
+    jobs = list(
+        session.scalars(
+            select(Job).where(Job.run_id == run_id, Job.status.not_in(JOB_ENDED)).with_for_update()
+        )
+    )
     for job in jobs:
         job.status = JobStatus.MISSING
         job.error = f"no report by the deadline {run.deadline_at:%Y-%m-%d %H:%M} UTC"
         job.finished_at = now
     if jobs:
         names = ", ".join(j.benchmark for j in jobs)
-        alert = session.scalar(select(Alert).where(Alert.run_id == run_id, Alert.kind == "missing_data"))
+        alert = session.scalar(
+            select(Alert).where(Alert.run_id == run_id, Alert.kind == "missing_data")
+        )
         if alert is None:
             # Stored with its filing pending, in the transaction that marks the jobs: whatever
             # becomes of the task that files it, the filing retry finds it (a replicate run,
             # asked for a comparison, is no night: its missing data is not filed).
             filed = run.kind != RunKind.REPLICATE
-            session.add(Alert(
-                run_id=run_id, kind="missing_data", status="open",
-                summary=f"{len(jobs)} benchmark(s) never reported: {names}",
-                filing_state=FilingState.PENDING if filed else None,
-                filing_pending_since=now if filed else None, filing_next_at=now if filed else None))
+            session.add(
+                Alert(
+                    run_id=run_id,
+                    kind="missing_data",
+                    status="open",
+                    summary=f"{len(jobs)} benchmark(s) never reported: {names}",
+                    filing_state=FilingState.PENDING if filed else None,
+                    filing_pending_since=now if filed else None,
+                    filing_next_at=now if filed else None,
+                )
+            )
     session.flush()
     return jobs
 
@@ -240,10 +304,13 @@ def _aware(ts: datetime) -> datetime:
 
 def run_results(session: Session, *, run_id: int) -> list[Result]:
     """The run's results (errors included)."""
-    return list(session.scalars(
-        select(Result).where(Result.run_id == run_id)
-        .order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
-    ))
+    return list(
+        session.scalars(
+            select(Result)
+            .where(Result.run_id == run_id)
+            .order_by(Result.model, Result.mode, Result.device, Result.compiler, Result.metric)
+        )
+    )
 
 
 def run_records(session: Session, *, run_id: int) -> list[dict[str, Any]]:
@@ -267,16 +334,30 @@ def run_records(session: Session, *, run_id: int) -> list[dict[str, Any]]:
     records: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for result in run_results(session, run_id=run_id):
         bench = (result.model, result.mode, result.device, result.compiler)
-        record = records.setdefault(bench, {
-            "model": result.model, "mode": result.mode, "device": result.device,
-            "compiler": result.compiler, "batch_size": result.batch_size,
-            "benchmark_version": result.benchmark_version,
-            "environment": dict(result.environment or {}), "metrics": [], "error": None,
-        })
+        record = records.setdefault(
+            bench,
+            {
+                "model": result.model,
+                "mode": result.mode,
+                "device": result.device,
+                "compiler": result.compiler,
+                "batch_size": result.batch_size,
+                "benchmark_version": result.benchmark_version,
+                "environment": dict(result.environment or {}),
+                "metrics": [],
+                "error": None,
+            },
+        )
         if result.error:
             record["error"] = result.error
             continue
-        record["metrics"].append({"metric": result.metric, "unit": result.unit,
-                                  "samples": list(result.samples or []), "median": result.median,
-                                  "iqr": result.iqr})
+        record["metrics"].append(
+            {
+                "metric": result.metric,
+                "unit": result.unit,
+                "samples": list(result.samples or []),
+                "median": result.median,
+                "iqr": result.iqr,
+            }
+        )
     return list(records.values())

@@ -101,8 +101,10 @@ class RecheckWindow:
         kept = [p for p in self.processes if not (settled_only and p.unsettled)]
         if not kept:
             return "nightly re-check over 0 processes"
-        return (f"nightly re-check over {len(kept)} processes, "
-                f"nights {kept[0].night.isoformat()}..{kept[-1].night.isoformat()}")
+        return (
+            f"nightly re-check over {len(kept)} processes, "
+            f"nights {kept[0].night.isoformat()}..{kept[-1].night.isoformat()}"
+        )
 
 
 def step_first_result(result_id: int, stored: StoredVerdict) -> int | None:
@@ -128,33 +130,53 @@ def step_first_result(result_id: int, stored: StoredVerdict) -> int | None:
     return first_id if first_id != result_id else None
 
 
-def _window_results(session: Session, *, series_key: str, night: date, run_ids: set[int],
-                    nights: int) -> tuple[list[Result], dict[int, int]]:
+def _window_results(
+    session: Session, *, series_key: str, night: date, run_ids: set[int], nights: int
+) -> tuple[list[Result], dict[int, int]]:
     """The series' results of its last ``nights`` nights up to ``night``, oldest first, with
     the results of the nights' own rounds of processes (``NIGHTBENCH_NIGHT_PROCESSES``), and
     for each round's result the run id of the night (or re-run) it is a process of."""
-    stmt = (select(Result.night).join(Run, Run.id == Result.run_id)
-            .where(Result.series_key == series_key, Result.error.is_(None),
-                   Result.night <= night, Run.kind.in_(RECHECK_KINDS))
-            .distinct().order_by(Result.night.desc()).limit(nights))
+    stmt = (
+        select(Result.night)
+        .join(Run, Run.id == Result.run_id)
+        .where(
+            Result.series_key == series_key,
+            Result.error.is_(None),
+            Result.night <= night,
+            Run.kind.in_(RECHECK_KINDS),
+        )
+        .distinct()
+        .order_by(Result.night.desc())
+        .limit(nights)
+    )
     recent = list(session.scalars(stmt))
     if not recent:
         return [], {}
     rows = session.execute(
-        select(Result, Run.kind, Run.parent_run_id, Run.options).join(Run, Run.id == Result.run_id)
-        .where(Result.series_key == series_key, Result.error.is_(None),
-               Result.night >= min(recent), Result.night <= night,
-               Run.kind.in_((*RECHECK_KINDS, RunKind.REPLICATE)))
-        .order_by(Result.night, Result.run_id)).all()
-    round_of = {r.id: parent for r, kind, parent, options in rows
-                if kind == RunKind.REPLICATE and parent is not None and is_night_round(options)}
+        select(Result, Run.kind, Run.parent_run_id, Run.options)
+        .join(Run, Run.id == Result.run_id)
+        .where(
+            Result.series_key == series_key,
+            Result.error.is_(None),
+            Result.night >= min(recent),
+            Result.night <= night,
+            Run.kind.in_((*RECHECK_KINDS, RunKind.REPLICATE)),
+        )
+        .order_by(Result.night, Result.run_id)
+    ).all()
+    round_of = {
+        r.id: parent
+        for r, kind, parent, options in rows
+        if kind == RunKind.REPLICATE and parent is not None and is_night_round(options)
+    }
     kept = [r for r, kind, _, _ in rows if kind != RunKind.REPLICATE or r.id in round_of]
     # Tonight's results beyond the run (its re-runs and their rounds) being finished are not in.
     return [r for r in kept if r.night < night or round_of.get(r.id, r.run_id) in run_ids], round_of
 
 
-def recheck_window(session: Session, *, result: Result, run_ids: Sequence[int], nights: int,
-                   settle_nights: int) -> RecheckWindow | None:
+def recheck_window(
+    session: Session, *, result: Result, run_ids: Sequence[int], nights: int, settle_nights: int
+) -> RecheckWindow | None:
     """The window of processes of ``result``'s latency series that tonight's re-check judges.
 
     Args:
@@ -175,21 +197,38 @@ def recheck_window(session: Session, *, result: Result, run_ids: Sequence[int], 
         raise ValueError(f"nights and settle_nights must be >= 1, got {nights}, {settle_nights}")
     if result.series_key is None or result.machine_id is None:
         return None
-    rows, round_of = _window_results(session, series_key=result.series_key, night=result.night,
-                                     run_ids=set(run_ids), nights=nights)
+    rows, round_of = _window_results(
+        session,
+        series_key=result.series_key,
+        night=result.night,
+        run_ids=set(run_ids),
+        nights=nights,
+    )
     stored = stored_regressions(session, [result.series_key]).get(result.series_key, {})
     cut, candidates = _latest_step(rows, stored)
     # A round's process is unsettled with the candidate night (or re-run) it is a process of.
     pending = {rows[i].run_id for i in candidates}
     recent = sorted({r.night for r in rows}, reverse=True)[:settle_nights]
     processes = tuple(
-        Process(r.id, r.night, float(r.median),
-                unsettled=(i in candidates or round_of.get(r.id) in pending)
-                and r.night >= recent[-1])
-        for i, r in enumerate(rows) if i >= cut and r.median is not None and r.median > 0)
-    return RecheckWindow(result.model, result.mode, result.device, result.compiler,
-                         result.machine_id, result.series_key, processes,
-                         rows[cut].night if cut > 0 else None)
+        Process(
+            r.id,
+            r.night,
+            float(r.median),
+            unsettled=(i in candidates or round_of.get(r.id) in pending) and r.night >= recent[-1],
+        )
+        for i, r in enumerate(rows)
+        if i >= cut and r.median is not None and r.median > 0
+    )
+    return RecheckWindow(
+        result.model,
+        result.mode,
+        result.device,
+        result.compiler,
+        result.machine_id,
+        result.series_key,
+        processes,
+        rows[cut].night if cut > 0 else None,
+    )
 
 
 def _latest_step(rows: Sequence[Result], stored: dict[int, StoredVerdict]) -> tuple[int, set[int]]:
@@ -214,17 +253,31 @@ def _latest_step(rows: Sequence[Result], stored: dict[int, StoredVerdict]) -> tu
 
 def stored_verdict(session: Session, window: RecheckWindow) -> BenchmarkStability | None:
     """The stored verdict of the window's benchmark on its machine (None: none stored)."""
-    return session.scalar(select(BenchmarkStability).where(
-        BenchmarkStability.model == window.model, BenchmarkStability.mode == window.mode,
-        BenchmarkStability.device == window.device,
-        BenchmarkStability.compiler == window.compiler,
-        BenchmarkStability.machine_id == window.machine_id))
+    return session.scalar(
+        select(BenchmarkStability).where(
+            BenchmarkStability.model == window.model,
+            BenchmarkStability.mode == window.mode,
+            BenchmarkStability.device == window.device,
+            BenchmarkStability.compiler == window.compiler,
+            BenchmarkStability.machine_id == window.machine_id,
+        )
+    )
 
 
 def record_recheck(
-    session: Session, *, window: RecheckWindow, run: Run, medians_ms: Sequence[float],
-    cv: float | None, spread: float | None, unstable: bool | None, threshold: float,
-    source: str, applied: bool, setups: Sequence[str] = (), allowed: float | None = None,
+    session: Session,
+    *,
+    window: RecheckWindow,
+    run: Run,
+    medians_ms: Sequence[float],
+    cv: float | None,
+    spread: float | None,
+    unstable: bool | None,
+    threshold: float,
+    source: str,
+    applied: bool,
+    setups: Sequence[str] = (),
+    allowed: float | None = None,
 ) -> BenchmarkStability | None:
     """Store a nightly re-check beside the benchmark's measured verdict.
 
@@ -251,26 +304,49 @@ def record_recheck(
         The row, or None when there is no row and nothing was applied.
     """
     row = stored_verdict(session, window)
-    recheck = {"run_id": run.id, "night": run.night.isoformat(), "source": source,
-               "processes": len(medians_ms), "medians_ms": [float(m) for m in medians_ms],
-               "cv": cv, "spread": spread, "unstable": unstable, "threshold": threshold,
-               "allowed_spread": allowed, "cut_at": window.cut_at and window.cut_at.isoformat()}
+    recheck = {
+        "run_id": run.id,
+        "night": run.night.isoformat(),
+        "source": source,
+        "processes": len(medians_ms),
+        "medians_ms": [float(m) for m in medians_ms],
+        "cv": cv,
+        "spread": spread,
+        "unstable": unstable,
+        "threshold": threshold,
+        "allowed_spread": allowed,
+        "cut_at": window.cut_at and window.cut_at.isoformat(),
+    }
     if row is None:
         if not applied:
             return None
-        row = BenchmarkStability(model=window.model, mode=window.mode, device=window.device,
-                                 compiler=window.compiler, machine_id=window.machine_id)
+        row = BenchmarkStability(
+            model=window.model,
+            mode=window.mode,
+            device=window.device,
+            compiler=window.compiler,
+            machine_id=window.machine_id,
+        )
         session.add(row)
     details: dict[str, Any] = dict(row.details or {})
     details["recheck"] = recheck
     if applied:
         if details.get("source", SOURCE_MEASURED) == SOURCE_MEASURED and row.repeats:
-            details["measured"] = {"repeats": row.repeats, "cv": row.cv, "spread": row.spread,
-                                   "unstable": row.unstable, "medians_ms": list(row.medians_ms),
-                                   "measured_at": row.measured_at.isoformat()
-                                   if row.measured_at else None}
-        details["last_change"] = {"run_id": run.id, "night": run.night.isoformat(),
-                                  "from": row.unstable, "to": unstable, "source": source}
+            details["measured"] = {
+                "repeats": row.repeats,
+                "cv": row.cv,
+                "spread": row.spread,
+                "unstable": row.unstable,
+                "medians_ms": list(row.medians_ms),
+                "measured_at": row.measured_at.isoformat() if row.measured_at else None,
+            }
+        details["last_change"] = {
+            "run_id": run.id,
+            "night": run.night.isoformat(),
+            "from": row.unstable,
+            "to": unstable,
+            "source": source,
+        }
         details["source"] = SOURCE_NIGHTLY
         details["source_text"] = source
         details["allowed_spread"] = allowed
@@ -283,8 +359,9 @@ def record_recheck(
     return row
 
 
-def stability_changes(session: Session, *, run_id: int | None = None,
-                      since: date | None = None) -> list[dict[str, Any]]:
+def stability_changes(
+    session: Session, *, run_id: int | None = None, since: date | None = None
+) -> list[dict[str, Any]]:
     """The latest change of stability verdict of each benchmark the nightly re-check made: those
     of run ``run_id`` (its report), or those of the nights since ``since`` (the status).
 
@@ -295,17 +372,31 @@ def stability_changes(session: Session, *, run_id: int | None = None,
     """
     words = {True: "unstable", False: "stable", None: "unknown"}
     out = []
-    for row in session.scalars(select(BenchmarkStability).order_by(
-            BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
-            BenchmarkStability.compiler, BenchmarkStability.machine_id)):
+    for row in session.scalars(
+        select(BenchmarkStability).order_by(
+            BenchmarkStability.model,
+            BenchmarkStability.mode,
+            BenchmarkStability.device,
+            BenchmarkStability.compiler,
+            BenchmarkStability.machine_id,
+        )
+    ):
         change = (row.details or {}).get("last_change") or {}
         if not change or (run_id is not None and change.get("run_id") != run_id):
             continue
         if since is not None and date.fromisoformat(str(change.get("night"))) < since:
             continue
-        out.append({"benchmark": benchmark_name(row.model, row.mode, row.device, row.compiler),
-                    "machine_id": row.machine_id, "run_id": change.get("run_id"),
-                    "night": change.get("night"), "from": words[change.get("from")],
-                    "to": words[change.get("to")], "cv": row.cv, "spread": row.spread,
-                    "source": change.get("source")})
+        out.append(
+            {
+                "benchmark": benchmark_name(row.model, row.mode, row.device, row.compiler),
+                "machine_id": row.machine_id,
+                "run_id": change.get("run_id"),
+                "night": change.get("night"),
+                "from": words[change.get("from")],
+                "to": words[change.get("to")],
+                "cv": row.cv,
+                "spread": row.spread,
+                "source": change.get("source"),
+            }
+        )
     return out

@@ -63,24 +63,36 @@ def record_stability(
             values = dict(
                 benchmark_version=result.get("benchmark_version"),
                 torch_version=environment.get("torch_version"),
-                repeats=int(result["repeats"]), medians_ms=medians,
+                repeats=int(result["repeats"]),
+                medians_ms=medians,
                 cv=None if result.get("cv") is None else float(result["cv"]),
                 spread=None if result.get("spread") is None else float(result["spread"]),
                 threshold=float(result["threshold"]),
                 unstable=None if result.get("unstable") is None else bool(result["unstable"]),
-                errors=[str(e) for e in result.get("errors") or []], measured_at=when,
+                errors=[str(e) for e in result.get("errors") or []],
+                measured_at=when,
             )
         except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"malformed stability verdict for {result.get('model')!r}: {exc}"
-                               ) from exc
-        row = session.scalar(select(BenchmarkStability).where(
-            BenchmarkStability.model == result["model"], BenchmarkStability.mode == result["mode"],
-            BenchmarkStability.device == device, BenchmarkStability.compiler == compiler,
-            BenchmarkStability.machine_id == machine.id,
-        ))
+            raise InvalidInput(
+                f"malformed stability verdict for {result.get('model')!r}: {exc}"
+            ) from exc
+        row = session.scalar(
+            select(BenchmarkStability).where(
+                BenchmarkStability.model == result["model"],
+                BenchmarkStability.mode == result["mode"],
+                BenchmarkStability.device == device,
+                BenchmarkStability.compiler == compiler,
+                BenchmarkStability.machine_id == machine.id,
+            )
+        )
         if row is None:
-            row = BenchmarkStability(model=str(result["model"]), mode=str(result["mode"]),
-                                     device=device, compiler=compiler, machine_id=machine.id)
+            row = BenchmarkStability(
+                model=str(result["model"]),
+                mode=str(result["mode"]),
+                device=device,
+                compiler=compiler,
+                machine_id=machine.id,
+            )
             session.add(row)
         for key, value in values.items():
             setattr(row, key, value)
@@ -90,23 +102,31 @@ def record_stability(
     return rows
 
 
-def _measured_details(details: Mapping[str, Any] | None, result: Mapping[str, Any]
-                      ) -> dict[str, Any]:
+def _measured_details(
+    details: Mapping[str, Any] | None, result: Mapping[str, Any]
+) -> dict[str, Any]:
     """A row's details once a measured verdict is in force again: its source and setups; the
     latest nightly re-check stays beside it."""
     out = {k: v for k, v in (details or {}).items() if k != "measured"}
-    out.update(source=SOURCE_MEASURED, setups=[str(s) for s in result.get("setups") or []],
-               allowed_spread=result.get("allowed_spread"),
-               source_text=f"measured over {int(result['repeats'])} processes "
-                           "(nightbench suite stability)")
+    out.update(
+        source=SOURCE_MEASURED,
+        setups=[str(s) for s in result.get("setups") or []],
+        allowed_spread=result.get("allowed_spread"),
+        source_text=f"measured over {int(result['repeats'])} processes "
+        "(nightbench suite stability)",
+    )
     return out
 
 
 def list_stability(session: Session, *, machine_id: int | None = None) -> list[BenchmarkStability]:
     """Every stored verdict (of one machine, if given), by model, mode, device, compiler."""
     query = select(BenchmarkStability).order_by(
-        BenchmarkStability.model, BenchmarkStability.mode, BenchmarkStability.device,
-        BenchmarkStability.compiler, BenchmarkStability.machine_id)
+        BenchmarkStability.model,
+        BenchmarkStability.mode,
+        BenchmarkStability.device,
+        BenchmarkStability.compiler,
+        BenchmarkStability.machine_id,
+    )
     if machine_id is not None:
         query = query.where(BenchmarkStability.machine_id == machine_id)
     return list(session.scalars(query))

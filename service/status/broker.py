@@ -66,8 +66,9 @@ def queue_lengths(broker_url: str | None, *, prefix: str = "") -> dict[str, int]
     return {name: int(n) for name, n in zip(QUEUE_NAMES, counts, strict=True)}
 
 
-def queue_listeners(broker_url: str | None, *, prefix: str = "",
-                    timeout_s: float = LISTEN_TIMEOUT_S) -> dict[str, list[str]] | None:
+def queue_listeners(
+    broker_url: str | None, *, prefix: str = "", timeout_s: float = LISTEN_TIMEOUT_S
+) -> dict[str, list[str]] | None:
     """The workers consuming each Celery queue, by asking them (a remote-control broadcast).
 
     Args:
@@ -106,9 +107,13 @@ def queue_listeners(broker_url: str | None, *, prefix: str = "",
     return {name: sorted(workers) for name, workers in out.items()}
 
 
-def broker_state(broker_url: str | None, *, prefix: str = "",
-                 waiting_on: dict[str, list[str]] | None = None,
-                 timeout_s: float = LISTEN_TIMEOUT_S) -> BrokerState:
+def broker_state(
+    broker_url: str | None,
+    *,
+    prefix: str = "",
+    waiting_on: dict[str, list[str]] | None = None,
+    timeout_s: float = LISTEN_TIMEOUT_S,
+) -> BrokerState:
     """The queue lengths and, when a queue holds messages, its listeners and the problems.
 
     Args:
@@ -138,5 +143,6 @@ def broker_state(broker_url: str | None, *, prefix: str = "",
             problems.append(
                 f"queue `{name}` holds {waiting} message(s) and no worker listens to it (none "
                 f"answered within {timeout_s:g} s): {what} wait there until one does "
-                f"(nightbench worker --queue {name})")
+                f"(nightbench worker --queue {name})"
+            )
     return BrokerState(queues=queues, listeners=listeners, problems=problems)

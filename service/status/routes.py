@@ -21,6 +21,11 @@ def status(session: SessionDep) -> dict[str, Any]:
     in the last hour, the filings pending, the queue lengths, and one line per problem a person
     should look at."""
     settings = get_settings()
-    return asdict(system_status(session, broker_url=settings.broker_url,
-                                queue_prefix=settings.queue_prefix,
-                                threshold_for=settings.threshold_for))
+    return asdict(
+        system_status(
+            session,
+            broker_url=settings.broker_url,
+            queue_prefix=settings.queue_prefix,
+            threshold_for=settings.threshold_for,
+        )
+    )

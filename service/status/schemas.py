@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 class MachineClassRead(BaseModel):
     """A machine class (its queue) and the last night it measured."""
+
     queue: str = Field(description="cpu, gpu.<class>, or ingest for posted results")
     last_night: date
     last_result_at: datetime | None
@@ -17,6 +18,7 @@ class MachineClassRead(BaseModel):
 
 class OpenRunRead(BaseModel):
     """A run not finished yet."""
+
     id: int
     kind: str
     night: date
@@ -29,6 +31,7 @@ class OpenRunRead(BaseModel):
 
 class WorkerRead(BaseModel):
     """A worker that started a job in the last hour."""
+
     worker: str
     last_started_at: datetime
     jobs: int
@@ -36,6 +39,7 @@ class WorkerRead(BaseModel):
 
 class PendingFilingRead(BaseModel):
     """An alert whose issue is not filed yet."""
+
     alert_id: int
     run_id: int
     night: date
@@ -51,6 +55,7 @@ class PendingFilingRead(BaseModel):
 class StabilityChangeRead(BaseModel):
     """A benchmark darkened (to unstable: shown, alerted only beyond its noise) or un-darkened
     (to stable) by the nightly stability re-check in the last week."""
+
     benchmark: str
     machine_id: int
     run_id: int
@@ -62,15 +67,18 @@ class StabilityChangeRead(BaseModel):
 
 class UnstableBenchmarkRead(BaseModel):
     """A benchmark marked unstable on a machine now: shown, alerted only beyond its noise."""
+
     benchmark: str
     machine_id: int
     spread: float | None = Field(description="(max - min) / min of its processes' medians")
     alerts_from: float | None = Field(
-        description="least latency regression it still alerts (fraction); null: never")
+        description="least latency regression it still alerts (fraction); null: never"
+    )
 
 
 class FailingBenchmarkRead(BaseModel):
     """A benchmark that ran on a machine class, then failed on each of its last nights there."""
+
     benchmark: str
     queue: str
     nights: int = Field(description="nights in a row it failed (nights not measured skipped)")
@@ -80,9 +88,11 @@ class FailingBenchmarkRead(BaseModel):
 
 class RunningBisectionRead(BaseModel):
     """A bisection not yet ended, and what waits on it."""
+
     id: int
-    search: str = Field(description="latency (a night's regressions) or failure (a failing "
-                                    "benchmark)")
+    search: str = Field(
+        description="latency (a night's regressions) or failure (a failing benchmark)"
+    )
     benchmarks: list[str]
     run_id: int | None = Field(description="the night whose issue waits on it, if any")
     queue: str = Field(description="where its probes go")
@@ -93,6 +103,7 @@ class RunningBisectionRead(BaseModel):
 
 class StatusRead(BaseModel):
     """The system's state and the problems to look at (empty when all is well)."""
+
     now: datetime
     machine_classes: list[MachineClassRead]
     open_runs: list[OpenRunRead]
@@ -100,17 +111,24 @@ class StatusRead(BaseModel):
     problems: list[str]
     pending_filings: list[PendingFilingRead]
     queues: dict[str, int] | None = Field(
-        description="messages waiting per Celery queue; null without a broker")
+        description="messages waiting per Celery queue; null without a broker"
+    )
     listeners: dict[str, list[str]] | None = Field(
-        default=None, description="when a queue held messages: the workers (node names) that "
-        "answered consuming each queue; null when no queue held any, or without a broker")
+        default=None,
+        description="when a queue held messages: the workers (node names) that "
+        "answered consuming each queue; null when no queue held any, or without a broker",
+    )
     stability_changes: list[StabilityChangeRead] = Field(
-        default_factory=list, description="the nightly stability re-check's changes, last week")
+        default_factory=list, description="the nightly stability re-check's changes, last week"
+    )
     unstable: list[UnstableBenchmarkRead] = Field(
-        default_factory=list, description="benchmarks marked unstable now")
+        default_factory=list, description="benchmarks marked unstable now"
+    )
     judged: int = Field(0, description="stored stability verdicts (benchmark and machine)")
     failing: list[FailingBenchmarkRead] = Field(
-        default_factory=list, description="benchmarks failing night after night")
+        default_factory=list, description="benchmarks failing night after night"
+    )
     bisections: list[RunningBisectionRead] = Field(
-        default_factory=list, description="bisections still running (one running over a day "
-                                          "is also a problem)")
+        default_factory=list,
+        description="bisections still running (one running over a day is also a problem)",
+    )

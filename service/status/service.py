@@ -201,18 +201,34 @@ class RunningBisection:
 
 def running_bisections(session: Session, *, now: datetime) -> list[RunningBisection]:
     """Bisections still running, oldest first."""
-    rows = session.scalars(select(Bisection).where(Bisection.status == BisectionStatus.RUNNING)
-                           .order_by(Bisection.id)).all()
-    probes = {b: (int(r or 0), int(w or 0)) for b, r, w in session.execute(
-        select(Probe.bisection_id, func.max(Probe.round) + 1,
-               func.count().filter(Probe.status.not_in(PROBE_ENDED)))
-        .where(Probe.bisection_id.in_([b.id for b in rows])).group_by(Probe.bisection_id))}
-    return [RunningBisection(
-        id=b.id, search=(b.config or {}).get("kind") or "latency",
-        benchmarks=list(b.benchmarks or []), run_id=b.run_id, queue=b.queue,
-        age_s=(now - (_aware(b.created_at) or now)).total_seconds(),
-        rounds=probes.get(b.id, (0, 0))[0], probes_waiting=probes.get(b.id, (0, 0))[1])
-        for b in rows]
+    rows = session.scalars(
+        select(Bisection).where(Bisection.status == BisectionStatus.RUNNING).order_by(Bisection.id)
+    ).all()
+    probes = {
+        b: (int(r or 0), int(w or 0))
+        for b, r, w in session.execute(
+            select(
+                Probe.bisection_id,
+                func.max(Probe.round) + 1,
+                func.count().filter(Probe.status.not_in(PROBE_ENDED)),
+            )
+            .where(Probe.bisection_id.in_([b.id for b in rows]))
+            .group_by(Probe.bisection_id)
+        )
+    }
+    return [
+        RunningBisection(
+            id=b.id,
+            search=(b.config or {}).get("kind") or "latency",
+            benchmarks=list(b.benchmarks or []),
+            run_id=b.run_id,
+            queue=b.queue,
+            age_s=(now - (_aware(b.created_at) or now)).total_seconds(),
+            rounds=probes.get(b.id, (0, 0))[0],
+            probes_waiting=probes.get(b.id, (0, 0))[1],
+        )
+        for b in rows
+    ]
 
 
 def _bisection_problems(bisections: list[RunningBisection]) -> list[str]:
@@ -221,18 +237,26 @@ def _bisection_problems(bisections: list[RunningBisection]) -> list[str]:
     for b in bisections:
         if b.age_s <= BISECTION_STALE.total_seconds():
             continue
-        waits = (f"night run {b.run_id}'s issue is filed when it ends" if b.run_id is not None
-                 else "its issue is told the culprit when it ends" if b.search == "failure"
-                 else "nothing is told until it ends")
-        out.append(f"bisection {b.id} ({b.search}: {', '.join(b.benchmarks)}) has run "
-                   f"{b.age_s / 3600:.1f} h, {b.rounds} round(s); {b.probes_waiting} probe(s) "
-                   f"wait on `{b.queue}` (no worker takes them, or a build or benchmark hangs: "
-                   f"nightbench bisect-resume {b.id} sends them again); {waits}")
+        waits = (
+            f"night run {b.run_id}'s issue is filed when it ends"
+            if b.run_id is not None
+            else "its issue is told the culprit when it ends"
+            if b.search == "failure"
+            else "nothing is told until it ends"
+        )
+        out.append(
+            f"bisection {b.id} ({b.search}: {', '.join(b.benchmarks)}) has run "
+            f"{b.age_s / 3600:.1f} h, {b.rounds} round(s); {b.probes_waiting} probe(s) "
+            f"wait on `{b.queue}` (no worker takes them, or a build or benchmark hangs: "
+            f"nightbench bisect-resume {b.id} sends them again); {waits}"
+        )
     return out
 
 
-def unstable_now(session: Session, threshold_for: Callable[[str, str], float] | None = None,
-                 ) -> tuple[list[UnstableBenchmark], int]:
+def unstable_now(
+    session: Session,
+    threshold_for: Callable[[str, str], float] | None = None,
+) -> tuple[list[UnstableBenchmark], int]:
     """The verdicts in force that are unstable, and how many verdicts are stored (unknown ones
     left out); ``threshold_for(metric, "model:mode")`` gives the latency threshold (default
     0.07) under each one's bar (``UnstableRule``)."""
@@ -241,8 +265,14 @@ def unstable_now(session: Session, threshold_for: Callable[[str, str], float] | 
     for r in rows:
         if r.unstable:
             thr = threshold_for("latency", f"{r.model}:{r.mode}") if threshold_for else 0.07
-            out.append(UnstableBenchmark(benchmark_name(r.model, r.mode, r.device, r.compiler),
-                                         r.machine_id, r.spread, alerts_from(r.spread, thr)))
+            out.append(
+                UnstableBenchmark(
+                    benchmark_name(r.model, r.mode, r.device, r.compiler),
+                    r.machine_id,
+                    r.spread,
+                    alerts_from(r.spread, thr),
+                )
+            )
     return out, len(rows)
 
 
@@ -257,27 +287,44 @@ def machine_classes(session: Session, *, today: date) -> list[MachineClassStatus
         select(Job.queue, func.max(Run.night), func.max(Job.finished_at))
         .join(Run, Run.id == Job.run_id)
         .where(Job.status == JobStatus.DONE, Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)))
-        .group_by(Job.queue).order_by(Job.queue)
+        .group_by(Job.queue)
+        .order_by(Job.queue)
     ).all()
-    return [MachineClassStatus(queue=q, last_night=night, last_result_at=_aware(at),
-                               nights_behind=(today - night).days) for q, night, at in rows]
+    return [
+        MachineClassStatus(
+            queue=q, last_night=night, last_result_at=_aware(at), nights_behind=(today - night).days
+        )
+        for q, night, at in rows
+    ]
 
 
 def open_runs(session: Session, *, now: datetime) -> list[OpenRun]:
     """Runs still queued, running or detecting, oldest first."""
-    pending = dict(session.execute(
-        select(Job.run_id, func.count()).join(Run, Run.id == Job.run_id)
-        .where(Run.status.in_(RUN_OPEN), Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)))
-        .group_by(Job.run_id)).all())
+    pending = dict(
+        session.execute(
+            select(Job.run_id, func.count())
+            .join(Run, Run.id == Job.run_id)
+            .where(Run.status.in_(RUN_OPEN), Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)))
+            .group_by(Job.run_id)
+        ).all()
+    )
     runs = session.scalars(select(Run).where(Run.status.in_(RUN_OPEN)).order_by(Run.id))
     out = []
     for run in runs:
         deadline = _aware(run.deadline_at)
         created = _aware(run.created_at) or now
-        out.append(OpenRun(
-            id=run.id, kind=run.kind, night=run.night, status=run.status,
-            age_s=(now - created).total_seconds(), deadline_at=deadline,
-            overdue=deadline is not None and deadline < now, jobs_pending=pending.get(run.id, 0)))
+        out.append(
+            OpenRun(
+                id=run.id,
+                kind=run.kind,
+                night=run.night,
+                status=run.status,
+                age_s=(now - created).total_seconds(),
+                deadline_at=deadline,
+                overdue=deadline is not None and deadline < now,
+                jobs_pending=pending.get(run.id, 0),
+            )
+        )
     return out
 
 
@@ -286,24 +333,39 @@ def workers_seen(session: Session, *, now: datetime) -> list[WorkerSeen]:
     rows = session.execute(
         select(Job.worker, func.max(Job.started_at), func.count())
         .where(Job.worker.is_not(None), Job.started_at >= now - WORKER_WINDOW)
-        .group_by(Job.worker).order_by(Job.worker)).all()
-    return [WorkerSeen(worker=str(w), last_started_at=_aware(at) or now, jobs=n) for w, at, n in rows]
+        .group_by(Job.worker)
+        .order_by(Job.worker)
+    ).all()
+    return [
+        WorkerSeen(worker=str(w), last_started_at=_aware(at) or now, jobs=n) for w, at, n in rows
+    ]
 
 
 def pending_filings(session: Session, *, now: datetime) -> list[PendingFiling]:
     """Alerts whose filing is pending or failing, longest pending first."""
     rows = session.execute(
-        select(Alert, Run.night).join(Run, Run.id == Alert.run_id)
+        select(Alert, Run.night)
+        .join(Run, Run.id == Alert.run_id)
         .where(Alert.filing_state.in_(FILING_UNFILED))
-        .order_by(Alert.filing_pending_since, Alert.id)).all()
+        .order_by(Alert.filing_pending_since, Alert.id)
+    ).all()
     out = []
     for alert, night in rows:
         since = _aware(alert.filing_pending_since)
-        out.append(PendingFiling(
-            alert_id=alert.id, run_id=alert.run_id, night=night, state=str(alert.filing_state),
-            attempts=alert.filing_attempts, last_error=alert.filing_error, pending_since=since,
-            age_s=(now - since).total_seconds() if since else 0.0,
-            next_attempt_at=_aware(alert.filing_next_at), kind=alert.kind))
+        out.append(
+            PendingFiling(
+                alert_id=alert.id,
+                run_id=alert.run_id,
+                night=night,
+                state=str(alert.filing_state),
+                attempts=alert.filing_attempts,
+                last_error=alert.filing_error,
+                pending_since=since,
+                age_s=(now - since).total_seconds() if since else 0.0,
+                next_attempt_at=_aware(alert.filing_next_at),
+                kind=alert.kind,
+            )
+        )
     return out
 
 
@@ -318,8 +380,9 @@ def error_summary(error: str | None) -> str:
     return named[-1] if named else (lines[0] if lines else "no error text")
 
 
-def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING_NIGHTS,
-                       until: date | None = None) -> list[FailingBenchmark]:
+def failing_benchmarks(
+    session: Session, *, today: date, at_least: int = FAILING_NIGHTS, until: date | None = None
+) -> list[FailingBenchmark]:
     """Benchmarks whose job failed (``error``) on each of their last ``at_least`` or more nights
     on a machine class, among the nightly and posted runs of the ``FAILING_LOOKBACK`` before
     ``today`` (nights after ``until`` left out when given: a night judged as it stood).
@@ -331,13 +394,25 @@ def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING
     otherwise be a problem, and an issue, from its second night on. Longest streak first.
     """
     rows = session.execute(
-        select(Job.model, Job.mode, Job.device, Job.compiler, Job.queue, Job.status, Job.error,
-               Run.night)
+        select(
+            Job.model,
+            Job.mode,
+            Job.device,
+            Job.compiler,
+            Job.queue,
+            Job.status,
+            Job.error,
+            Run.night,
+        )
         .join(Run, Run.id == Job.run_id)
-        .where(Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
-               Run.night >= today - FAILING_LOOKBACK, Run.night <= (until or date.max),
-               Job.status.in_((JobStatus.DONE, JobStatus.ERROR)))
-        .order_by(Run.night.desc(), Job.id.desc())).all()
+        .where(
+            Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
+            Run.night >= today - FAILING_LOOKBACK,
+            Run.night <= (until or date.max),
+            Job.status.in_((JobStatus.DONE, JobStatus.ERROR)),
+        )
+        .order_by(Run.night.desc(), Job.id.desc())
+    ).all()
     streaks: dict[tuple[str, str, str, str, str], list[tuple[date, str]]] = {}
     ended: set[tuple[str, str, str, str, str]] = set()
     for model, mode, device, compiler, queue, status, error, night in rows:
@@ -350,10 +425,21 @@ def failing_benchmarks(session: Session, *, today: date, at_least: int = FAILING
         nights = streaks.setdefault(key, [])
         if not nights or nights[-1][0] != night:  # one failed job a night counts once
             nights.append((night, error_summary(error)))
-    out = [FailingBenchmark(benchmark=benchmark_name(*key[:4]), queue=key[4], nights=len(n),
-                            since=n[-1][0], error=n[0][1], model=key[0], mode=key[1],
-                            device=key[2], compiler=key[3])
-           for key, n in streaks.items() if len(n) >= at_least and key in ended]
+    out = [
+        FailingBenchmark(
+            benchmark=benchmark_name(*key[:4]),
+            queue=key[4],
+            nights=len(n),
+            since=n[-1][0],
+            error=n[0][1],
+            model=key[0],
+            mode=key[1],
+            device=key[2],
+            compiler=key[3],
+        )
+        for key, n in streaks.items()
+        if len(n) >= at_least and key in ended
+    ]
     return sorted(out, key=lambda f: (-f.nights, f.queue, f.benchmark))
 
 
@@ -362,9 +448,12 @@ def waiting_on(session: Session, bisections: list[RunningBisection]) -> dict[str
     the probes of each running bisection (``["2 job(s) of run 12", "bisection 7's probes"]``)."""
     out: dict[str, list[str]] = {}
     for queue, run_id, n in session.execute(
-            select(Job.queue, Job.run_id, func.count()).join(Run, Run.id == Job.run_id)
-            .where(Job.status == JobStatus.QUEUED, Run.status.in_(RUN_OPEN))
-            .group_by(Job.queue, Job.run_id).order_by(Job.queue, Job.run_id)):
+        select(Job.queue, Job.run_id, func.count())
+        .join(Run, Run.id == Job.run_id)
+        .where(Job.status == JobStatus.QUEUED, Run.status.in_(RUN_OPEN))
+        .group_by(Job.queue, Job.run_id)
+        .order_by(Job.queue, Job.run_id)
+    ):
         out.setdefault(queue, []).append(f"{n} job(s) of run {run_id}")
     for b in bisections:
         if b.probes_waiting:
@@ -372,10 +461,15 @@ def waiting_on(session: Session, bisections: list[RunningBisection]) -> dict[str
     return out
 
 
-def system_status(session: Session, *, now: datetime | None = None,
-                  stale_after_nights: int = 1, broker_url: str | None = None,
-                  queue_prefix: str = "",
-                  threshold_for: Callable[[str, str], float] | None = None) -> SystemStatus:
+def system_status(
+    session: Session,
+    *,
+    now: datetime | None = None,
+    stale_after_nights: int = 1,
+    broker_url: str | None = None,
+    queue_prefix: str = "",
+    threshold_for: Callable[[str, str], float] | None = None,
+) -> SystemStatus:
     """Everything above, and the problems: a run past its deadline, an ingest run open over a
     day, a machine class that has not measured for more than ``stale_after_nights`` nights, a
     benchmark failing ``FAILING_NIGHTS`` nights in a row (:func:`failing_benchmarks`), a failed
@@ -397,37 +491,66 @@ def system_status(session: Session, *, now: datetime | None = None,
     problems = [
         f"run {r.id} ({r.kind}, night {r.night}) is past its deadline by "
         f"{(now - r.deadline_at).total_seconds() / 3600:.1f} h with {r.jobs_pending} job(s) "
-        f"not reported" for r in runs if r.overdue and r.deadline_at is not None]
+        f"not reported"
+        for r in runs
+        if r.overdue and r.deadline_at is not None
+    ]
     problems += [
         f"run {r.id} ({r.kind}, night {r.night}) has been open {r.age_s / 3600:.1f} h "
-        f"with no deadline" for r in runs
-        if r.deadline_at is None and r.age_s > 86400]
+        f"with no deadline"
+        for r in runs
+        if r.deadline_at is None and r.age_s > 86400
+    ]
     problems += [
-        f"machine class {c.queue} last measured night {c.last_night} "
-        f"({c.nights_behind} nights ago)" for c in classes if c.nights_behind > stale_after_nights]
+        f"machine class {c.queue} last measured night {c.last_night} ({c.nights_behind} nights ago)"
+        for c in classes
+        if c.nights_behind > stale_after_nights
+    ]
     failing = failing_benchmarks(session, today=now.date())
     problems += [
         f"benchmark {f.benchmark} on {f.queue} has failed {f.nights} nights in a row (since "
         f"{f.since}): {f.error}; its series has no point since, so a regression there goes "
-        "unseen" for f in failing]
+        "unseen"
+        for f in failing
+    ]
     filings = pending_filings(session, now=now)
     problems += [
         f"alert {f.alert_id} (run {f.run_id}, night {f.night}): filing its "
         f"{_KIND_WORDS.get(f.kind, '')}issue failed "
         f"{f.attempts} time(s), pending {f.age_s / 3600:.1f} h: {f.last_error}; the issue waits "
         f"in the outbox, retried at {f.next_attempt_at} (or now: nightbench issues retry)"
-        for f in filings if f.state == FilingState.FAILED_RETRYING]
+        for f in filings
+        if f.state == FilingState.FAILED_RETRYING
+    ]
     bisections = running_bisections(session, now=now)
-    broker = broker_state(broker_url, prefix=queue_prefix,
-                          waiting_on=waiting_on(session, bisections))
-    changes = [StabilityChange(
-        benchmark=c["benchmark"], machine_id=c["machine_id"], run_id=c["run_id"],
-        night=date.fromisoformat(c["night"]), from_verdict=c["from"], to_verdict=c["to"],
-        source=str(c["source"])) for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)]
+    broker = broker_state(
+        broker_url, prefix=queue_prefix, waiting_on=waiting_on(session, bisections)
+    )
+    changes = [
+        StabilityChange(
+            benchmark=c["benchmark"],
+            machine_id=c["machine_id"],
+            run_id=c["run_id"],
+            night=date.fromisoformat(c["night"]),
+            from_verdict=c["from"],
+            to_verdict=c["to"],
+            source=str(c["source"]),
+        )
+        for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)
+    ]
     unstable, judged = unstable_now(session, threshold_for)
     return SystemStatus(
-        now=now, machine_classes=classes, open_runs=runs, workers=workers_seen(session, now=now),
+        now=now,
+        machine_classes=classes,
+        open_runs=runs,
+        workers=workers_seen(session, now=now),
         problems=problems + broker.problems + _bisection_problems(bisections),
-        pending_filings=filings, queues=broker.queues, listeners=broker.listeners,
-        stability_changes=changes, unstable=unstable, judged=judged, failing=failing,
-        bisections=bisections)
+        pending_filings=filings,
+        queues=broker.queues,
+        listeners=broker.listeners,
+        stability_changes=changes,
+        unstable=unstable,
+        judged=judged,
+        failing=failing,
+        bisections=bisections,
+    )

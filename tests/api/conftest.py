@@ -21,8 +21,13 @@ from service.runs.service import BenchmarkSpec, create_run, end_job, finish_run,
 from suite.registry import model_domain
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
-CPU_ENV = {"cpu_model": "Test CPU 3000", "threads": 1, "cpu_count": 2, "device_class": "cpu",
-           "hostname": "bench-1"}
+CPU_ENV = {
+    "cpu_model": "Test CPU 3000",
+    "threads": 1,
+    "cpu_count": 2,
+    "device_class": "cpu",
+    "hostname": "bench-1",
+}
 
 
 @pytest.fixture
@@ -33,8 +38,11 @@ def db(session: Session) -> Session:
 @pytest.fixture
 def app(db: Session) -> FastAPI:
     conn = db.connection()
-    return create_app(session_factory=lambda: Session(
-        bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False))
+    return create_app(
+        session_factory=lambda: Session(
+            bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False
+        )
+    )
 
 
 @pytest.fixture
@@ -55,31 +63,57 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def make_record(model: str, mode: str, metrics: dict[str, list[float]], *, device: str = "cpu",
-                compiler: str = "eager", env: dict[str, Any] | None = None,
-                error: str | None = None) -> dict[str, Any]:
+def make_record(
+    model: str,
+    mode: str,
+    metrics: dict[str, list[float]],
+    *,
+    device: str = "cpu",
+    compiler: str = "eager",
+    env: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
     """A suite record with the given raw samples per metric."""
     units = {"latency": "ms"}
     return {
-        "model": model, "mode": mode, "device": device, "compiler": compiler, "batch_size": 4,
+        "model": model,
+        "mode": mode,
+        "device": device,
+        "compiler": compiler,
+        "batch_size": 4,
         "benchmark_version": "v1",
         # As the harness writes it: the suite's own models carry their domain.
         "environment": {**CPU_ENV, "model_domain": model_domain(model), **(env or {})},
-        "metrics": [] if error else [
-            {"metric": m, "unit": units.get(m, "bytes"), "samples": s,
-             "median": float(np.median(s)),
-             "iqr": float(np.subtract(*np.percentile(s, [75, 25])))}
-            for m, s in metrics.items()],
+        "metrics": []
+        if error
+        else [
+            {
+                "metric": m,
+                "unit": units.get(m, "bytes"),
+                "samples": s,
+                "median": float(np.median(s)),
+                "iqr": float(np.subtract(*np.percentile(s, [75, 25]))),
+            }
+            for m, s in metrics.items()
+        ],
         "error": error,
     }
 
 
-def add_night(session: Session, night: date, records: list[dict[str, Any]], *,
-              torch_version: str = "2.13.0", commit: str = "a" * 40,
-              kind: str = "nightly") -> Run:
+def add_night(
+    session: Session,
+    night: date,
+    records: list[dict[str, Any]],
+    *,
+    torch_version: str = "2.13.0",
+    commit: str = "a" * 40,
+    kind: str = "nightly",
+) -> Run:
     """A finished run of ``night`` holding ``records``, stored the way workers store them."""
-    specs = [BenchmarkSpec(model=r["model"], mode=r["mode"], device=r["device"],
-                           compiler=r["compiler"]) for r in records]
+    specs = [
+        BenchmarkSpec(model=r["model"], mode=r["mode"], device=r["device"], compiler=r["compiler"])
+        for r in records
+    ]
     run = create_run(session, night=night, benchmarks=specs, kind=kind)
     run.torch_version, run.torch_git_commit = torch_version, commit
     jobs = {j.benchmark: j for j in list_jobs(session, run_id=run.id)}
@@ -91,8 +125,15 @@ def add_night(session: Session, night: date, records: list[dict[str, Any]], *,
     return run
 
 
-def latency_series(n: int, *, level: float = 10.0, step_at: int | None = None,
-                   step: float = 1.2, seed: int = 0, samples: int = 9) -> list[list[float]]:
+def latency_series(
+    n: int,
+    *,
+    level: float = 10.0,
+    step_at: int | None = None,
+    step: float = 1.2,
+    seed: int = 0,
+    samples: int = 9,
+) -> list[list[float]]:
     """``n`` nights of latency samples (ms), optionally stepping up by ``step`` at ``step_at``."""
     rng = np.random.default_rng(seed)
     out = []
@@ -102,18 +143,40 @@ def latency_series(n: int, *, level: float = 10.0, step_at: int | None = None,
     return out
 
 
-def flag(session: Session, result: Result, *, direction: str = "regression",
-         confirmation: str = "reproduced", state: str = "untriaged", baseline: float = 10.0,
-         alert_id: int | None = None) -> Regression:
+def flag(
+    session: Session,
+    result: Result,
+    *,
+    direction: str = "regression",
+    confirmation: str = "reproduced",
+    state: str = "untriaged",
+    baseline: float = 10.0,
+    alert_id: int | None = None,
+) -> Regression:
     """Store a regression row for ``result`` as the detector would."""
     value = float(result.median or 0)
     reg = Regression(
-        run_id=result.run_id, result_id=result.id, series_key=result.series_key,
-        model=result.model, mode=result.mode, device=result.device, compiler=result.compiler,
-        metric=result.metric, unit=result.unit, direction=direction, baseline=baseline,
-        value=value, change=value / baseline - 1, p_value=0.001, threshold=0.07,
-        alertable=direction == "regression", confirmation=confirmation, state=state,
-        reason="seeded", alert_id=alert_id)
+        run_id=result.run_id,
+        result_id=result.id,
+        series_key=result.series_key,
+        model=result.model,
+        mode=result.mode,
+        device=result.device,
+        compiler=result.compiler,
+        metric=result.metric,
+        unit=result.unit,
+        direction=direction,
+        baseline=baseline,
+        value=value,
+        change=value / baseline - 1,
+        p_value=0.001,
+        threshold=0.07,
+        alertable=direction == "regression",
+        confirmation=confirmation,
+        state=state,
+        reason="seeded",
+        alert_id=alert_id,
+    )
     session.add(reg)
     session.flush()
     return reg

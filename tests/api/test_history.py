@@ -30,13 +30,29 @@ def seeded(db: Session) -> dict[str, object]:
     mem = [[float(2**30 + (i % 3) * 2**20)] * 3 for i in range(N)]
     runs = []
     for i in range(N):
-        records = [make_record("resnet18", "train", {"latency": train[i], "cpu_peak_mem": mem[i]}),
-                   make_record("resnet18", "eval", {"latency": evals[i]},
-                               error="RuntimeError: out of memory" if i == 5 else None)]
-        runs.append(add_night(db, night(i), records, torch_version=f"2.13.0.dev{i:02d}",
-                              commit=f"{i:02d}" + "c" * 38))
-    step_result = db.scalar(select(Result).where(
-        Result.run_id == runs[STEP].id, Result.mode == "train", Result.metric == "latency"))
+        records = [
+            make_record("resnet18", "train", {"latency": train[i], "cpu_peak_mem": mem[i]}),
+            make_record(
+                "resnet18",
+                "eval",
+                {"latency": evals[i]},
+                error="RuntimeError: out of memory" if i == 5 else None,
+            ),
+        ]
+        runs.append(
+            add_night(
+                db,
+                night(i),
+                records,
+                torch_version=f"2.13.0.dev{i:02d}",
+                commit=f"{i:02d}" + "c" * 38,
+            )
+        )
+    step_result = db.scalar(
+        select(Result).where(
+            Result.run_id == runs[STEP].id, Result.mode == "train", Result.metric == "latency"
+        )
+    )
     reg = flag(db, step_result, baseline=float(np.median([np.median(s) for s in train[:STEP]])))
     return {"train": train, "evals": evals, "runs": runs, "regression": reg}
 
@@ -52,7 +68,10 @@ def test_history_points_carry_build_median_spread_and_baseline(client: TestClien
     body = r.json()
     assert body["model"] == "resnet18"
     assert {(s["mode"], s["metric"]) for s in body["series"]} == {
-        ("train", "latency"), ("train", "cpu_peak_mem"), ("eval", "latency")}
+        ("train", "latency"),
+        ("train", "cpu_peak_mem"),
+        ("eval", "latency"),
+    }
     train = _series(body, "train", "latency")
     pts = rows(train["points"])
     assert len(pts) == N
@@ -71,30 +90,41 @@ def test_history_points_carry_build_median_spread_and_baseline(client: TestClien
     assert pts[STEP]["regression_id"] == seeded["regression"].id
     assert pts[STEP]["change"] == pytest.approx(levels[STEP] / pts[STEP]["baseline"] - 1)
     # After the raised step the baseline restarts at the new level.
-    assert all(p["baseline"] is None for p in pts[STEP + 1:STEP + k])
+    assert all(p["baseline"] is None for p in pts[STEP + 1 : STEP + k])
     assert not any(p["outlier"] for p in pts)
     assert train["chart_url"].startswith("/api/models/resnet18/history.svg?series=")
     # The failed night appears among the errors, not as a point.
-    assert body["errors"] == [{"night": night(5).isoformat(), "run_id": seeded["runs"][5].id,
-                               "result_id": body["errors"][0]["result_id"],
-                               "benchmark": "resnet18:eval:cpu",
-                               "error": "RuntimeError: out of memory"}]
+    assert body["errors"] == [
+        {
+            "night": night(5).isoformat(),
+            "run_id": seeded["runs"][5].id,
+            "result_id": body["errors"][0]["result_id"],
+            "benchmark": "resnet18:eval:cpu",
+            "error": "RuntimeError: out of memory",
+        }
+    ]
     assert len(_series(body, "eval", "latency")["points"]["night"]) == N - 1
 
 
 def test_history_filters(client: TestClient, seeded) -> None:
-    body = client.get("/api/models/resnet18/history",
-                      params={"metric": "latency", "mode": "train"}).json()
+    body = client.get(
+        "/api/models/resnet18/history", params={"metric": "latency", "mode": "train"}
+    ).json()
     assert [(s["mode"], s["metric"]) for s in body["series"]] == [("train", "latency")]
     key = body["series"][0]["series_key"]
     full = rows(body["series"][0]["points"])
-    part = client.get("/api/models/resnet18/history", params={
-        "series": key, "since": night(10).isoformat(), "until": night(19).isoformat()}).json()
+    part = client.get(
+        "/api/models/resnet18/history",
+        params={"series": key, "since": night(10).isoformat(), "until": night(19).isoformat()},
+    ).json()
     pts = rows(part["series"][0]["points"])
     assert [p["night"] for p in pts] == [night(i).isoformat() for i in range(10, 20)]
     # Baselines in a window are those of the full history: earlier nights still count.
     assert [p["baseline"] for p in pts] == [p["baseline"] for p in full[10:20]]
-    assert client.get("/api/models/resnet18/history", params={"machine": 999999}).json()["series"] == []
+    assert (
+        client.get("/api/models/resnet18/history", params={"machine": 999999}).json()["series"]
+        == []
+    )
 
 
 def test_history_csv_matches_json(client: TestClient, seeded) -> None:
@@ -114,8 +144,9 @@ def test_history_errors(client: TestClient, seeded) -> None:
     r = client.get("/api/models/nosuchmodel/history")
     assert r.status_code == 404 and r.json() == {"detail": "model 'nosuchmodel' has no results"}
     # An empty period is not an error: it holds no nights.
-    r = client.get("/api/models/resnet18/history",
-                   params={"since": "2026-02-01", "until": "2026-01-01"})
+    r = client.get(
+        "/api/models/resnet18/history", params={"since": "2026-02-01", "until": "2026-01-01"}
+    )
     assert r.status_code == 200 and r.json()["series"] == []
     r = client.get("/api/models/resnet18/history", params={"format": "xml"})
     assert r.status_code == 422 and r.json()["detail"].startswith("query format:")
@@ -168,12 +199,26 @@ def test_model_page_lists_one_chart_per_series(client: TestClient, seeded) -> No
 
 
 def test_history_and_page_say_which_series_alert_only_beyond_their_noise(
-    client: TestClient, db: Session, seeded,
+    client: TestClient,
+    db: Session,
+    seeded,
 ) -> None:
     machine = db.scalar(select(Result.machine_id).where(Result.mode == "train"))
-    db.add(BenchmarkStability(model="resnet18", mode="train", device="cpu", compiler="eager",
-                              machine_id=machine, repeats=5, medians_ms=[1.0] * 5, cv=0.04,
-                              spread=0.1, unstable=True, threshold=0.07))
+    db.add(
+        BenchmarkStability(
+            model="resnet18",
+            mode="train",
+            device="cpu",
+            compiler="eager",
+            machine_id=machine,
+            repeats=5,
+            medians_ms=[1.0] * 5,
+            cv=0.04,
+            spread=0.1,
+            unstable=True,
+            threshold=0.07,
+        )
+    )
     db.flush()
     body = client.get("/api/models/resnet18/history").json()
     latency, memory = _series(body, "train", "latency"), _series(body, "train", "cpu_peak_mem")
@@ -231,20 +276,25 @@ def test_baseline_track_restarts_after_a_step() -> None:
     levels = [10.0] * 20 + [12.0] * 20
     track = baseline_track(levels, memory=False, resets=[(20, 21)])
     assert track.baseline[20] == pytest.approx(10.0)  # the step night against the old level
-    assert np.isnan(track.baseline[21:20 + k]).all()  # too few nights at the new level
+    assert np.isnan(track.baseline[21 : 20 + k]).all()  # too few nights at the new level
     assert track.baseline[20 + k] == pytest.approx(12.0)
 
 
 def test_a_step_raised_after_it_persisted_restarts_the_baseline_at_its_first_night(
-    client: TestClient, db: Session,
+    client: TestClient,
+    db: Session,
 ) -> None:
     # +20% from night 16, raised on night 17 (it persisted): the detector's baseline restarts
     # at night 16, so night 16 + k has a baseline of the new level's k nights.
     train = latency_series(N, step_at=STEP, seed=3)
-    runs = [add_night(db, night(i), [make_record("vit", "train", {"latency": train[i]})])
-            for i in range(N)]
-    results = [db.scalar(select(Result).where(Result.run_id == r.id, Result.metric == "latency"))
-               for r in runs]
+    runs = [
+        add_night(db, night(i), [make_record("vit", "train", {"latency": train[i]})])
+        for i in range(N)
+    ]
+    results = [
+        db.scalar(select(Result).where(Result.run_id == r.id, Result.metric == "latency"))
+        for r in runs
+    ]
     reg = flag(db, results[STEP + 1])
     reg.first_result_id, reg.first_night = results[STEP].id, night(STEP)
     db.flush()
@@ -252,10 +302,10 @@ def test_a_step_raised_after_it_persisted_restarts_the_baseline_at_its_first_nig
     k = DEFAULT_PARAMS.min_baseline
     levels = [float(np.median(s)) for s in train]
     assert [i for i, p in enumerate(pts) if p["regression"]] == [STEP + 1]
-    assert pts[STEP + 1]["baseline"] == pytest.approx(float(np.median(levels[:STEP + 1])))
-    assert all(p["baseline"] is None for p in pts[STEP + 2:STEP + k])
-    assert pts[STEP + k]["baseline"] == pytest.approx(float(np.median(levels[STEP:STEP + k])))
+    assert pts[STEP + 1]["baseline"] == pytest.approx(float(np.median(levels[: STEP + 1])))
+    assert all(p["baseline"] is None for p in pts[STEP + 2 : STEP + k])
+    assert pts[STEP + k]["baseline"] == pytest.approx(float(np.median(levels[STEP : STEP + k])))
     # The detector, replayed over the same nights, holds the same baseline.
     nights = [Night(i, tuple(s)) for i, s in enumerate(train)]
-    a = assess_night(nights[:STEP + k], nights[STEP + k], metric="latency")
+    a = assess_night(nights[: STEP + k], nights[STEP + k], metric="latency")
     assert a.baseline == pytest.approx(pts[STEP + k]["baseline"], rel=1e-9)

@@ -37,9 +37,30 @@ def _one_model_per_domain() -> list[tuple[str, str]]:
 
 
 def _measure(model: str, mode: str, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "suite", "run", "--model", model, "--mode", mode,
-           "--iterations", "3", "--max-iterations", "3", "--warmup", "1",
-           "--warmup-seconds", "0", "--min-seconds", "0", "--threads", "1", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "suite",
+        "run",
+        "--model",
+        model,
+        "--mode",
+        mode,
+        "--iterations",
+        "3",
+        "--max-iterations",
+        "3",
+        "--warmup",
+        "1",
+        "--warmup-seconds",
+        "0",
+        "--min-seconds",
+        "0",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{model} {mode}: {done.stderr[-2000:]}"
@@ -47,7 +68,10 @@ def _measure(model: str, mode: str, out: Path) -> dict:
 
 
 def test_every_domain_s_records_are_accepted_unchanged(
-    client: TestClient, db: Session, auth: dict, tmp_path: Path,
+    client: TestClient,
+    db: Session,
+    auth: dict,
+    tmp_path: Path,
 ) -> None:
     pairs = _one_model_per_domain()
     domains = {info.domain for info in list_models()}
@@ -57,9 +81,12 @@ def test_every_domain_s_records_are_accepted_unchanged(
         records = list(pool.map(lambda p: _measure(*p, tmp_path / f"{p[0]}-{p[1]}.json"), pairs))
     assert all(r["error"] is None for r in records), [r["error"] for r in records if r["error"]]
 
-    body = {"night": "2026-03-01", "key": "every-domain",
-            "benchmarks": [{"model": m, "mode": mode} for m, mode in pairs],
-            "torch_version": records[0]["environment"].get("torch_version")}
+    body = {
+        "night": "2026-03-01",
+        "key": "every-domain",
+        "benchmarks": [{"model": m, "mode": mode} for m, mode in pairs],
+        "torch_version": records[0]["environment"].get("torch_version"),
+    }
     r = client.post("/api/runs", json=body, headers=auth)
     assert r.status_code == 201, r.text
     run_id = r.json()["id"]
@@ -77,11 +104,19 @@ def test_every_domain_s_records_are_accepted_unchanged(
     assert stored == expected
     for record in records:
         latency = next(m for m in record["metrics"] if m["metric"] == "latency")
-        kept = db.scalar(select(Result.median).where(
-            Result.run_id == run_id, Result.model == record["model"],
-            Result.mode == record["mode"], Result.metric == "latency"))
+        kept = db.scalar(
+            select(Result.median).where(
+                Result.run_id == run_id,
+                Result.model == record["model"],
+                Result.mode == record["mode"],
+                Result.metric == "latency",
+            )
+        )
         assert kept == pytest.approx(statistics.median(latency["samples"])), record["model"]
     # What each model is comes from its records (the catalogue), not from the suite's files.
     domains = {m["name"]: m["domain"] for m in client.get("/api/models").json()["models"]}
-    assert domains == {info.name: info.domain for info in list_models()
-                       if info.name in {model for model, _ in pairs}}
+    assert domains == {
+        info.name: info.domain
+        for info in list_models()
+        if info.name in {model for model, _ in pairs}
+    }

@@ -49,18 +49,32 @@ def served(database_url: str, tmp_path: Path) -> Iterator[str]:
     train = latency_series(N, step_at=STEP, seed=5)
     evals = latency_series(N, level=4.0, seed=6)
     with session_scope() as session:
-        runs = [add_night(session, night(i), [
-            make_record("resnet18", "train", {"latency": train[i]}),
-            make_record("resnet18", "eval", {"latency": evals[i]})]) for i in range(N)]
-        step = session.scalar(select(Result).where(
-            Result.run_id == runs[STEP].id, Result.mode == "train"))
+        runs = [
+            add_night(
+                session,
+                night(i),
+                [
+                    make_record("resnet18", "train", {"latency": train[i]}),
+                    make_record("resnet18", "eval", {"latency": evals[i]}),
+                ],
+            )
+            for i in range(N)
+        ]
+        step = session.scalar(
+            select(Result).where(Result.run_id == runs[STEP].id, Result.mode == "train")
+        )
         flag(session, step, baseline=10.0)
     get_engine().dispose()
     port = _free_port()
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "serve", "--port", str(port)], cwd=ROOT_DIR,
-        env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [sys.executable, "-m", "workers.cli", "serve", "--port", str(port)],
+        cwd=ROOT_DIR,
+        env=dict(os.environ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -71,7 +85,9 @@ def served(database_url: str, tmp_path: Path) -> Iterator[str]:
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"nightbench serve did not come up: {(tmp_path / 'serve.log').read_text()}")
+                pytest.fail(
+                    f"nightbench serve did not come up: {(tmp_path / 'serve.log').read_text()}"
+                )
             time.sleep(0.3)
         yield base
     finally:
@@ -100,7 +116,8 @@ def test_model_page_shows_its_charts(served: str, tmp_path: Path) -> None:
             assert response is not None and response.status == 200
             assert page.title() == "nightbench · resnet18"
             sizes = page.eval_on_selector_all(
-                "img.chart", "imgs => imgs.map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+                "img.chart", "imgs => imgs.map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
+            )
             assert len(sizes) == 2, sizes
             assert all(done and w > 300 and h > 100 for done, w, h in sizes), sizes
             assert page.locator(".broken").count() == 0

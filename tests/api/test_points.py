@@ -40,9 +40,15 @@ def _night(i: int) -> date:
 
 def _records(i: int, lat: list[list[float]], *, fail: bool = False) -> list[dict[str, Any]]:
     mem = [float(2**30 + (i % 3) * 4096)]
-    return [make_record(MODEL, "train", {"latency": lat[i], "cpu_peak_mem": mem}),
-            make_record(MODEL, "eval", {"latency": lat[i][:5]},
-                        error="RuntimeError: out of memory" if fail else None)]
+    return [
+        make_record(MODEL, "train", {"latency": lat[i], "cpu_peak_mem": mem}),
+        make_record(
+            MODEL,
+            "eval",
+            {"latency": lat[i][:5]},
+            error="RuntimeError: out of memory" if fail else None,
+        ),
+    ]
 
 
 def _assert_same(packed: Points, rows: Points) -> None:
@@ -57,20 +63,36 @@ def _assert_same(packed: Points, rows: Points) -> None:
 
 
 def _filters(db: Session) -> list[HistoryFilter]:
-    key = db.scalar(select(Result.series_key).where(Result.model == MODEL,
-                                                    Result.series_key.is_not(None)).limit(1))
+    key = db.scalar(
+        select(Result.series_key)
+        .where(Result.model == MODEL, Result.series_key.is_not(None))
+        .limit(1)
+    )
     machine = db.scalar(select(Result.machine_id).where(Result.model == MODEL).limit(1))
-    return [HistoryFilter(), HistoryFilter(metric="latency"), HistoryFilter(mode="eval"),
-            HistoryFilter(device="cpu", compiler="eager"), HistoryFilter(series=key),
-            HistoryFilter(machine=machine), HistoryFilter(machine=999999),
-            HistoryFilter(until=_night(15)), HistoryFilter(until=_night(11), metric="latency"),
-            HistoryFilter(until=date(2020, 1, 1))]
+    return [
+        HistoryFilter(),
+        HistoryFilter(metric="latency"),
+        HistoryFilter(mode="eval"),
+        HistoryFilter(device="cpu", compiler="eager"),
+        HistoryFilter(series=key),
+        HistoryFilter(machine=machine),
+        HistoryFilter(machine=999999),
+        HistoryFilter(until=_night(15)),
+        HistoryFilter(until=_night(11), metric="latency"),
+        HistoryFilter(until=date(2020, 1, 1)),
+    ]
 
 
 def _table(db: Session) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in db.execute(text(
-        "SELECT model, series_key, month, mode, device, compiler, metric, machine_id, nights, "
-        "points FROM series_months ORDER BY model, series_key, month"))]
+    return [
+        tuple(r)
+        for r in db.execute(
+            text(
+                "SELECT model, series_key, month, mode, device, compiler, metric, machine_id, nights, "
+                "points FROM series_months ORDER BY model, series_key, month"
+            )
+        )
+    ]
 
 
 def _check(db: Session) -> Points:
@@ -86,8 +108,15 @@ def _check(db: Session) -> Points:
 
 def _ingest(db: Session, night: date, records: list[dict[str, Any]], key: str) -> Run:
     specs = [BenchmarkSpec(model=r["model"], mode=r["mode"]) for r in records]
-    run, _ = create_ingest_run(db, night=night, benchmarks=specs, torch_spec="current",
-                               torch_version="2.13.0", torch_git_commit="b" * 40, key=key)
+    run, _ = create_ingest_run(
+        db,
+        night=night,
+        benchmarks=specs,
+        torch_spec="current",
+        torch_version="2.13.0",
+        torch_git_commit="b" * 40,
+        key=key,
+    )
     ingest_records(db, run_id=run.id, records=records)
     return run
 
@@ -124,8 +153,12 @@ def test_packed_points_follow_every_write_path(db: Session) -> None:
     assert not any(np.isin(confirm.id, s.run_id) for s in after.series)
     assert _night(31) in after.series[0].night
     assert len(after.errors) == 2
-    assert np.isnan(after.series[0].median).sum() + np.isnan(after.series[1].median).sum() + \
-        np.isnan(after.series[2].median).sum() == 1
+    assert (
+        np.isnan(after.series[0].median).sum()
+        + np.isnan(after.series[1].median).sum()
+        + np.isnan(after.series[2].median).sum()
+        == 1
+    )
 
     # Results edited, deleted one by one and with their run; a run that changes kind.
     db.execute(update(Result).where(Result.run_id == runs[5].id).values(median=123.0))
@@ -139,18 +172,20 @@ def test_packed_points_follow_every_write_path(db: Session) -> None:
 
 
 def test_history_response_is_the_same_packed_or_row_by_row(
-    db: Session, monkeypatch: pytest.MonkeyPatch,
+    db: Session,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     lat = latency_series(45, step_at=30, seed=5)
     for i in range(45):
-        add_night(db, _night(i), _records(i, lat, fail=i == 40),
-                  torch_version=f"2.13.0.dev{i:02d}")
+        add_night(db, _night(i), _records(i, lat, fail=i == 40), torch_version=f"2.13.0.dev{i:02d}")
     settings = Settings()
     for f in (HistoryFilter(), HistoryFilter(since=_night(20)), HistoryFilter(until=_night(33))):
         packed = _payload(hist.model_history(db, model=MODEL, filters=f, settings=settings), {}, {})
         with monkeypatch.context() as m:
             m.setattr(hist, "read_points", row_points)
-            rows = _payload(hist.model_history(db, model=MODEL, filters=f, settings=settings), {}, {})
+            rows = _payload(
+                hist.model_history(db, model=MODEL, filters=f, settings=settings), {}, {}
+            )
         assert packed["series"] and _plain(packed) == _plain(rows)
 
 

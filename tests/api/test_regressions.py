@@ -14,19 +14,36 @@ from tests.api.conftest import add_night, flag, latency_series, make_record, nig
 
 def _seed(db: Session) -> tuple[list[Regression], Alert]:
     series = latency_series(3, seed=3)
-    runs = [add_night(db, night(i), [make_record("unet", "train", {"latency": series[i]}),
-                                     make_record("vit", "eval", {"latency": series[i]})])
-            for i in range(3)]
+    runs = [
+        add_night(
+            db,
+            night(i),
+            [
+                make_record("unet", "train", {"latency": series[i]}),
+                make_record("vit", "eval", {"latency": series[i]}),
+            ],
+        )
+        for i in range(3)
+    ]
     alert = Alert(run_id=runs[2].id, kind="regression", status="open", summary="1 regression(s)")
     db.add(alert)
     db.flush()
     regs = []
-    for run, model, direction in ((runs[0], "unet", "improvement"), (runs[2], "vit", "regression"),
-                                  (runs[2], "unet", "regression")):
+    for run, model, direction in (
+        (runs[0], "unet", "improvement"),
+        (runs[2], "vit", "regression"),
+        (runs[2], "unet", "regression"),
+    ):
         result = db.scalar(select(Result).where(Result.run_id == run.id, Result.model == model))
-        regs.append(flag(db, result, direction=direction,
-                         alert_id=alert.id if run is runs[2] and model == "vit" else None,
-                         state="improvement" if direction == "improvement" else "untriaged"))
+        regs.append(
+            flag(
+                db,
+                result,
+                direction=direction,
+                alert_id=alert.id if run is runs[2] and model == "vit" else None,
+                state="improvement" if direction == "improvement" else "untriaged",
+            )
+        )
     return regs, alert
 
 
@@ -35,8 +52,9 @@ def test_list_filters_by_state_and_night(client: TestClient, db: Session) -> Non
     body = client.get("/api/regressions", params={"since": night(0).isoformat()}).json()
     mine = [r["id"] for r in body["items"] if r["id"] in {g.id for g in regs}]
     assert mine == sorted((g.id for g in regs), reverse=True)
-    untriaged = client.get("/api/regressions", params={
-        "state": "untriaged", "since": night(1).isoformat()}).json()["items"]
+    untriaged = client.get(
+        "/api/regressions", params={"state": "untriaged", "since": night(1).isoformat()}
+    ).json()["items"]
     assert {r["id"] for r in untriaged} >= {regs[1].id, regs[2].id}
     assert regs[0].id not in {r["id"] for r in untriaged}
     item = next(r for r in untriaged if r["id"] == regs[1].id)
@@ -49,8 +67,9 @@ def test_list_filters_by_state_and_night(client: TestClient, db: Session) -> Non
     assert len(page["items"]) == 1 and page["next_cursor"] == page["items"][0]["id"]
 
 
-def test_triage_needs_a_token_and_a_known_state(client: TestClient, db: Session,
-                                                auth: dict) -> None:
+def test_triage_needs_a_token_and_a_known_state(
+    client: TestClient, db: Session, auth: dict
+) -> None:
     regs, _ = _seed(db)
     url = f"/api/regressions/{regs[1].id}"
     assert client.patch(url, json={"state": "confirmed"}).status_code == 401
@@ -87,4 +106,5 @@ def test_healthz_reports_an_unreachable_database() -> None:
         r = c.get("/healthz")
     engine.dispose()
     assert r.status_code == 503 and r.json() == {
-        "detail": "the database is unreachable; try again shortly"}
+        "detail": "the database is unreachable; try again shortly"
+    }

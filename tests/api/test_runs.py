@@ -30,8 +30,10 @@ def _lat(level: float, seed: int, n: int = 15) -> list[float]:
 
 
 def test_runs_pages_follow_the_cursor(client: TestClient, db: Session) -> None:
-    ids = [add_night(db, night(i), [make_record("dcgan", "eval", {"latency": _lat(3, i)})]).id
-           for i in range(7)]
+    ids = [
+        add_night(db, night(i), [make_record("dcgan", "eval", {"latency": _lat(3, i)})]).id
+        for i in range(7)
+    ]
     seen: list[int] = []
     cursor = None
     pages = 0
@@ -48,21 +50,36 @@ def test_runs_pages_follow_the_cursor(client: TestClient, db: Session) -> None:
     mine = [i for i in seen if i in ids]
     assert mine == sorted(ids, reverse=True) and pages >= 3
     assert len(seen) == len(set(seen))
-    r = client.get("/api/runs", params={"since": night(5).isoformat(), "until": night(6).isoformat(),
-                                        "kind": "nightly"})
+    r = client.get(
+        "/api/runs",
+        params={"since": night(5).isoformat(), "until": night(6).isoformat(), "kind": "nightly"},
+    )
     assert {item["id"] for item in r.json()["items"]} == set(ids[5:])
 
 
-def test_run_detail_reports_results_errors_and_completeness(client: TestClient, db: Session) -> None:
-    specs = [BenchmarkSpec(model="dcgan", mode="eval"), BenchmarkSpec(model="dcgan", mode="train"),
-             BenchmarkSpec(model="unet", mode="eval")]
+def test_run_detail_reports_results_errors_and_completeness(
+    client: TestClient, db: Session
+) -> None:
+    specs = [
+        BenchmarkSpec(model="dcgan", mode="eval"),
+        BenchmarkSpec(model="dcgan", mode="train"),
+        BenchmarkSpec(model="unet", mode="eval"),
+    ]
     run = create_run(db, night=night(0), benchmarks=specs, deadline_s=1)
     jobs = {j.benchmark: j for j in list_jobs(db, run_id=run.id)}
-    store_record(db, run=run, job=jobs["dcgan:eval:cpu"],
-                 record=make_record("dcgan", "eval", {"latency": _lat(3, 1)}))
+    store_record(
+        db,
+        run=run,
+        job=jobs["dcgan:eval:cpu"],
+        record=make_record("dcgan", "eval", {"latency": _lat(3, 1)}),
+    )
     end_job(db, job=jobs["dcgan:eval:cpu"], error=None)
-    store_record(db, run=run, job=jobs["dcgan:train:cpu"],
-                 record=make_record("dcgan", "train", {}, error="Timeout after 900 s"))
+    store_record(
+        db,
+        run=run,
+        job=jobs["dcgan:train:cpu"],
+        record=make_record("dcgan", "train", {}, error="Timeout after 900 s"),
+    )
     end_job(db, job=jobs["dcgan:train:cpu"], error="Timeout after 900 s")
     db.flush()
     r = client.get(f"/api/runs/{run.id}")
@@ -73,9 +90,17 @@ def test_run_detail_reports_results_errors_and_completeness(client: TestClient, 
     assert c["pending"] == ["unet:eval:cpu"] and not c["complete"]
     assert c["ended_fraction"] == pytest.approx(2 / 3)
     assert {(x["benchmark"], x["metric"]) for x in body["results"]} == {
-        ("dcgan:eval:cpu", "latency"), ("dcgan:train:cpu", "latency")}
-    assert body["errors"] == [{"benchmark": "dcgan:train:cpu", "source": "result",
-                               "status": "error", "error": "Timeout after 900 s"}]
+        ("dcgan:eval:cpu", "latency"),
+        ("dcgan:train:cpu", "latency"),
+    }
+    assert body["errors"] == [
+        {
+            "benchmark": "dcgan:train:cpu",
+            "source": "result",
+            "status": "error",
+            "error": "Timeout after 900 s",
+        }
+    ]
     # Past the deadline the silent benchmark is missing, and says so.
     mark_missing(db, run_id=run.id, now=utcnow() + timedelta(seconds=5))
     db.flush()
@@ -86,8 +111,13 @@ def test_run_detail_reports_results_errors_and_completeness(client: TestClient, 
     assert client.get("/api/runs/2147483000").json() == {"detail": "run 2147483000 does not exist"}
 
 
-def _processes(db: Session, first: int, levels: dict[str, float], n: int,
-               memory: dict[str, float] | None = None) -> Run:
+def _processes(
+    db: Session,
+    first: int,
+    levels: dict[str, float],
+    n: int,
+    memory: dict[str, float] | None = None,
+) -> Run:
     """A night measured in ``n`` processes: a nightly run and ``n - 1`` confirmation re-runs.
 
     Each process's level moves by ~3% (as processes of one build do here), its 15 iterations by
@@ -96,11 +126,21 @@ def _processes(db: Session, first: int, levels: dict[str, float], n: int,
     rng = np.random.default_rng(first)
     runs = []
     for i in range(n):
-        records = [make_record(model, "eval", {
-            "latency": _lat(level * float(np.exp(rng.normal(0, 0.03))), first * 100 + i),
-            **({"cpu_peak_mem": [memory[model] * float(np.exp(rng.normal(0, 0.03)))]}
-               if memory and model in memory else {})})
-            for model, level in levels.items()]
+        records = [
+            make_record(
+                model,
+                "eval",
+                {
+                    "latency": _lat(level * float(np.exp(rng.normal(0, 0.03))), first * 100 + i),
+                    **(
+                        {"cpu_peak_mem": [memory[model] * float(np.exp(rng.normal(0, 0.03)))]}
+                        if memory and model in memory
+                        else {}
+                    ),
+                },
+            )
+            for model, level in levels.items()
+        ]
         runs.append(add_night(db, night(first), records, kind="nightly" if i == 0 else "confirm"))
     for child in runs[1:]:
         child.parent_run_id = runs[0].id
@@ -115,8 +155,11 @@ def test_compare_flags_a_real_slowdown_only(client: TestClient, db: Session) -> 
     assert r.status_code == 200, r.text
     body = r.json()
     rows = {(c["benchmark"], c["metric"]): c for c in body["comparisons"]}
-    assert set(rows) == {("dcgan:eval:cpu", "latency"), ("dcgan:eval:cpu", "cpu_peak_mem"),
-                         ("unet:eval:cpu", "latency")}
+    assert set(rows) == {
+        ("dcgan:eval:cpu", "latency"),
+        ("dcgan:eval:cpu", "cpu_peak_mem"),
+        ("unet:eval:cpu", "latency"),
+    }
     slow = rows["dcgan:eval:cpu", "latency"]
     assert (slow["a_processes"], slow["b_processes"], slow["a_samples"]) == (5, 5, 75)
     assert slow["ratio"] == pytest.approx(slow["b_median"] / slow["a_median"])
@@ -138,10 +181,16 @@ def test_compare_with_one_process_a_side_says_not_enough_never_a_regression(
 ) -> None:
     # Same build, one process each: the second happens to sit 8% higher, its iterations tight.
     # A test on the iterations (15 against 15) would call that a significant regression.
-    a = add_night(db, night(0), [make_record("dcgan", "eval", {
-        "latency": _lat(3.0, 1), "cpu_peak_mem": [4.0e8]})])
-    b = add_night(db, night(1), [make_record("dcgan", "eval", {
-        "latency": _lat(3.24, 2), "cpu_peak_mem": [8.0e8]})])
+    a = add_night(
+        db,
+        night(0),
+        [make_record("dcgan", "eval", {"latency": _lat(3.0, 1), "cpu_peak_mem": [4.0e8]})],
+    )
+    b = add_night(
+        db,
+        night(1),
+        [make_record("dcgan", "eval", {"latency": _lat(3.24, 2), "cpu_peak_mem": [8.0e8]})],
+    )
     iterations = compare_processes(_lat(3.0, 1), _lat(3.24, 2), alpha=0.01, threshold=0.07)
     assert iterations[3] == "regression", "the trap this test is about: iterations as replicates"
     rows = client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["comparisons"]
@@ -154,14 +203,24 @@ def test_compare_with_one_process_a_side_says_not_enough_never_a_regression(
 
 def test_compare_processes_edge_cases() -> None:
     assert compare_processes([5.0] * 5, [5.0] * 5, alpha=0.01, threshold=0.07) == (
-        1.0, 1.0, False, "not significant")
+        1.0,
+        1.0,
+        False,
+        "not significant",
+    )
     ratio, p, significant, verdict = compare_processes(
-        [10.0 + i * 0.01 for i in range(6)], [8.0 + i * 0.01 for i in range(6)],
-        alpha=0.01, threshold=0.07)
+        [10.0 + i * 0.01 for i in range(6)],
+        [8.0 + i * 0.01 for i in range(6)],
+        alpha=0.01,
+        threshold=0.07,
+    )
     assert ratio == pytest.approx(0.8, abs=0.01) and significant and verdict == "improvement"
     separated = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0])
     assert compare_processes(*separated, alpha=0.01, threshold=0.07)[1:] == (
-        None, False, "not enough processes")
+        None,
+        False,
+        "not enough processes",
+    )
     assert compare_processes(*separated, alpha=0.05, threshold=0.07)[3] == "regression"
     with pytest.raises(ValueError, match="at least one process"):
         compare_processes([], [1.0], alpha=0.01, threshold=0.07)
@@ -188,7 +247,8 @@ def test_tied_process_values_never_go_below_the_floor_the_sides_allow() -> None:
     assert mann_whitney_p([1.0, 1.0, 2.0, 2.0], [2.0, 2.0, 3.0, 3.0]) == pytest.approx(12 / 70)
     # Without ties the exact test is scipy's.
     assert mann_whitney_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]) == pytest.approx(
-        mannwhitneyu([4, 5, 6, 7], [1, 2, 3], alternative="two-sided", method="exact").pvalue)
+        mannwhitneyu([4, 5, 6, 7], [1, 2, 3], alternative="two-sided", method="exact").pvalue
+    )
     with pytest.raises(ValueError, match="at least one value"):
         mann_whitney_p([], [1.0])
 
@@ -207,8 +267,9 @@ def test_asking_a_run_for_processes_queues_replicate_runs_of_its_build(
     r = client.post(f"/api/runs/{a.id}/processes", json={"processes": 4}, headers=auth)
     assert r.status_code == 202, r.text
     body = r.json()
-    assert {b["benchmark"]: (b["measured"], b["queued"], b["added"]) for b in body["benchmarks"]} \
-        == {"dcgan:eval:cpu": (2, 0, 2), "unet:eval:cpu": (2, 0, 2)}
+    assert {
+        b["benchmark"]: (b["measured"], b["queued"], b["added"]) for b in body["benchmarks"]
+    } == {"dcgan:eval:cpu": (2, 0, 2), "unet:eval:cpu": (2, 0, 2)}
     assert body["jobs"] == 4 and len(body["runs"]) == 2
     made = [x for x in _replicates(db, a.id) if x.kind == "replicate"]
     assert [x.id for x in made] == body["runs"]
@@ -216,7 +277,9 @@ def test_asking_a_run_for_processes_queues_replicate_runs_of_its_build(
         assert (child.night, child.torch_spec, child.status) == (a.night, "torch==2.13.0", "queued")
         assert child.options["dispatch"] == "pending"
         assert sorted(j.benchmark for j in list_jobs(db, run_id=child.id)) == [
-            "dcgan:eval:cpu", "unet:eval:cpu"]
+            "dcgan:eval:cpu",
+            "unet:eval:cpu",
+        ]
     # Asked again, what is queued counts: nothing more is created.
     again = client.post(f"/api/runs/{a.id}/processes", json={"processes": 4}, headers=auth).json()
     assert again["runs"] == [] and again["jobs"] == 0
@@ -245,8 +308,12 @@ def test_replicate_processes_count_in_the_comparison(client: TestClient, db: Ses
     b = _processes(db, 1, {"dcgan": 3.6}, 1)
     for parent, level, first in ((a, 3.0, 10), (b, 3.6, 20)):
         for i in range(4):
-            child = add_night(db, parent.night, [make_record("dcgan", "eval", {
-                "latency": _lat(level, first + i)})], kind="replicate")
+            child = add_night(
+                db,
+                parent.night,
+                [make_record("dcgan", "eval", {"latency": _lat(level, first + i)})],
+                kind="replicate",
+            )
             child.parent_run_id = parent.id
     db.flush()
     c = client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["comparisons"][0]
@@ -255,7 +322,8 @@ def test_replicate_processes_count_in_the_comparison(client: TestClient, db: Ses
 
 
 def test_a_confirmation_run_s_rounds_are_processes_of_the_night_s_build(
-        client: TestClient, db: Session) -> None:
+    client: TestClient, db: Session
+) -> None:
     # Night b's re-run measured in two rounds (NIGHTBENCH_NIGHT_PROCESSES=2): the re-run and
     # its round are both processes of b's build; a round of an unrelated run is not.
     a = _processes(db, 0, {"dcgan": 3.0}, 1)
@@ -263,8 +331,12 @@ def test_a_confirmation_run_s_rounds_are_processes_of_the_night_s_build(
     other = _processes(db, 2, {"dcgan": 3.6}, 1)
 
     def child(parent: Run, kind: str, seed: int) -> Run:
-        run = add_night(db, parent.night, [make_record("dcgan", "eval", {
-            "latency": _lat(3.6, seed)})], kind=kind)
+        run = add_night(
+            db,
+            parent.night,
+            [make_record("dcgan", "eval", {"latency": _lat(3.6, seed)})],
+            kind=kind,
+        )
         run.parent_run_id = parent.id
         run.options = {"origin": "night"}
         return run
@@ -280,27 +352,50 @@ def test_a_confirmation_run_s_rounds_are_processes_of_the_night_s_build(
 def test_growth_is_compared_by_its_difference_not_a_ratio() -> None:
     mib = 2.0**20
     # Growth near zero on one side: a ratio would read x20 for 1.9 MiB more; not a regression.
-    small = compare_processes([0.1 * mib + i for i in range(6)], [2.0 * mib + i for i in range(6)],
-                              alpha=0.01, threshold=0.07, min_difference=8 * mib)
+    small = compare_processes(
+        [0.1 * mib + i for i in range(6)],
+        [2.0 * mib + i for i in range(6)],
+        alpha=0.01,
+        threshold=0.07,
+        min_difference=8 * mib,
+    )
     assert small[0] is None and small[2] and small[3] == "unchanged"
     # Negative growth on one side (pages handed back): still a difference, never a ratio.
-    grown = compare_processes([-3.0 * mib + i for i in range(6)], [12.0 * mib + i for i in range(6)],
-                              alpha=0.01, threshold=0.07, min_difference=8 * mib)
+    grown = compare_processes(
+        [-3.0 * mib + i for i in range(6)],
+        [12.0 * mib + i for i in range(6)],
+        alpha=0.01,
+        threshold=0.07,
+        min_difference=8 * mib,
+    )
     assert grown[0] is None and grown[3] == "regression"
-    shrunk = compare_processes([12.0 * mib + i for i in range(6)], [-3.0 * mib + i for i in range(6)],
-                               alpha=0.01, threshold=0.07, min_difference=8 * mib)
+    shrunk = compare_processes(
+        [12.0 * mib + i for i in range(6)],
+        [-3.0 * mib + i for i in range(6)],
+        alpha=0.01,
+        threshold=0.07,
+        min_difference=8 * mib,
+    )
     assert shrunk[3] == "improvement"
 
 
 def test_the_api_gives_growth_a_difference_and_no_ratio(client: TestClient, db: Session) -> None:
-    a = add_night(db, night(0), [make_record("dcgan", "eval", {
-        "latency": _lat(3.0, 1), "mem_growth": [0.1 * 2**20]})])
-    b = add_night(db, night(1), [make_record("dcgan", "eval", {
-        "latency": _lat(3.0, 2), "mem_growth": [2.1 * 2**20]})])
-    rows = {c["metric"]: c for c in client.get(f"/api/runs/{a.id}/compare/{b.id}").json()[
-        "comparisons"]}
+    a = add_night(
+        db,
+        night(0),
+        [make_record("dcgan", "eval", {"latency": _lat(3.0, 1), "mem_growth": [0.1 * 2**20]})],
+    )
+    b = add_night(
+        db,
+        night(1),
+        [make_record("dcgan", "eval", {"latency": _lat(3.0, 2), "mem_growth": [2.1 * 2**20]})],
+    )
+    rows = {
+        c["metric"]: c for c in client.get(f"/api/runs/{a.id}/compare/{b.id}").json()["comparisons"]
+    }
     assert rows["mem_growth"]["ratio"] is None
     assert rows["mem_growth"]["difference"] == pytest.approx(2 * 2**20)
     assert rows["latency"]["ratio"] is not None
     assert rows["latency"]["difference"] == pytest.approx(
-        rows["latency"]["b_median"] - rows["latency"]["a_median"])
+        rows["latency"]["b_median"] - rows["latency"]["a_median"]
+    )

@@ -25,8 +25,11 @@ from service.main import create_app
 from tests.api.conftest import add_night, latency_series, make_record, night
 
 _bound: dict[str, Any] = {}
-app = create_app(session_factory=lambda: Session(
-    bind=_bound["connection"], join_transaction_mode="create_savepoint", expire_on_commit=False))
+app = create_app(
+    session_factory=lambda: Session(
+        bind=_bound["connection"], join_transaction_mode="create_savepoint", expire_on_commit=False
+    )
+)
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
 
@@ -41,8 +44,8 @@ def _bind_app(db: Session) -> Any:
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_api_matches_its_schema(case: schemathesis.Case, auth: dict[str, str]) -> None:
-    case.call_and_validate(headers=auth,
-                           excluded_checks=[schemathesis.checks.positive_data_acceptance])
+    case.call_and_validate(
+        headers=auth, excluded_checks=[schemathesis.checks.positive_data_acceptance]
+    )

@@ -11,13 +11,22 @@ from service.regressions.scan import detect_series
 from tests.service.test_detection import levels, quiet
 
 
-def _set(rows: list[list[float]], category: list[str], e: list[int], size: list[float]) -> SeriesSet:
+def _set(
+    rows: list[list[float]], category: list[str], e: list[int], size: list[float]
+) -> SeriesSet:
     n = len(rows)
     lv = np.array(rows)
-    return SeriesSet(levels=lv, memory=np.zeros(n, dtype=bool),
-                     expected=np.zeros(lv.shape, dtype=bool), category=np.array(category),
-                     cv=np.full(n, 0.01), samples=np.full(n, 20), event_night=np.array(e),
-                     event_end=np.array(e), event_size=np.array(size))
+    return SeriesSet(
+        levels=lv,
+        memory=np.zeros(n, dtype=bool),
+        expected=np.zeros(lv.shape, dtype=bool),
+        category=np.array(category),
+        cv=np.full(n, 0.01),
+        samples=np.full(n, 20),
+        event_night=np.array(e),
+        event_end=np.array(e),
+        event_size=np.array(size),
+    )
 
 
 def test_an_excursion_that_came_back_is_told_and_a_persisting_step_is_not() -> None:

@@ -7,11 +7,17 @@ from benchmarks.failure_bisection import main, report
 
 
 def test_a_deterministic_failure_is_never_misnamed_and_two_runs_outvote_flakes(
-        tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, capsys
+) -> None:  # type: ignore[no-untyped-def]
     rows = report(400, 7, commits=40, workers=[1], unbuildable=0.05, runs=(1, 2))
     for r in rows:
-        shares = (r["right"], r["wrong"], r["inconclusive_holding"], r["inconclusive_missing"],
-                  r["not_reproduced"])
+        shares = (
+            r["right"],
+            r["wrong"],
+            r["inconclusive_holding"],
+            r["inconclusive_missing"],
+            r["not_reproduced"],
+        )
         assert abs(sum(shares) - 1) < 1e-9  # type: ignore[arg-type]
     by = {(r["runs"], r["flaky"], r["comes_back"]): r for r in rows}
     for runs in (1, 2):  # deterministic: the culprit, or a range holding it (unbuildable next)
@@ -22,14 +28,25 @@ def test_a_deterministic_failure_is_never_misnamed_and_two_runs_outvote_flakes(
         one, two = by[(1, *setting)], by[(2, *setting)]
         assert two["wrong"] < one["wrong"], (one, two)  # type: ignore[operator]
         assert two["inconclusive_missing"] < one["inconclusive_missing"]  # type: ignore[operator]
-    main(["--trials", "20", "--commits", "12", "--workers", "2", "--json",
-          str(tmp_path / "rows.json")])
+    main(
+        [
+            "--trials",
+            "20",
+            "--commits",
+            "12",
+            "--workers",
+            "2",
+            "--json",
+            str(tmp_path / "rows.json"),
+        ]
+    )
     assert "| 2 | 2 | 0% | 0% |" in capsys.readouterr().out
     assert (tmp_path / "rows.json").read_text().startswith("[")
 
 
-def test_another_failure_in_the_range_names_a_wrong_commit_only_when_counted_as_the_night_s(
-        ) -> None:
+def test_another_failure_in_the_range_names_a_wrong_commit_only_when_counted_as_the_night_s() -> (
+    None
+):
     rows = report(300, 3, commits=40, workers=[1], unbuildable=0.05, other=5)
     by = {(r["flaky"], r["comes_back"], r["match"]): r for r in rows}
     matched, blind = by[(0.0, 0.0, True)], by[(0.0, 0.0, False)]

@@ -37,8 +37,9 @@ def test_simulated_components_are_recovered() -> None:
     assert c["process_median"] == pytest.approx(math.sqrt(between**2 + within**2 / b), rel=0.1)
 
 
-@pytest.mark.parametrize("blocks", [[[1.0, 2.0]], [[1.0, 2.0], [1.0]], [[1.0], [2.0]],
-                                    [[1.0, 0.0], [1.0, 2.0]]])
+@pytest.mark.parametrize(
+    "blocks", [[[1.0, 2.0]], [[1.0, 2.0], [1.0]], [[1.0], [2.0]], [[1.0, 0.0], [1.0, 2.0]]]
+)
 def test_bad_input_names_what_is_wrong(blocks: list[list[float]]) -> None:
     with pytest.raises(ValueError, match="processes|positive"):
         variance_components(blocks)
@@ -48,10 +49,12 @@ def test_a_slow_round_shared_by_every_benchmark_is_a_round_effect() -> None:
     from benchmarks.noise_sources import round_effects
 
     host = {0: 0.09, 1: -0.03, 2: -0.01, 3: -0.07, 4: 0.02}  # the host's speed per round
-    own = {"a": [0.004, -0.002, 0.0, 0.001, -0.003], "b": [0.0, 0.003, -0.004, 0.002, -0.001],
-           "c": [-0.002, 0.0, 0.003, -0.001, 0.0]}
-    levels = {b: {r: 3.0 + i + host[r] + own[b][r] for r in host}
-              for i, b in enumerate(own)}
+    own = {
+        "a": [0.004, -0.002, 0.0, 0.001, -0.003],
+        "b": [0.0, 0.003, -0.004, 0.002, -0.001],
+        "c": [-0.002, 0.0, 0.003, -0.001, 0.0],
+    }
+    levels = {b: {r: 3.0 + i + host[r] + own[b][r] for r in host} for i, b in enumerate(own)}
     effects, residual = round_effects(levels)
     mean_host = float(np.mean(list(host.values())))
     for r, e in effects.items():

@@ -83,11 +83,15 @@ def test_the_script_writes_its_figures_from_a_data_slice(tmp_path, quiet_reals, 
     online = result["nightbench online"]
     assert online["recall_by_step_size"]["0.5"]["within_3_nights"] == 1.0
     assert set(online["by_noise"]) <= {"sigma<1%", "sigma 1-3%", "sigma 3-10%", "sigma>=10%"}
-    assert online["by_direction"]["regressions"]["flags"] \
-        + online["by_direction"]["improvements"]["flags"] == online["flags"]
+    assert (
+        online["by_direction"]["regressions"]["flags"]
+        + online["by_direction"]["improvements"]["flags"]
+        == online["flags"]
+    )
     assert online["regressions: precision, false alarms / 100"] == [
         online["by_direction"]["regressions"]["precision"],
-        online["by_direction"]["regressions"]["false_alarms_per_100_series_nights_no_change"]]
+        online["by_direction"]["regressions"]["false_alarms_per_100_series_nights_no_change"],
+    ]
     assert json.loads(capsys.readouterr().out) == result
 
 
@@ -102,10 +106,17 @@ def test_unreadable_data_is_exit_code_2(tmp_path):
 
 def _one_series(levels: list[float], event: int = -1, size: float = 0.0) -> SeriesSet:
     lv = np.array([levels])
-    return SeriesSet(levels=lv, memory=np.array([False]), expected=np.zeros(lv.shape, dtype=bool),
-                     category=np.array(["step" if event >= 0 else "flat"]), cv=np.zeros(1),
-                     samples=np.zeros(1, dtype=int), event_night=np.array([event]),
-                     event_end=np.array([event]), event_size=np.array([size]))
+    return SeriesSet(
+        levels=lv,
+        memory=np.array([False]),
+        expected=np.zeros(lv.shape, dtype=bool),
+        category=np.array(["step" if event >= 0 else "flat"]),
+        cv=np.zeros(1),
+        samples=np.zeros(1, dtype=int),
+        event_night=np.array([event]),
+        event_end=np.array([event]),
+        event_size=np.array([size]),
+    )
 
 
 def test_a_rerun_follows_each_candidate_night_and_draws_from_the_segment():
@@ -134,8 +145,9 @@ def test_a_rerun_follows_each_candidate_night_and_draws_from_the_segment():
 def test_a_paired_rerun_carries_the_build_s_change_not_the_host_s():
     base = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5] * 5
     # A two-night excursion of the host (+20%, +18%): beside the previous build, no change.
-    levels, rerun, _ = with_reruns(_one_series(base[:20] + [120.0, 118.0] + base[20:]), seed=0,
-                                   draw="paired")
+    levels, rerun, _ = with_reruns(
+        _one_series(base[:20] + [120.0, 118.0] + base[20:]), seed=0, draw="paired"
+    )
     assert rerun.sum() == 2
     assert all(98.0 <= v <= 102.0 for v in levels[0][rerun[0]])  # the baseline, +-1 night's noise
     # A planted +50% step: on its first night the build moved (the pair shows +50%); the step's
@@ -145,7 +157,8 @@ def test_a_paired_rerun_carries_the_build_s_change_not_the_host_s():
         levels, rerun, night = with_reruns(stepped, seed=0, draw=draw)
         paired = levels[0][rerun[0]]
         assert night[0][rerun[0]][0] == 30 and 150.0 * (1 - spread) <= paired[0] <= 151.0 * (
-            1 + spread), paired
+            1 + spread
+        ), paired
         assert all(v <= 101.0 * (1 + spread) for v in paired[1:]), paired
 
 
@@ -153,22 +166,42 @@ def test_flags_are_scored_by_direction_and_flat_flags_by_the_night_s_age():
     base = [100.0, 101.0, 99.0, 100.0, 100.5, 99.5] * 10  # 60 nights
     step = _one_series(base[:40] + [v * 1.3 for v in base[40:]], event=40, size=0.3)
     flat = _one_series(base)
-    s = SeriesSet(**{k: np.concatenate([getattr(step, k), getattr(flat, k)])
-                     for k in SeriesSet.__dataclass_fields__})
+    s = SeriesSet(
+        **{
+            k: np.concatenate([getattr(step, k), getattr(flat, k)])
+            for k in SeriesSet.__dataclass_fields__
+        }
+    )
     # Series 0: the step found (a true regression), then a false improvement on it.
     # Series 1 (flat): a false regression on night 10 (young) and one on night 50, and a false
     # improvement on night 45.
-    f = Flags(series=np.array([0, 0, 1, 1, 1]), night=np.array([40, 50, 10, 50, 45]),
-              raised=np.array([41, 51, 11, 51, 46]), up=np.array([True, False, True, True, False]))
+    f = Flags(
+        series=np.array([0, 0, 1, 1, 1]),
+        night=np.array([40, 50, 10, 50, 45]),
+        raised=np.array([41, 51, 11, 51, 46]),
+        up=np.array([True, False, True, True, False]),
+    )
     d = by_direction(s, f)
     assert d["regressions"]["flags"] == 3 and d["improvements"]["flags"] == 2
     assert d["regressions"]["precision"] == round(1 / 3, 4)
     assert d["improvements"]["precision"] == 0.0
     # No-change nights: the flat series' 60; two false regressions and one false improvement.
-    assert d["regressions"]["false_alarms_per_100_series_nights_no_change"] == round(2 / 60 * 100, 4)
-    assert d["improvements"]["false_alarms_per_100_series_nights_no_change"] == round(1 / 60 * 100, 4)
+    assert d["regressions"]["false_alarms_per_100_series_nights_no_change"] == round(
+        2 / 60 * 100, 4
+    )
+    assert d["improvements"]["false_alarms_per_100_series_nights_no_change"] == round(
+        1 / 60 * 100, 4
+    )
     age = flat_flags_by_age(s, f, young=30)
-    assert age["first 30 nights"] == {"nights": 30, "regressions": 1, "improvements": 0,
-                                      "per_100_series_nights": round(1 / 30 * 100, 4)}
-    assert age["later"] == {"nights": 30, "regressions": 1, "improvements": 1,
-                            "per_100_series_nights": round(2 / 30 * 100, 4)}
+    assert age["first 30 nights"] == {
+        "nights": 30,
+        "regressions": 1,
+        "improvements": 0,
+        "per_100_series_nights": round(1 / 30 * 100, 4),
+    }
+    assert age["later"] == {
+        "nights": 30,
+        "regressions": 1,
+        "improvements": 1,
+        "per_100_series_nights": round(2 / 30 * 100, 4),
+    }

@@ -13,11 +13,17 @@ from benchmarks.series import SeriesSet
 def _series(*rows: list[float], memory: tuple[bool, ...] = ()) -> SeriesSet:
     levels = np.array(rows, dtype=float)
     n = len(rows)
-    return SeriesSet(levels=levels, memory=np.array(memory or (False,) * n),
-                     expected=np.zeros(levels.shape, dtype=bool),
-                     category=np.array(["flat"] * n), cv=np.zeros(n),
-                     samples=np.zeros(n, dtype=int), event_night=np.full(n, -1),
-                     event_end=np.full(n, -1), event_size=np.zeros(n))
+    return SeriesSet(
+        levels=levels,
+        memory=np.array(memory or (False,) * n),
+        expected=np.zeros(levels.shape, dtype=bool),
+        category=np.array(["flat"] * n),
+        cv=np.zeros(n),
+        samples=np.zeros(n, dtype=int),
+        event_night=np.full(n, -1),
+        event_end=np.full(n, -1),
+        event_size=np.zeros(n),
+    )
 
 
 def _flags(*flags: tuple[int, int, int]) -> Flags:

@@ -21,15 +21,18 @@ from service.regressions.rules import to_log
 def test_the_charts_noise_is_the_detectors_window_noise(memory: bool, window: int) -> None:
     p = DetectorParams(window=window, min_baseline=2, drift_nights=2)
     rng = np.random.default_rng(window)
-    levels = 2.0**20 + rng.integers(0, 6, 60) * 4096.0 if memory else np.exp(rng.normal(0, 0.05, 60))
+    levels = (
+        2.0**20 + rng.integers(0, 6, 60) * 4096.0 if memory else np.exp(rng.normal(0, 0.05, 60))
+    )
     levels[40:] *= 1.3
     track = baseline_track(levels, memory=memory, resets=[(40, 41)], params=p)
     y = to_log(levels[None, :], np.array([memory]))
     for j in range(1, levels.size):
         start = 40 if j >= 41 else 0
         k = window_nights(j - start, p)
-        noise = window_noise(y, np.array([0]), np.array([j - k]), np.array([k]), p,
-                             np.array([memory]))[0]
+        noise = window_noise(
+            y, np.array([0]), np.array([j - k]), np.array([k]), p, np.array([memory])
+        )[0]
         # The charts sort the differences in float32.
         assert track.noise[j] == pytest.approx(noise, rel=1e-6, abs=1e-12), j
         assert np.isnan(track.baseline[j]) == (not has_baseline(k, p)), j

@@ -29,8 +29,36 @@ from service.regressions.detection import (
 )
 
 # Night-to-night noise of a quiet latency benchmark, in percent (about 0.5% CV).
-NOISE = [0.3, -0.5, 0.1, 0.8, -0.2, -0.7, 0.4, 0.0, -0.3, 0.6, -0.9, 0.2, 0.5, -0.1,
-         -0.4, 0.7, -0.6, 0.1, 0.3, -0.8, 0.2, -0.2, 0.9, -0.5, 0.0, 0.4, -0.3, 0.6]
+NOISE = [
+    0.3,
+    -0.5,
+    0.1,
+    0.8,
+    -0.2,
+    -0.7,
+    0.4,
+    0.0,
+    -0.3,
+    0.6,
+    -0.9,
+    0.2,
+    0.5,
+    -0.1,
+    -0.4,
+    0.7,
+    -0.6,
+    0.1,
+    0.3,
+    -0.8,
+    0.2,
+    -0.2,
+    0.9,
+    -0.5,
+    0.0,
+    0.4,
+    -0.3,
+    0.6,
+]
 
 
 def levels(offsets: list[float], base: float = 100.0) -> list[float]:
@@ -43,20 +71,29 @@ def quiet(n: int, shift: float = 0.0) -> list[float]:
     return [NOISE[i % len(NOISE)] + shift for i in range(n)]
 
 
-def nights(values: list[float], start: int = 0, samples: int = 1,
-           ordinals: list[int] | None = None) -> list[Night]:
+def nights(
+    values: list[float], start: int = 0, samples: int = 1, ordinals: list[int] | None = None
+) -> list[Night]:
     """Nights with ``samples`` identical samples each (the median is the value)."""
     days = ordinals or list(range(start, start + len(values)))
     return [Night(night=d, samples=(v,) * samples) for d, v in zip(days, values, strict=True)]
 
 
-def doc(*series: tuple[str, str, list[float]], threshold: object = 0.07,
-        ordinals: dict[str, list[int]] | None = None) -> dict:
+def doc(
+    *series: tuple[str, str, list[float]],
+    threshold: object = 0.07,
+    ordinals: dict[str, list[int]] | None = None,
+) -> dict:
     out = []
     for sid, metric, vals in series:
         days = (ordinals or {}).get(sid) or list(range(len(vals)))
-        out.append({"id": sid, "metric": metric,
-                    "nights": [{"night": d, "samples": [v]} for d, v in zip(days, vals, strict=True)]})
+        out.append(
+            {
+                "id": sid,
+                "metric": metric,
+                "nights": [{"night": d, "samples": [v]} for d, v in zip(days, vals, strict=True)],
+            }
+        )
     return {"threshold": threshold, "series": out}
 
 
@@ -131,8 +168,9 @@ def test_a_step_waits_one_night_more_on_a_series_with_two_night_excursions():
     flags = online_flags(series)
     assert [(f["night"], f["raised_night"]) for f in flags][1:] == [(52, 54)]
     # With the excursion rule off, every excursion is flagged.
-    off = detect_series(np.array([series]), memory=False, online=True,
-                        params=DetectorParams(excursion_look=0))
+    off = detect_series(
+        np.array([series]), memory=False, online=True, params=DetectorParams(excursion_look=0)
+    )
     assert [f.night for f in off] == [10, 30, 52]
     # Without that history the same step is raised on its second night.
     flags = online_flags(levels(quiet(52) + quiet(10, shift=20)))
@@ -151,8 +189,10 @@ def test_excursions_before_a_big_improvement_still_count_after_it():
     # after it (at -28% of the old level) is the series' habit, not a regression.
     series = EXCURSIONS + quiet(20, shift=-40) + _pair(-28) + quiet(10, shift=-40)
     flags = online_flags(levels(series))
-    assert [(f["night"], f["direction"]) for f in flags] == [(10, "regression"),
-                                                             (52, "improvement")]
+    assert [(f["night"], f["direction"]) for f in flags] == [
+        (10, "regression"),
+        (52, "improvement"),
+    ]
 
 
 # A busy host (nights stray by up to 9%) that made one two-night excursion of +35% (night 22,
@@ -161,21 +201,29 @@ BUSY = [0.0, 6.1, -4.8, 8.7, -2.9, 3.8, -7.2, 1.6, 7.9, -4.1, 2.7, -9.0, 5.2, -1
 BUSY_EXCURSION = BUSY + BUSY[:6] + [35.0, 37.0] + BUSY + BUSY
 
 
-def _online(values: list[float], rerun_at: tuple[int, ...] = (),
-            direction: str = "regression", **params) -> list[tuple]:
+def _online(
+    values: list[float], rerun_at: tuple[int, ...] = (), direction: str = "regression", **params
+) -> list[tuple]:
     """(first night, raised night) of the online regressions (or ``direction``);
     ``rerun_at``: re-run nights."""
     again = np.zeros((1, len(values)), dtype=bool)
     again[0, list(rerun_at)] = True
-    flags = detect_series(np.array([levels(values)]), memory=False, online=True,
-                          params=DetectorParams(**params), rerun=again)
+    flags = detect_series(
+        np.array([levels(values)]),
+        memory=False,
+        online=True,
+        params=DetectorParams(**params),
+        rerun=again,
+    )
     return [(f.night, f.raised_night) for f in flags if f.direction == direction]
 
 
-@pytest.mark.parametrize("step, rerun_pct", [(40.0, 32.0), (40.0, 38.0), (40.0, 45.0),
-                                             (44.0, 35.0)])
+@pytest.mark.parametrize(
+    "step, rerun_pct", [(40.0, 32.0), (40.0, 38.0), (40.0, 45.0), (44.0, 35.0)]
+)
 def test_a_rerun_confirms_a_step_on_its_first_night_despite_a_two_night_excursion(
-        step: float, rerun_pct: float) -> None:
+    step: float, rerun_pct: float
+) -> None:
     # The end-to-end failure of the withdrawn rule: the step's night is a candidate and its
     # re-run of the same build reproduces it; a re-run measures the build again, the host's
     # excursions do not hold it back.
@@ -188,8 +236,9 @@ def test_a_rerun_confirms_a_step_on_its_first_night_despite_a_two_night_excursio
     # The same two levels as two nights of the host (no re-run) are held back by its
     # excursion: a candidate again, not raised.
     history = nights(levels(BUSY_EXCURSION + [step]))
-    night2 = assess_night(history, Night(len(history), (100 * (1 + rerun_pct / 100),)),
-                          metric="latency")
+    night2 = assess_night(
+        history, Night(len(history), (100 * (1 + rerun_pct / 100),)), metric="latency"
+    )
     assert night2.verdict == "regression" and not night2.confirmed
     # In the batch API the re-run mark is the only difference.
     n = len(BUSY_EXCURSION)
@@ -270,14 +319,14 @@ def test_an_improvement_on_a_series_without_dips_is_raised_on_its_second_night()
     assert _online(one + quiet(6, shift=-10.8), direction="improvement") == [(n, n + 1)]
 
 
-def test_a_night_and_its_rerun_are_a_chance_pair_on_a_series_with_frequent_outlier_nights(
-) -> None:
+def test_a_night_and_its_rerun_are_a_chance_pair_on_a_series_with_frequent_outlier_nights() -> None:
     # A re-run is another draw of the same host: a candidate and its re-run both at the
     # outliers' size are as likely a chance pair as two nights ((5/61)**2 > 0.003)...
     n = len(OUTLIERS)
     assert _online(OUTLIERS + [10.5, 11.0], rerun_at=(n + 1,)) == []
     assert _online(OUTLIERS + [10.5, 11.0], rerun_at=(n + 1,), excursion_alpha=1.0) == [
-        (n, n + 1)]  # (rate off: raised)
+        (n, n + 1)
+    ]  # (rate off: raised)
     # ...so the step is raised on its second night, from its first...
     seen, raised = nightly_flow(OUTLIERS, [(10.5, 11.0), (10.8, 10.6)])
     assert seen == ["regression?", "rerun:unchanged", "regression"]
@@ -301,11 +350,13 @@ def test_a_missing_night_inside_a_run_counts_toward_its_wait() -> None:
     compact = np.array([levels(BUSY_EXCURSION + [40.0, 41.0, 39.0])])
     flags = detect_series(compact, memory=False, online=True, nights=days)
     assert [(f.night, f.raised_night) for f in flags] == [(22, 23), (n, n + 1)]
-    assert [(f.night, f.raised_night) for f in detect_series(compact, memory=False, online=True)
-            ] == [(22, 23), (n, n + 2)]
+    assert [
+        (f.night, f.raised_night) for f in detect_series(compact, memory=False, online=True)
+    ] == [(22, 23), (n, n + 2)]
     # A gap before the step is no part of its run: it still waits for its third night.
-    early = np.array([levels(BUSY_EXCURSION[:-1] + [math.nan, BUSY_EXCURSION[-1], 40.0, 41.0,
-                                                     39.0])])
+    early = np.array(
+        [levels(BUSY_EXCURSION[:-1] + [math.nan, BUSY_EXCURSION[-1], 40.0, 41.0, 39.0])]
+    )
     flags = detect_series(early, memory=False, online=True)
     assert [(f.night, f.raised_night) for f in flags] == [(22, 23), (n + 1, n + 3)]
 
@@ -317,16 +368,17 @@ def test_the_outlier_rule_counts_nights_with_data() -> None:
     assert _online(HEAVY + [25.0, 24.7, 25.2, 25.0]) == [(n, n + 2)]
     gappy = np.array([levels(HEAVY + [25.0, math.nan, 24.7, 25.2, 25.0])])
     flags = detect_series(gappy, memory=False, online=True)
-    assert [(f.night, f.raised_night) for f in flags if f.direction == "regression"] == [
-        (n, n + 3)]
+    assert [(f.night, f.raised_night) for f in flags if f.direction == "regression"] == [(n, n + 3)]
 
 
 def test_the_nightly_counts_a_runs_nights_by_their_dates() -> None:
     # assess_night: history with dates; the step's second result comes two days after its
     # first (the night between failed), so it is raised, not held for another night.
     day0 = datetime.date(2026, 9, 1)
-    history = [Night(i, (v,), date=day0 + datetime.timedelta(days=i))
-               for i, v in enumerate(levels(BUSY_EXCURSION + [40.0]))]
+    history = [
+        Night(i, (v,), date=day0 + datetime.timedelta(days=i))
+        for i, v in enumerate(levels(BUSY_EXCURSION + [40.0]))
+    ]
     n = len(BUSY_EXCURSION)
     second = Night(n + 1, (141.0,), date=day0 + datetime.timedelta(days=n + 2))
     raised = assess_night(history, second, metric="latency")
@@ -335,17 +387,26 @@ def test_the_nightly_counts_a_runs_nights_by_their_dates() -> None:
     # The reason counts the calendar too, and says how many results stand behind it.
     assert "persisting 3 nights (2 results)" in raised.reason
     # The next calendar night instead: a candidate held back by the host's excursion.
-    held = assess_night(history, dataclasses.replace(
-        second, date=day0 + datetime.timedelta(days=n + 1)), metric="latency")
+    held = assess_night(
+        history,
+        dataclasses.replace(second, date=day0 + datetime.timedelta(days=n + 1)),
+        metric="latency",
+    )
     assert held.verdict == "regression" and not held.confirmed
     # Without dates the ordinals count: a gap between them is the missing night.
     undated = [dataclasses.replace(night, date=None) for night in history]
-    assert assess_night(undated, dataclasses.replace(second, date=None, night=n + 2),
-                        metric="latency").confirmed
-    assert not assess_night(undated, dataclasses.replace(second, date=None),
-                            metric="latency").confirmed
-    assert "persisting 3 nights (2 results)" in assess_night(
-        undated, dataclasses.replace(second, date=None, night=n + 2), metric="latency").reason
+    assert assess_night(
+        undated, dataclasses.replace(second, date=None, night=n + 2), metric="latency"
+    ).confirmed
+    assert not assess_night(
+        undated, dataclasses.replace(second, date=None), metric="latency"
+    ).confirmed
+    assert (
+        "persisting 3 nights (2 results)"
+        in assess_night(
+            undated, dataclasses.replace(second, date=None, night=n + 2), metric="latency"
+        ).reason
+    )
 
 
 def test_a_reason_counts_a_rerun_as_a_result_not_a_night() -> None:
@@ -354,10 +415,16 @@ def test_a_reason_counts_a_rerun_as_a_result_not_a_night() -> None:
     day0 = datetime.date(2026, 9, 1)
     values = levels(quiet(30) + [40.0])
     for dated in (True, False):
-        history = [Night(i, (v,), date=day0 + datetime.timedelta(days=i) if dated else None)
-                   for i, v in enumerate(values)]
-        rerun = Night(30 if dated else 31, (141.0,), rerun=True,
-                      date=day0 + datetime.timedelta(days=30) if dated else None)
+        history = [
+            Night(i, (v,), date=day0 + datetime.timedelta(days=i) if dated else None)
+            for i, v in enumerate(values)
+        ]
+        rerun = Night(
+            30 if dated else 31,
+            (141.0,),
+            rerun=True,
+            date=day0 + datetime.timedelta(days=30) if dated else None,
+        )
         raised = assess_night(history, rerun, metric="latency")
         assert raised.confirmed and raised.first_night == 30, raised.reason
         assert "persisting 1 night (2 results)" in raised.reason, raised.reason
@@ -375,8 +442,9 @@ def test_night_ordinals_are_checked() -> None:
     series[0, 12] = math.nan
     assert detect_series(series, memory=False, online=True, nights=days) == []
     with pytest.raises(DetectionInputError, match="series\\[0\\].nights\\[3\\].night"):
-        detect_document(doc(("s", "latency", levels(quiet(5))), ordinals={"s": [0, 1, 2, 2, 3]}),
-                        online=True)
+        detect_document(
+            doc(("s", "latency", levels(quiet(5))), ordinals={"s": [0, 1, 2, 2, 3]}), online=True
+        )
 
 
 def test_a_rerun_adds_no_night_whatever_its_ordinal() -> None:
@@ -424,8 +492,9 @@ def test_rerun_marks_change_nothing_offline_and_are_checked() -> None:
     series = np.array([levels(BUSY_EXCURSION + [40.0, 38.0, 41.0])])
     again = np.zeros(series.shape, dtype=bool)
     again[0, -2] = True
-    assert (detect_series(series, memory=False, online=False, rerun=again)
-            == detect_series(series, memory=False, online=False))
+    assert detect_series(series, memory=False, online=False, rerun=again) == detect_series(
+        series, memory=False, online=False
+    )
     with pytest.raises(DetectionInputError, match="rerun"):
         detect_series(series, memory=False, online=True, rerun=again[:, 1:])
     # Marks follow their nights past missing nights (columns of the input).
@@ -525,8 +594,11 @@ NOISY_HOST = [0.0, 2.5, -2.2, 3.0, -1.0, 1.6, -3.0, 0.8]
 LOW_FIRST_RERUN = [(21.0, 8.0), (10.5, 13.0), (16.5, 12.0), (18.0, 15.0), (17.0, 18.0)]
 
 
-def nightly_flow(baseline: list[float], stepped: list[tuple[float, float]],
-                 params: DetectorParams = DetectorParams()) -> tuple[list[str], Assessment | None]:
+def nightly_flow(
+    baseline: list[float],
+    stepped: list[tuple[float, float]],
+    params: DetectorParams = DetectorParams(),
+) -> tuple[list[str], Assessment | None]:
     """Drive the nightly service's flow: assess tonight; a candidate gets its re-run; a re-run
     that does not reproduce stays in the history beside its night. Returns the verdicts in
     order and the first raised regression."""
@@ -585,8 +657,15 @@ def test_a_week_long_run_does_not_start_before_the_step():
 # on that estimate alone, the grey zone's margin stayed above the step's estimate for all
 # seven nights and the step was never raised. The run's nights share the estimate (pooled).
 HIGH_NOISE_ESTIMATE = [0.6, 6.2, 1.5, 2.3, -6.0, 5.9, -7.4, 1.9]
-CLEAR_STEP = [(22.1, 18.0), (10.8, 15.3), (15.8, 14.3), (23.7, 18.4), (26.0, 20.8),
-              (19.2, 22.6), (15.8, 16.1)]
+CLEAR_STEP = [
+    (22.1, 18.0),
+    (10.8, 15.3),
+    (15.8, 14.3),
+    (23.7, 18.4),
+    (26.0, 20.8),
+    (19.2, 22.6),
+    (15.8, 16.1),
+]
 
 
 def test_a_step_above_every_baseline_night_is_raised_despite_a_high_noise_estimate():
@@ -712,8 +791,9 @@ def test_a_memory_mode_the_baseline_took_once_is_not_a_step():
     stepped = Night(len(history), (110 * mib,))
     b = assess_night(history, stepped, metric="cpu_peak_mem")
     assert b.verdict == "regression" and not b.confirmed, b.reason
-    c = confirm(history, stepped, Night(len(history), (110 * mib,), rerun=True),
-                metric="cpu_peak_mem")
+    c = confirm(
+        history, stepped, Night(len(history), (110 * mib,), rerun=True), metric="cpu_peak_mem"
+    )
     assert c.verdict == "regression" and c.confirmed, c.reason
 
 
@@ -791,26 +871,40 @@ def test_unstable_benchmark_is_shown_not_alerted():
 def test_unstable_benchmark_alerts_a_change_beyond_three_times_its_spread():
     # A +15% step raised on its second night: beyond 3 x a 4% spread (12%), not beyond 3 x 8%.
     history = nights(levels(quiet(30) + [15.0]))
-    loud = assess_night(history, Night(31, (115.2,)), metric="latency", unstable=True,
-                        unstable_spread=0.04)
+    loud = assess_night(
+        history, Night(31, (115.2,)), metric="latency", unstable=True, unstable_spread=0.04
+    )
     assert loud.confirmed and loud.alertable is True
     assert "alerted: the change is beyond 3 times the 4.0% spread" in loud.reason
-    shown = assess_night(history, Night(31, (115.2,)), metric="latency", unstable=True,
-                         unstable_spread=0.08)
+    shown = assess_night(
+        history, Night(31, (115.2,)), metric="latency", unstable=True, unstable_spread=0.08
+    )
     assert shown.confirmed and shown.alertable is False
     assert "shown, not alerted (it alerts from +24.0%" in shown.reason
     # The bar is never under the threshold: a 1% spread still needs 7%.
-    small = assess_night(nights(levels(quiet(30))), Night(30, (105.0,)), metric="latency",
-                         unstable=True, unstable_spread=0.01)
+    small = assess_night(
+        nights(levels(quiet(30))),
+        Night(30, (105.0,)),
+        metric="latency",
+        unstable=True,
+        unstable_spread=0.01,
+    )
     assert small.verdict == "unchanged"
     # A candidate (tonight alone, +60%) against a 15% spread: beyond 45%, alertable, so it gets
     # its confirmation re-run; with the rule off (unstable_beyond 0) it is only shown.
     ns = nights(levels(quiet(30)))
-    cand = assess_night(ns, Night(30, (160.0,)), metric="latency", unstable=True,
-                        unstable_spread=0.15)
+    cand = assess_night(
+        ns, Night(30, (160.0,)), metric="latency", unstable=True, unstable_spread=0.15
+    )
     assert cand.verdict == "regression" and not cand.confirmed and cand.alertable
-    off = assess_night(ns, Night(30, (160.0,)), metric="latency", unstable=True,
-                       unstable_spread=0.15, params=DetectorParams(unstable_beyond=0))
+    off = assess_night(
+        ns,
+        Night(30, (160.0,)),
+        metric="latency",
+        unstable=True,
+        unstable_spread=0.15,
+        params=DetectorParams(unstable_beyond=0),
+    )
     assert off.verdict == "regression" and not off.alertable
     assert off.reason.endswith("Benchmark marked unstable: shown, not alerted.")
     with pytest.raises(DetectionInputError, match="unstable_beyond >= 0"):
@@ -830,8 +924,16 @@ def test_missing_nights_are_skipped_and_ordinals_kept():
 
 def test_new_benchmark_has_no_baseline_and_no_alert():
     a = assess_night([], Night(0, (5.0, 5.1)), metric="latency")
-    assert a == Assessment(verdict="no_baseline", metric="latency", baseline=None, value=5.05,
-                           change=None, p_value=None, alertable=False, reason=a.reason)
+    assert a == Assessment(
+        verdict="no_baseline",
+        metric="latency",
+        baseline=None,
+        value=5.05,
+        change=None,
+        p_value=None,
+        alertable=False,
+        reason=a.reason,
+    )
     assert "new" in a.reason
     few = assess_night(nights(levels(quiet(3))), Night(3, (200.0,)), metric="latency")
     assert few.verdict == "no_baseline" and not few.alertable
@@ -849,8 +951,10 @@ def test_a_step_on_the_fourth_night_after_a_reset_is_raised() -> None:
     # after, never raised (a +126% step lost this way on a straying CI host).
     before = quiet(10, shift=25) + quiet(3)
     flags = online_flags(levels(before + quiet(10, shift=100)))
-    assert [(f["night"], f["direction"]) for f in flags] == [(10, "improvement"),
-                                                             (13, "regression")]
+    assert [(f["night"], f["direction"]) for f in flags] == [
+        (10, "improvement"),
+        (13, "regression"),
+    ]
     seen, raised = nightly_flow(before, [(100.0, 101.0), (99.0, 100.5), (101.0, 99.5)])
     assert seen[0] == "no_baseline?", seen  # three nights: no verdict on the step's first night
     assert raised is not None and raised.confirmed and raised.alertable, seen
@@ -864,9 +968,12 @@ def test_a_step_on_the_fourth_night_after_a_reset_is_raised() -> None:
     assert online_flags(levels(quiet(3) + quiet(10, 60))) == []
     shape = [80e6] * 10 + [50e6] * 3 + [130e6] * 10
     assert [(f["night"], f["direction"]) for f in online_flags(shape)] == [
-        (10, "improvement"), (13, "regression")]
-    assert [(f["night"], f["direction"]) for f in online_flags(shape, metric="cpu_peak_mem")
-            ] == [(10, "improvement")]
+        (10, "improvement"),
+        (13, "regression"),
+    ]
+    assert [(f["night"], f["direction"]) for f in online_flags(shape, metric="cpu_peak_mem")] == [
+        (10, "improvement")
+    ]
 
 
 def test_a_series_back_from_a_raised_excursion_is_not_a_step() -> None:
@@ -877,8 +984,10 @@ def test_a_series_back_from_a_raised_excursion_is_not_a_step() -> None:
     assert [(f["night"], f["direction"]) for f in flags] == [(20, "improvement")]
     # The same three nights followed by a real slowdown beyond the old level is raised.
     flags = online_flags(levels(quiet(20) + [-25.0, -24.6, -25.2] + quiet(12, shift=30)))
-    assert [(f["night"], f["direction"]) for f in flags] == [(20, "improvement"),
-                                                             (23, "regression")]
+    assert [(f["night"], f["direction"]) for f in flags] == [
+        (20, "improvement"),
+        (23, "regression"),
+    ]
 
 
 def test_a_series_back_from_a_raised_excursion_resumes_its_baseline() -> None:
@@ -889,22 +998,27 @@ def test_a_series_back_from_a_raised_excursion_resumes_its_baseline() -> None:
     # never raised. The baseline from before the excursion resumes instead.
     excursion = quiet(20) + [18.0, 12.5] + quiet(9)
     flags = online_flags(levels(excursion + quiet(8, shift=10)))
-    assert [(f["night"], f["raised_night"], f["direction"], f["resumed_night"])
-            for f in flags] == [(20, 21, "regression", 24), (31, 33, "regression", None)]
+    assert [(f["night"], f["raised_night"], f["direction"], f["resumed_night"]) for f in flags] == [
+        (20, 21, "regression", 24),
+        (31, 33, "regression", None),
+    ]
     # The nightly's flow: the step is raised on its second night, from its own first night.
     seen, raised = nightly_flow(excursion, [(10.0, 10.5), (9.8, 10.2), (10.3, 9.9)])
     assert raised is not None and raised.confirmed and raised.alertable, seen
     assert raised.first_night == 31 and 0.08 <= raised.step_change <= 0.12, raised.reason
     # The third night back says so, and tonight's verdict is judged against the resumed
     # baseline, not the nights since the excursion.
-    back = assess_night(nights(levels(quiet(20) + [18.0, 12.5] + quiet(2))), Night(24, (100.2,)),
-                        metric="latency")
+    back = assess_night(
+        nights(levels(quiet(20) + [18.0, 12.5] + quiet(2))), Night(24, (100.2,)), metric="latency"
+    )
     assert back.verdict == "unchanged" and "over 24 nights" in back.reason, back.reason
-    assert ("Back from the regression of +15.2% raised on night 21 for 3 nights: it did not "
-            "persist") in back.reason
+    assert (
+        "Back from the regression of +15.2% raised on night 21 for 3 nights: it did not persist"
+    ) in back.reason
     assert back.back_from == 20  # the excursion's first night: its regression is back
-    tonight = assess_night(nights(levels(quiet(20) + [18.0, 12.5] + quiet(3))),
-                           Night(25, (100.2,)), metric="latency")
+    tonight = assess_night(
+        nights(levels(quiet(20) + [18.0, 12.5] + quiet(3))), Night(25, (100.2,)), metric="latency"
+    )
     assert tonight.verdict == "unchanged" and "over 25 nights" in tonight.reason, tonight.reason
     assert "Back from" not in tonight.reason and tonight.back_from is None
     # Two nights back are not enough: a step whose level comes back after two low nights is
@@ -915,13 +1029,14 @@ def test_a_series_back_from_a_raised_excursion_resumes_its_baseline() -> None:
     # after a raised improvement's first night back is raised from its own first night.
     other = online_flags(levels(quiet(20) + quiet(2, shift=-12) + quiet(1) + quiet(8, shift=20)))
     assert [(f["night"], f["direction"], f["resumed_night"]) for f in other] == [
-        (20, "improvement", None), (23, "regression", None)]
+        (20, "improvement", None),
+        (23, "regression", None),
+    ]
     # A step still standing on the night after it was raised keeps its reset.
     stood = online_flags(levels(quiet(20) + quiet(3, shift=-25) + quiet(12)))
     assert [(f["night"], f["resumed_night"]) for f in stood] == [(20, None)]
     # return_nights=0: a raised step always restarts the baseline (the step is lost).
-    off = online_flags_with(levels(excursion + quiet(8, shift=10)),
-                            DetectorParams(return_nights=0))
+    off = online_flags_with(levels(excursion + quiet(8, shift=10)), DetectorParams(return_nights=0))
     assert [(f.night, f.resumed_night) for f in off] == [(20, None)]
 
 
@@ -953,10 +1068,13 @@ def test_a_step_after_a_return_is_raised_again() -> None:
     # it is raised again, from its own first night.
     for shift in (8.0, 10.0, 18.0):
         for gap in (3, 6):  # the three nights back, then the step at once or three nights on
-            flags = online_flags(levels(quiet(20) + [18.0, 12.5] + quiet(gap)
-                                        + quiet(12, shift=shift)))
+            flags = online_flags(
+                levels(quiet(20) + [18.0, 12.5] + quiet(gap) + quiet(12, shift=shift))
+            )
             assert [(f["night"], f["raised_night"], f["resumed_night"]) for f in flags] == [
-                (20, 21, 24), (22 + gap, 24 + gap, None)], (shift, gap, flags)
+                (20, 21, 24),
+                (22 + gap, 24 + gap, None),
+            ], (shift, gap, flags)
 
 
 def online_flags_with(values: list[float], params: DetectorParams) -> list:
@@ -983,8 +1101,10 @@ def test_environment_change_starts_a_new_series_never_a_regression():
     # history, so its first nights have no baseline whatever their level.
     old = levels(quiet(30))
     new_gpu = levels(quiet(12, shift=40))
-    out = detect_document(doc(("m:train:cuda:a100", "latency", old),
-                              ("m:train:cuda:h100", "latency", new_gpu)), online=True)
+    out = detect_document(
+        doc(("m:train:cuda:a100", "latency", old), ("m:train:cuda:h100", "latency", new_gpu)),
+        online=True,
+    )
     assert out == {"flags": []}
     a = assess_night([], Night(30, (140.0,)), metric="latency")
     assert a.verdict == "no_baseline"
@@ -1055,8 +1175,9 @@ def test_mann_whitney_matches_scipy_exact(m, k):
 
 def test_mann_whitney_is_conservative_with_ties():
     ours = mann_whitney_greater([1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0])
-    ref = stats.mannwhitneyu([1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0], alternative="greater",
-                             method="asymptotic").pvalue
+    ref = stats.mannwhitneyu(
+        [1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0], alternative="greater", method="asymptotic"
+    ).pvalue
     assert ours >= ref * 0.5 and 0 < ours <= 1
 
 
@@ -1065,16 +1186,25 @@ def test_mann_whitney_is_conservative_with_ties():
 
 
 def test_document_output_shape_offline_and_online():
-    d = doc(("a", "latency", levels(quiet(30) + quiet(10, shift=20))),
-            ("b", "cpu_peak_mem", [1e9] * 30 + [1.2e9] * 10),
-            ("c", "gpu_peak_mem", [5e8] * 40))
+    d = doc(
+        ("a", "latency", levels(quiet(30) + quiet(10, shift=20))),
+        ("b", "cpu_peak_mem", [1e9] * 30 + [1.2e9] * 10),
+        ("c", "gpu_peak_mem", [5e8] * 40),
+    )
     for online in (True, False):
         out = detect_document(d, online=online)
         assert list(out) == ["flags"]
         assert [f["id"] for f in out["flags"]] == ["a", "b"]
         for f in out["flags"]:
-            assert list(f) == ["id", "night", "raised_night", "direction", "change", "p_value",
-                               "resumed_night"]
+            assert list(f) == [
+                "id",
+                "night",
+                "raised_night",
+                "direction",
+                "change",
+                "p_value",
+                "resumed_night",
+            ]
             assert f["night"] == 30 and f["resumed_night"] is None
             assert f["raised_night"] == (31 if online else 39)
             assert f["direction"] == "regression"
@@ -1085,9 +1215,18 @@ def test_document_output_shape_offline_and_online():
 
 
 def test_document_with_several_samples_per_night_uses_their_median():
-    d = {"series": [{"id": "x", "metric": "latency", "nights": [
-        {"night": i, "samples": [v, v * 0.99, v * 1.01, v * 3.0, v]}
-        for i, v in enumerate(levels(quiet(30) + quiet(5, shift=10)))]}]}
+    d = {
+        "series": [
+            {
+                "id": "x",
+                "metric": "latency",
+                "nights": [
+                    {"night": i, "samples": [v, v * 0.99, v * 1.01, v * 3.0, v]}
+                    for i, v in enumerate(levels(quiet(30) + quiet(5, shift=10)))
+                ],
+            }
+        ]
+    }
     flags = detect_document(d, online=True)["flags"]
     assert [(f["night"], f["raised_night"]) for f in flags] == [(30, 31)]
     assert flags[0]["change"] == pytest.approx(0.10, abs=0.01)
@@ -1099,28 +1238,44 @@ def test_empty_document_and_short_series():
     assert detect_document(doc(("s", "latency", [])), online=True) == {"flags": []}
 
 
-@pytest.mark.parametrize("mutate,field", [
-    (lambda d: d.pop("series"), "series"),
-    (lambda d: d.update(series={}), "series"),
-    (lambda d: d["series"][0].update(id=3), "series[0].id"),
-    (lambda d: d["series"][0].update(metric="throughput"), "series[0].metric"),
-    (lambda d: d["series"][0].update(nights=None), "series[0].nights"),
-    (lambda d: d["series"][0]["nights"][2].update(night=1), "series[0].nights[2].night"),
-    (lambda d: d["series"][0]["nights"][1].update(night="2"), "series[0].nights[1].night"),
-    (lambda d: d["series"][0]["nights"][3].update(samples=[]), "series[0].nights[3].samples"),
-    (lambda d: d["series"][0]["nights"][3].update(samples=[1.0, "x"]),
-     "series[0].nights[3].samples"),
-    (lambda d: d["series"][0]["nights"][4].update(samples=[-1.0]), "series[0].nights[4].samples"),
-    (lambda d: d["series"][0]["nights"][4].update(samples=[0.0]), "series[0].nights[4].samples"),
-    (lambda d: d["series"][0]["nights"][4].update(samples=[math.inf]),
-     "series[0].nights[4].samples"),
-    (lambda d: d["series"][0]["nights"][0].update(expected="yes"), "series[0].nights[0].expected"),
-    (lambda d: d.update(threshold=0), "threshold"),
-    (lambda d: d.update(threshold="7%"), "threshold"),
-    (lambda d: d.update(threshold={"latency": 12}), "threshold.latency"),
-    (lambda d: d.update(threshold={"walltime": 0.1}), "threshold"),
-    (lambda d: d["series"][0].update(threshold=-0.1), "series[0].threshold"),
-])
+@pytest.mark.parametrize(
+    "mutate,field",
+    [
+        (lambda d: d.pop("series"), "series"),
+        (lambda d: d.update(series={}), "series"),
+        (lambda d: d["series"][0].update(id=3), "series[0].id"),
+        (lambda d: d["series"][0].update(metric="throughput"), "series[0].metric"),
+        (lambda d: d["series"][0].update(nights=None), "series[0].nights"),
+        (lambda d: d["series"][0]["nights"][2].update(night=1), "series[0].nights[2].night"),
+        (lambda d: d["series"][0]["nights"][1].update(night="2"), "series[0].nights[1].night"),
+        (lambda d: d["series"][0]["nights"][3].update(samples=[]), "series[0].nights[3].samples"),
+        (
+            lambda d: d["series"][0]["nights"][3].update(samples=[1.0, "x"]),
+            "series[0].nights[3].samples",
+        ),
+        (
+            lambda d: d["series"][0]["nights"][4].update(samples=[-1.0]),
+            "series[0].nights[4].samples",
+        ),
+        (
+            lambda d: d["series"][0]["nights"][4].update(samples=[0.0]),
+            "series[0].nights[4].samples",
+        ),
+        (
+            lambda d: d["series"][0]["nights"][4].update(samples=[math.inf]),
+            "series[0].nights[4].samples",
+        ),
+        (
+            lambda d: d["series"][0]["nights"][0].update(expected="yes"),
+            "series[0].nights[0].expected",
+        ),
+        (lambda d: d.update(threshold=0), "threshold"),
+        (lambda d: d.update(threshold="7%"), "threshold"),
+        (lambda d: d.update(threshold={"latency": 12}), "threshold.latency"),
+        (lambda d: d.update(threshold={"walltime": 0.1}), "threshold"),
+        (lambda d: d["series"][0].update(threshold=-0.1), "series[0].threshold"),
+    ],
+)
 def test_bad_input_names_the_field(mutate, field):
     d = doc(("s", "latency", levels(quiet(10))))
     mutate(d)
@@ -1183,8 +1338,9 @@ def test_batch_api_maps_positions_back_to_columns_with_missing_nights():
 
 def test_reasons_print_memory_in_mib_and_latency_in_ms() -> None:
     mib = 2**20
-    memory = assess_night(nights([400.0 * mib] * 10), Night(10, (440.0 * mib,)),
-                          metric="cpu_peak_mem")
+    memory = assess_night(
+        nights([400.0 * mib] * 10), Night(10, (440.0 * mib,)), metric="cpu_peak_mem"
+    )
     assert "baseline of 400.0 MiB" in memory.reason, memory.reason
     latency = assess_night(nights(levels(quiet(10))), Night(10, (100.2,)), metric="latency")
     assert "ms over 10 nights" in latency.reason, latency.reason

@@ -15,8 +15,12 @@ from service.results.service import store_record
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
 
-ENV = {"cpu_model": "test-cpu", "threads": 1, "torch_version": "2.13.0+cpu",
-       "torch_git_version": "f" * 40}
+ENV = {
+    "cpu_model": "test-cpu",
+    "threads": 1,
+    "torch_version": "2.13.0+cpu",
+    "torch_git_version": "f" * 40,
+}
 SPEC = BenchmarkSpec(model="dqn", mode="eval")
 # A busy host (nights stray by up to 9%) that made one two-night excursion of +35%, back after
 # it: a step of that size waits for its third night.
@@ -36,18 +40,35 @@ def _night(day: int, offset_pct: float | None, rng: random.Random) -> int:
             return run.id
         level = 10.0 * (1 + offset_pct / 100)
         samples = [level * (1 + rng.gauss(0, 0.001)) for _ in range(20)]
-        store_record(session, run=run, job=job, record={
-            "model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
-            "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms",
-                                             "samples": samples,
-                                             "median": sorted(samples)[10], "iqr": 0.01}]})
+        store_record(
+            session,
+            run=run,
+            job=job,
+            record={
+                "model": "dqn",
+                "mode": "eval",
+                "device": "cpu",
+                "benchmark_version": "v1",
+                "environment": ENV,
+                "metrics": [
+                    {
+                        "metric": "latency",
+                        "unit": "ms",
+                        "samples": samples,
+                        "median": sorted(samples)[10],
+                        "iqr": 0.01,
+                    }
+                ],
+            },
+        )
         runs.end_job(session, job=job, error=None)
         return run.id
 
 
 @pytest.mark.parametrize("failed_between", [True, False])
 def test_a_steps_second_result_after_a_failed_night_is_raised(
-    database_url: str, failed_between: bool,
+    database_url: str,
+    failed_between: bool,
 ) -> None:
     rng = random.Random(5)
     for day, offset in enumerate(HISTORY):
@@ -59,8 +80,11 @@ def test_a_steps_second_result_after_a_failed_night_is_raised(
     second = _night(n + 2 if failed_between else n + 1, 41.0, rng)
     with session_scope() as session:
         (assessed,) = regressions.assess_run(
-            session, run=session.get(Run, second), threshold_for=lambda metric, name: 0.07,
-            baseline_nights=120)
+            session,
+            run=session.get(Run, second),
+            threshold_for=lambda metric, name: 0.07,
+            baseline_nights=120,
+        )
         verdict = assessed.assessment
         assert verdict.verdict == "regression"
         # Three calendar nights: raised from its first night, as a step behind no excursion

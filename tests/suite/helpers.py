@@ -29,25 +29,33 @@ def suite_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_suite(args: Sequence[str], *, timeout: float = 300, **env: str
-              ) -> subprocess.CompletedProcess[str]:
+def run_suite(
+    args: Sequence[str], *, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m suite ARGS`` in a fresh process from the repository root."""
-    return subprocess.run([sys.executable, "-m", "suite", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=suite_env(**env))
+    return subprocess.run(
+        [sys.executable, "-m", "suite", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=suite_env(**env),
+    )
 
 
-def run_record(model: str, mode: str, *extra: str, fixtures: bool = False, **env: str
-               ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def run_record(
+    model: str, mode: str, *extra: str, fixtures: bool = False, **env: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """``python -m suite run --out -`` for one benchmark; returns the process and its record."""
     if fixtures:
         env[EXTRA_MODELS_ENV] = str(FIXTURE_MODELS)
-    proc = run_suite(["run", "--model", model, "--mode", mode, "--out", "-", *QUICK, *extra],
-                     **env)
+    proc = run_suite(["run", "--model", model, "--mode", mode, "--out", "-", *QUICK, *extra], **env)
     try:
         record = json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
         raise AssertionError(
-            f"stdout is not a record: {proc.stdout[:500]!r}\n{proc.stderr}") from exc
+            f"stdout is not a record: {proc.stdout[:500]!r}\n{proc.stderr}"
+        ) from exc
     return proc, record
 
 

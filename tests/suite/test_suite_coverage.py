@@ -74,10 +74,12 @@ def own_suite() -> dict[str, ModelCoverage]:
 @pytest.fixture
 def coverage_of(own_suite: dict[str, ModelCoverage]) -> CoverageOf:
     """The measured coverage of one model, which must have built and run."""
+
     def get(name: str) -> ModelCoverage:
         cov = own_suite[name]
         assert not cov.error, cov.error
         return cov
+
     return get
 
 
@@ -94,16 +96,27 @@ def test_sac_runs_torch_distributions(coverage_of: CoverageOf) -> None:
     cov = coverage_of("sac")
     assert cov.modes == ["train", "eval"]
     # rsample (normal_), the tanh squashing, its log-det (softplus), log_prob (log, exp/pow)
-    assert {"aten::normal_", "aten::tanh", "aten::softplus", "aten::softplus_backward",
-            "aten::log", "aten::exp", "aten::tanh_backward", "aten::_foreach_addcdiv_"
-            } <= cov.operators
+    assert {
+        "aten::normal_",
+        "aten::tanh",
+        "aten::softplus",
+        "aten::softplus_backward",
+        "aten::log",
+        "aten::exp",
+        "aten::tanh_backward",
+        "aten::_foreach_addcdiv_",
+    } <= cov.operators
 
 
 def test_deepar_samples_and_scores_a_negative_binomial(coverage_of: CoverageOf) -> None:
     cov = coverage_of("deepar")
     # log_prob (lgamma, and digamma in its backward); sample (gamma-Poisson)
-    assert {"aten::lgamma", "aten::digamma", "aten::_standard_gamma",
-            "aten::poisson"} <= cov.operators
+    assert {
+        "aten::lgamma",
+        "aten::digamma",
+        "aten::_standard_gamma",
+        "aten::poisson",
+    } <= cov.operators
 
 
 def test_quantized_lstm_runs_quantized_kernels_eval_only(coverage_of: CoverageOf) -> None:
@@ -119,14 +132,21 @@ def test_style_transfer_runs_torchscript(coverage_of: CoverageOf) -> None:
         assert isinstance(bench.model, torch.jit.ScriptModule), mode
     cov = coverage_of("style_transfer_jit")
     assert cov.modes == ["train", "eval"]
-    assert {"aten::reflection_pad2d_backward", "aten::upsample_nearest2d_backward",
-            "aten::_fused_adam_", "aten::to_mkldnn"} <= cov.operators
+    assert {
+        "aten::reflection_pad2d_backward",
+        "aten::upsample_nearest2d_backward",
+        "aten::_fused_adam_",
+        "aten::to_mkldnn",
+    } <= cov.operators
 
 
 def test_gcn_runs_sparse_matmul(coverage_of: CoverageOf) -> None:
     cov = coverage_of("gcn")
     assert cov.modes == ["train", "eval"]
-    assert {"aten::_sparse_addmm", "aten::_sparse_coo_tensor_with_dims_and_tensors"} <= cov.operators
+    assert {
+        "aten::_sparse_addmm",
+        "aten::_sparse_coo_tensor_with_dims_and_tensors",
+    } <= cov.operators
 
 
 def test_fno_runs_fft_and_complex_kernels(coverage_of: CoverageOf) -> None:
@@ -140,40 +160,69 @@ def test_faster_rcnn_samples_regions_and_normalizes_groups(coverage_of: Coverage
     cov = coverage_of("faster_rcnn")
     assert cov.modes == ["train", "eval"]
     # RoIAlign through affine_grid + grid_sample, GroupNorm, hardswish/SE, Fast NMS (triu)
-    assert {"aten::affine_grid_generator", "aten::grid_sampler_2d",
-            "aten::grid_sampler_2d_backward", "aten::native_group_norm_backward",
-            "aten::hardswish_backward", "aten::hardsigmoid_backward", "aten::triu"
-            } <= cov.operators
+    assert {
+        "aten::affine_grid_generator",
+        "aten::grid_sampler_2d",
+        "aten::grid_sampler_2d_backward",
+        "aten::native_group_norm_backward",
+        "aten::hardswish_backward",
+        "aten::hardsigmoid_backward",
+        "aten::triu",
+    } <= cov.operators
 
 
 def test_glow_runs_determinants_and_inverses(coverage_of: CoverageOf) -> None:
     cov = coverage_of("glow")
     # slogdet and its backward (an LU solve); sampling inverts the 1x1 convolutions
-    assert {"aten::_linalg_slogdet", "aten::linalg_lu_solve", "aten::linalg_inv_ex",
-            "aten::pixel_unshuffle", "aten::pixel_shuffle"} <= cov.operators
+    assert {
+        "aten::_linalg_slogdet",
+        "aten::linalg_lu_solve",
+        "aten::linalg_inv_ex",
+        "aten::pixel_unshuffle",
+        "aten::pixel_shuffle",
+    } <= cov.operators
 
 
 def test_deep_kernel_gp_runs_cholesky_and_triangular_solves(coverage_of: CoverageOf) -> None:
     cov = coverage_of("deep_kernel_gp")
-    assert {"aten::_cdist_forward", "aten::_cdist_backward", "aten::linalg_cholesky_ex",
-            "aten::cholesky_solve", "aten::linalg_solve_triangular"} <= cov.operators
+    assert {
+        "aten::_cdist_forward",
+        "aten::_cdist_backward",
+        "aten::linalg_cholesky_ex",
+        "aten::cholesky_solve",
+        "aten::linalg_solve_triangular",
+    } <= cov.operators
 
 
 def test_nsnet2_runs_stft_and_istft(coverage_of: CoverageOf) -> None:
     cov = coverage_of("nsnet2")
     # stft (reflect padding, real FFT), istft (inverse FFT, overlap-add as unfold_backward)
-    assert {"aten::_fft_r2c", "aten::_fft_c2r", "aten::reflection_pad1d_backward",
-            "aten::unfold_backward", "aten::angle", "aten::polar"} <= cov.operators
+    assert {
+        "aten::_fft_r2c",
+        "aten::_fft_c2r",
+        "aten::reflection_pad1d_backward",
+        "aten::unfold_backward",
+        "aten::angle",
+        "aten::polar",
+    } <= cov.operators
 
 
 def test_two_tower_runs_weighted_bags_and_sparse_adagrad(coverage_of: CoverageOf) -> None:
     cov = coverage_of("two_tower")
-    assert {"aten::_embedding_bag", "aten::bucketize", "aten::_coalesce",
-            "aten::sparse_mask"} <= cov.operators
+    assert {
+        "aten::_embedding_bag",
+        "aten::bucketize",
+        "aten::_coalesce",
+        "aten::sparse_mask",
+    } <= cov.operators
 
 
 def test_schnet_differentiates_a_backward(coverage_of: CoverageOf) -> None:
     cov = coverage_of("schnet")
     # neighbour sums; softplus's double backward (sigmoid_backward: schnet has no sigmoid)
-    assert {"aten::index_select", "aten::index_add", "aten::softplus_backward",
-            "aten::sigmoid_backward"} <= cov.operators
+    assert {
+        "aten::index_select",
+        "aten::index_add",
+        "aten::softplus_backward",
+        "aten::sigmoid_backward",
+    } <= cov.operators

@@ -32,14 +32,19 @@ def _setup(record: dict) -> dict:
 def test_auto_prefers_jemalloc_then_tcmalloc_then_glibc_tunables(tmp_path: Path) -> None:
     (tmp_path / "libtcmalloc.so.4").write_bytes(b"")
     setup = plan_setup(threads=2, environ={"LD_PRELOAD": "/opt/other.so"}, dirs=[str(tmp_path)])
-    assert (setup.allocator, setup.allocator_path) == ("tcmalloc", str(tmp_path / "libtcmalloc.so.4"))
+    assert (setup.allocator, setup.allocator_path) == (
+        "tcmalloc",
+        str(tmp_path / "libtcmalloc.so.4"),
+    )
     assert setup.env["LD_PRELOAD"] == f"{tmp_path / 'libtcmalloc.so.4'}:/opt/other.so"
     assert (setup.env["OMP_NUM_THREADS"], setup.env["MKL_NUM_THREADS"]) == ("2", "2")
     assert "MALLOC_CONF" not in setup.env  # the no-purge setting is jemalloc's, not tcmalloc's
     (tmp_path / "libjemalloc.so.2").write_bytes(b"")
     jemalloc = plan_setup(environ={}, dirs=[str(tmp_path)])
     assert jemalloc.allocator == "jemalloc"
-    assert jemalloc.env["MALLOC_CONF"] == JEMALLOC_CONF_VALUE == "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    assert (
+        jemalloc.env["MALLOC_CONF"] == JEMALLOC_CONF_VALUE == "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    )
     # A MALLOC_CONF the user set is theirs: kept as it is (the process inherits it), not replaced.
     own = plan_setup(environ={"MALLOC_CONF": "narenas:1"}, dirs=[str(tmp_path)])
     assert "MALLOC_CONF" not in own.env
@@ -66,7 +71,10 @@ def test_reexec_happens_once_and_never_under_the_marker(monkeypatch: pytest.Monk
     [(exe, argv, env)] = calls
     assert exe == sys.executable and argv == sys.orig_argv
     assert (env[MARKER_ENV], env["GLIBC_TUNABLES"], env["OMP_NUM_THREADS"]) == (
-        "glibc", GLIBC_TUNABLES_VALUE, "1")
+        "glibc",
+        GLIBC_TUNABLES_VALUE,
+        "1",
+    )
     monkeypatch.setenv(MARKER_ENV, "glibc")  # the re-executed process
     cpu_setup.reexec_if_needed(threads=1, cpus=None)
     monkeypatch.delenv(MARKER_ENV)
@@ -76,8 +84,9 @@ def test_reexec_happens_once_and_never_under_the_marker(monkeypatch: pytest.Monk
     assert len(calls) == 1
 
 
-def test_a_failed_reexec_measures_as_launched(monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_reexec_measures_as_launched(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def refuse(exe: str, argv: list[str], env: dict[str, str]) -> None:
         raise PermissionError(13, "Permission denied")
 
@@ -112,8 +121,14 @@ def test_jemalloc_keeps_freed_pages_so_a_step_does_not_fault_them_in_again() -> 
     # MALLOC_CONF the freed pages are reused.
     proc, kept = run_record("steady_alloc", "eval", "--iterations", "20", fixtures=True)
     assert proc.returncode == 0, proc.stderr
-    proc, purged = run_record("steady_alloc", "eval", "--iterations", "20", fixtures=True,
-                              MALLOC_CONF="dirty_decay_ms:10000")  # jemalloc's default decay
+    proc, purged = run_record(
+        "steady_alloc",
+        "eval",
+        "--iterations",
+        "20",
+        fixtures=True,
+        MALLOC_CONF="dirty_decay_ms:10000",
+    )  # jemalloc's default decay
     assert proc.returncode == 0, proc.stderr
     assert _setup(purged)["malloc_conf"] == "dirty_decay_ms:10000"  # the user's, kept
     assert setup_label(purged["environment"]) == "jemalloc+MALLOC_CONF"
@@ -121,17 +136,22 @@ def test_jemalloc_keeps_freed_pages_so_a_step_does_not_fault_them_in_again() -> 
     assert setup_label(no_conf) == "jemalloc defaults"
     assert kept["environment"]["page_faults"]["minor_per_step"] < 64
     assert purged["environment"]["page_faults"]["minor_per_step"] > 1000
-    assert (machine_fingerprint(kept["environment"], "cpu")
-            != machine_fingerprint(purged["environment"], "cpu"))
+    assert machine_fingerprint(kept["environment"], "cpu") != machine_fingerprint(
+        purged["environment"], "cpu"
+    )
 
 
 def test_forcing_glibc_maps_no_other_allocator_and_sets_the_tunables() -> None:
-    proc, record = run_record("steady_alloc", "eval", fixtures=True,
-                              NIGHTBENCH_SUITE_ALLOCATOR="glibc")
+    proc, record = run_record(
+        "steady_alloc", "eval", fixtures=True, NIGHTBENCH_SUITE_ALLOCATOR="glibc"
+    )
     assert proc.returncode == 0, proc.stderr
     setup = _setup(record)
     assert (setup["requested"], setup["allocator"], setup["allocator_path"]) == (
-        "glibc", "glibc", None)
+        "glibc",
+        "glibc",
+        None,
+    )
     assert setup["glibc_tunables"] == GLIBC_TUNABLES_VALUE
     assert setup_label(record["environment"]) == "glibc+tunables"
 
@@ -150,21 +170,28 @@ def test_the_record_says_what_is_in_force_not_what_was_asked() -> None:
     assert proc.returncode == 0, proc.stderr
     setup = _setup(record)
     assert (setup["requested"], setup["allocator"], setup["glibc_tunables"]) == (
-        "jemalloc", "glibc", None)
+        "jemalloc",
+        "glibc",
+        None,
+    )
 
 
 @needs_jemalloc
 def test_a_change_of_setup_starts_new_series() -> None:
     _, with_jemalloc = run_record("steady_alloc", "eval", fixtures=True)
-    _, with_glibc = run_record("steady_alloc", "eval", fixtures=True,
-                               NIGHTBENCH_SUITE_ALLOCATOR="glibc")
-    assert (machine_fingerprint(with_jemalloc["environment"], "cpu")
-            != machine_fingerprint(with_glibc["environment"], "cpu"))
+    _, with_glibc = run_record(
+        "steady_alloc", "eval", fixtures=True, NIGHTBENCH_SUITE_ALLOCATOR="glibc"
+    )
+    assert machine_fingerprint(with_jemalloc["environment"], "cpu") != machine_fingerprint(
+        with_glibc["environment"], "cpu"
+    )
 
 
 def test_a_forced_allocator_that_is_missing_exits_2() -> None:
     if find_allocator("tcmalloc") is not None:
         pytest.skip("tcmalloc is installed here")
-    proc = run_suite(["run", "--model", "steady_alloc", "--mode", "eval", "--out", "-"],
-                     NIGHTBENCH_SUITE_ALLOCATOR="tcmalloc")
+    proc = run_suite(
+        ["run", "--model", "steady_alloc", "--mode", "eval", "--out", "-"],
+        NIGHTBENCH_SUITE_ALLOCATOR="tcmalloc",
+    )
     assert proc.returncode == 2 and "NIGHTBENCH_SUITE_ALLOCATOR=tcmalloc" in proc.stderr

@@ -32,10 +32,25 @@ def test_a_process_measures_only_once_it_holds_the_lock(tmp_path: Path) -> None:
     with device_lock(str(lock)) as waited:
         assert waited is not None and waited >= 0
         proc = subprocess.Popen(
-            [sys.executable, "-m", "suite", "run", "--model", "steady_alloc", "--mode", "eval",
-             "--out", "-", *QUICK], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS),
-                                        DEVICE_LOCK_ENV: str(lock)}))
+            [
+                sys.executable,
+                "-m",
+                "suite",
+                "run",
+                "--model",
+                "steady_alloc",
+                "--mode",
+                "eval",
+                "--out",
+                "-",
+                *QUICK,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS), DEVICE_LOCK_ENV: str(lock)}),
+        )
         deadline = time.monotonic() + 120
         while not _waiting_on(lock, proc.pid):
             assert proc.poll() is None, "the process ended while the lock was held"
@@ -57,9 +72,25 @@ def test_no_lock_asked_for_is_no_lock_and_no_record_of_one(tmp_path: Path) -> No
     with device_lock() as waited:  # the environment variable unset in the test run
         assert waited is None
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "run", "--model", "steady_alloc", "--mode", "eval",
-         "--out", "-", *QUICK], cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS)}))
+        [
+            sys.executable,
+            "-m",
+            "suite",
+            "run",
+            "--model",
+            "steady_alloc",
+            "--mode",
+            "eval",
+            "--out",
+            "-",
+            *QUICK,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS)}),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "device_lock" not in json.loads(proc.stdout)["environment"]
 
@@ -67,9 +98,25 @@ def test_no_lock_asked_for_is_no_lock_and_no_record_of_one(tmp_path: Path) -> No
 def test_a_lock_that_cannot_be_opened_is_an_error_record_naming_it(tmp_path: Path) -> None:
     lock = tmp_path / "no-such-dir" / "device.lock"
     proc = subprocess.run(
-        [sys.executable, "-m", "suite", "run", "--model", "steady_alloc", "--mode", "eval",
-         "--out", "-", *QUICK], cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS), DEVICE_LOCK_ENV: str(lock)}))
+        [
+            sys.executable,
+            "-m",
+            "suite",
+            "run",
+            "--model",
+            "steady_alloc",
+            "--mode",
+            "eval",
+            "--out",
+            "-",
+            *QUICK,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS), DEVICE_LOCK_ENV: str(lock)}),
+    )
     assert proc.returncode == 1
     error = json.loads(proc.stdout)["error"]
     assert str(lock) in error and DEVICE_LOCK_ENV in error, error

@@ -33,7 +33,11 @@ def test_record_carries_samples_environment_and_version() -> None:
     assert proc.returncode == 0, proc.stderr
     assert record["error"] is None
     assert (record["model"], record["mode"], record["device"], record["compiler"]) == (
-        "dlrm", "train", "cpu", "eager")
+        "dlrm",
+        "train",
+        "cpu",
+        "eager",
+    )
     assert record["batch_size"] == 1024  # the metadata's CPU train batch size
     assert record["benchmark_version"] == benchmark_version("dlrm")
     env = record["environment"]
@@ -80,14 +84,19 @@ def test_pinning_is_applied_and_recorded() -> None:
     [
         ("crashes", "train", (), "RuntimeError: the planted failure (at crashes/__init__.py:"),
         ("eval_only", "train", (), "NotImplementedError: eval_only does not support test 'train'"),
-        ("eval_only", "eval", ("--compiler", "inductor"),
-         "NotImplementedError: eval_only does not support compiler 'inductor'"),
+        (
+            "eval_only",
+            "eval",
+            ("--compiler", "inductor"),
+            "NotImplementedError: eval_only does not support compiler 'inductor'",
+        ),
         ("out_of_memory", "train", (), "OutOfMemoryError: "),
         ("no_such_model", "eval", (), "UnknownModelError: unknown model 'no_such_model'; known:"),
     ],
 )
-def test_failures_become_error_records(model: str, mode: str, extra: tuple[str, ...],
-                                       expected: str) -> None:
+def test_failures_become_error_records(
+    model: str, mode: str, extra: tuple[str, ...], expected: str
+) -> None:
     proc, record = run_record(model, mode, *extra, fixtures=True)
     assert proc.returncode == 1
     assert record["error"].startswith(expected), record["error"]
@@ -161,8 +170,10 @@ def test_injected_work_allocates_nothing_between_the_model_s_allocations() -> No
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             work(4.0)  # type: ignore[operator]
         events = prof.key_averages()
-        return (sum(abs(e.cpu_memory_usage) for e in events),
-                sum(e.count for e in events if e.key == "aten::mm"))
+        return (
+            sum(abs(e.cpu_memory_usage) for e in events),
+            sum(e.count for e in events if e.key == "aten::mm"),
+        )
 
     nothing, matmuls = allocated(_prepare_injection(0.5))
     assert nothing == 0 and matmuls >= 1  # the profiler saw the work, and no allocation
@@ -223,10 +234,14 @@ def _assert_known_peak(record: dict) -> None:
 
 def test_peak_memory_is_per_process_with_a_big_neighbour() -> None:
     hog = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; b = bytearray(768 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]);"
-         " print('ready', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; b = bytearray(768 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]);"
+            " print('ready', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
@@ -254,9 +269,14 @@ def test_memory_held_before_ready_is_not_the_benchmarks() -> None:
         "print(json.dumps(record.to_json()))\n"
         "del ballast\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT,
-                          env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS)}))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=suite_env(**{EXTRA_MODELS_ENV: str(FIXTURE_MODELS)}),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(proc.stdout.strip().splitlines()[-1])
     assert record["error"] is None, record["error"]
@@ -265,10 +285,20 @@ def test_memory_held_before_ready_is_not_the_benchmarks() -> None:
 
 
 def test_in_process_runs_read_threads_fresh(fixture_models: object) -> None:
-    a = run_benchmark("steady_alloc", "eval", config=HarnessConfig(
-        threads=2, warmup_iterations=1, warmup_seconds=0, min_iterations=2, min_seconds=0))
-    b = run_benchmark("steady_alloc", "eval", config=HarnessConfig(
-        threads=1, warmup_iterations=1, warmup_seconds=0, min_iterations=2, min_seconds=0))
+    a = run_benchmark(
+        "steady_alloc",
+        "eval",
+        config=HarnessConfig(
+            threads=2, warmup_iterations=1, warmup_seconds=0, min_iterations=2, min_seconds=0
+        ),
+    )
+    b = run_benchmark(
+        "steady_alloc",
+        "eval",
+        config=HarnessConfig(
+            threads=1, warmup_iterations=1, warmup_seconds=0, min_iterations=2, min_seconds=0
+        ),
+    )
     assert (a.environment["threads"], b.environment["threads"]) == (2, 1)
 
 
@@ -276,8 +306,9 @@ def test_in_process_runs_read_threads_fresh(fixture_models: object) -> None:
 
 
 def test_inductor_configuration_runs_on_cpu() -> None:
-    proc, record = run_record("pyhpc_equation_of_state", "eval", "--compiler", "inductor",
-                              "--batch-size", "8")
+    proc, record = run_record(
+        "pyhpc_equation_of_state", "eval", "--compiler", "inductor", "--batch-size", "8"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert record["compiler"] == "inductor" and record["error"] is None
     assert metric(record, "latency")["median"] > 0
@@ -302,8 +333,9 @@ def test_cuda_benchmark_reports_gpu_figures(mode: str) -> None:
 @pytest.mark.cuda
 @cuda
 def test_cuda_leak_and_out_of_memory() -> None:
-    proc, record = run_record("planted_leak", "eval", "--device", "cuda", "--iterations", "30",
-                              fixtures=True)
+    proc, record = run_record(
+        "planted_leak", "eval", "--device", "cuda", "--iterations", "30", fixtures=True
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert record["leak"]["suspected"] is True
     assert record["leak"]["per_iteration_bytes"] == pytest.approx(MIB, rel=0.05)

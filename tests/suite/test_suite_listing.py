@@ -23,8 +23,17 @@ def test_list_json_covers_twenty_models_and_six_domains() -> None:
     assert len(models) >= 20
     assert {m["domain"] for m in models} == set(DOMAINS)
     for m in models:
-        assert set(m) >= {"name", "domain", "task", "modes", "devices", "compilers",
-                          "train_batch_size", "eval_batch_size", "benchmark_version"}
+        assert set(m) >= {
+            "name",
+            "domain",
+            "task",
+            "modes",
+            "devices",
+            "compilers",
+            "train_batch_size",
+            "eval_batch_size",
+            "benchmark_version",
+        }
         # A model may support less (quantized inference: eval on CPU, eager); never nothing.
         assert m["modes"] and set(m["modes"]) <= {"train", "eval"}, m["name"]
         assert "cpu" in m["devices"] and set(m["devices"]) <= {"cpu", "cuda"}, m["name"]

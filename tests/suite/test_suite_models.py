@@ -40,9 +40,11 @@ def _comparable(t: torch.Tensor) -> torch.Tensor:
     if t.layout != torch.strided:
         return t.to_dense()
     if t.is_quantized:
-        scales = (t.q_per_channel_scales() if t.qscheme() in
-                  (torch.per_channel_affine, torch.per_channel_affine_float_qparams)
-                  else torch.tensor([t.q_scale()]))
+        scales = (
+            t.q_per_channel_scales()
+            if t.qscheme() in (torch.per_channel_affine, torch.per_channel_affine_float_qparams)
+            else torch.tensor([t.q_scale()])
+        )
         return torch.cat([t.int_repr().flatten().double(), scales.double()])
     return t
 
@@ -121,7 +123,10 @@ def test_lstm_lm_runs_the_resized_cuda_batches() -> None:
     cls = load_model_class("lstm_lm")
     assert cls.default_batch_size("train", "cuda") == 512
     assert cls.default_batch_size("eval", "cuda") == 1024
-    assert (cls.default_batch_size("train", "cpu"), cls.default_batch_size("eval", "cpu")) == (8, 16)
+    assert (cls.default_batch_size("train", "cpu"), cls.default_batch_size("eval", "cpu")) == (
+        8,
+        16,
+    )
 
 
 def test_unknown_compiler_is_not_implemented() -> None:

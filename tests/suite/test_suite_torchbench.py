@@ -15,8 +15,14 @@ from suite.torchbench import TorchBenchFormatError, from_userbenchmark, to_userb
 from tests.suite.helpers import FIXTURES, metric, run_record, run_suite
 
 GB = 1024**3
-ENV = {"torch_version": "2.13.0+cu130", "torch_git_version": "cf30153c4c13", "cuda": "13.0",
-       "gpu_name": "NVIDIA H100", "cpu_model": "AMD EPYC", "threads": 1}
+ENV = {
+    "torch_version": "2.13.0+cu130",
+    "torch_git_version": "cf30153c4c13",
+    "cuda": "13.0",
+    "gpu_name": "NVIDIA H100",
+    "cpu_model": "AMD EPYC",
+    "threads": 1,
+}
 
 
 def _metric(name: str, unit: str, value: float) -> MetricRecord:
@@ -26,21 +32,39 @@ def _metric(name: str, unit: str, value: float) -> MetricRecord:
 def _records() -> list[BenchmarkRecord]:
     return [
         BenchmarkRecord(
-            model="resnet18", mode="train", device="cuda", compiler="eager", batch_size=64,
-            benchmark_version="aaaa000011112222", environment=dict(ENV),
-            metrics=[_metric("latency", "ms", 12.5), _metric("cpu_time", "ms", 12.0),
-                     _metric("cpu_peak_mem", "bytes", 2.0 * GB),
-                     _metric("cpu_peak_mem_total", "bytes", 3.5 * GB),
-                     _metric("gpu_peak_mem", "bytes", 6.25 * GB)],
+            model="resnet18",
+            mode="train",
+            device="cuda",
+            compiler="eager",
+            batch_size=64,
+            benchmark_version="aaaa000011112222",
+            environment=dict(ENV),
+            metrics=[
+                _metric("latency", "ms", 12.5),
+                _metric("cpu_time", "ms", 12.0),
+                _metric("cpu_peak_mem", "bytes", 2.0 * GB),
+                _metric("cpu_peak_mem_total", "bytes", 3.5 * GB),
+                _metric("gpu_peak_mem", "bytes", 6.25 * GB),
+            ],
         ),
         BenchmarkRecord(
-            model="bert", mode="eval", device="cuda", compiler="inductor", batch_size=None,
-            benchmark_version="bbbb000011112222", environment=dict(ENV),
+            model="bert",
+            mode="eval",
+            device="cuda",
+            compiler="inductor",
+            batch_size=None,
+            benchmark_version="bbbb000011112222",
+            environment=dict(ENV),
             metrics=[_metric("latency", "ms", 3.75)],
         ),
         BenchmarkRecord(
-            model="dlrm", mode="train", device="cpu", compiler="eager", batch_size=1024,
-            benchmark_version="cccc000011112222", environment=dict(ENV),
+            model="dlrm",
+            mode="train",
+            device="cpu",
+            compiler="eager",
+            batch_size=1024,
+            benchmark_version="cccc000011112222",
+            environment=dict(ENV),
             error="NotImplementedError: dlrm does not support this",
         ),
     ]
@@ -56,14 +80,22 @@ def test_export_import_round_trip() -> None:
     assert exported["name"] == "nightbench"
     assert exported["environ"]["pytorch_git_version"] == "cf30153c4c13"
     assert exported["environ"]["pytorch_version"] == "2.13.0+cu130"
-    assert exported["metrics"][
-        "model=resnet18, test=train, device=cuda, bs=64, extra_args=[], metric=latencies"] == 12.5
+    assert (
+        exported["metrics"][
+            "model=resnet18, test=train, device=cuda, bs=64, extra_args=[], metric=latencies"
+        ]
+        == 12.5
+    )
     assert exported["metrics"][
         "model=resnet18, test=train, device=cuda, bs=64, extra_args=[], metric=gpu_peak_mem"
     ] == pytest.approx(6.25 * GB / 1e9)  # GB (10**9 bytes), as TorchBench writes it
-    assert exported["metrics"][
-        "model=bert, test=eval, device=cuda, bs=None, extra_args=['--torchdynamo', 'inductor'], "
-        "metric=latencies"] == 3.75
+    assert (
+        exported["metrics"][
+            "model=bert, test=eval, device=cuda, bs=None, extra_args=['--torchdynamo', 'inductor'], "
+            "metric=latencies"
+        ]
+        == 3.75
+    )
     back = {_key(r): r for r in from_userbenchmark(exported)}
     assert set(back) == {_key(r) for r in records}
     for original in records:
@@ -73,7 +105,8 @@ def test_export_import_round_trip() -> None:
         assert again.error == original.error
         assert again.environment == original.environment
         assert sorted((m.metric, m.unit) for m in again.metrics) == sorted(
-            (m.metric, m.unit) for m in original.metrics)
+            (m.metric, m.unit) for m in original.metrics
+        )
         for m in original.metrics:
             assert again.metric(m.metric).median == pytest.approx(m.median)
     # Exporting the imported records gives the same document again.
@@ -85,8 +118,11 @@ def test_import_torchbench_cpu_userbenchmark() -> None:
         "name": "cpu",
         "environ": {"pytorch_git_version": "2236df1770800ffea5697b11b0bb0d910b2e59e1"},
         # _cmem: psutil's memory_percent() * total / 10**9 in TorchBench: 0.5% of 64e9 B -> 32.0
-        "metrics": {"mobilenet_v2-eval_latency": 99.127155, "mobilenet_v2-eval_cmem": 32.0,
-                    "hf_Bert-train_latency": 185.5},
+        "metrics": {
+            "mobilenet_v2-eval_latency": 99.127155,
+            "mobilenet_v2-eval_cmem": 32.0,
+            "hf_Bert-train_latency": 185.5,
+        },
     }
     records = {_key(r): r for r in from_userbenchmark(data)}
     mobilenet = records[("torchbench.mobilenet_v2", "eval", "cpu", "eager")]
@@ -99,9 +135,14 @@ def test_import_torchbench_cpu_userbenchmark() -> None:
 
 def test_import_test_bench_failures_become_error_records() -> None:
     base = "model=yolov3, test=train, device=cuda, bs=None, extra_args=[]"
-    data = {"name": "test_bench", "environ": {"pytorch_git_version": "abc"},
-            "metrics": {f"{base}, metric=latencies": "not_implemented",
-                        f"{base}, metric=gpu_peak_mem": "not_implemented"}}
+    data = {
+        "name": "test_bench",
+        "environ": {"pytorch_git_version": "abc"},
+        "metrics": {
+            f"{base}, metric=latencies": "not_implemented",
+            f"{base}, metric=gpu_peak_mem": "not_implemented",
+        },
+    }
     [record] = from_userbenchmark(data)
     assert record.model == "torchbench.yolov3" and record.error == "not_implemented"
     assert record.metrics == []
@@ -109,15 +150,19 @@ def test_import_test_bench_failures_become_error_records() -> None:
 
 def test_import_test_bench_a_failed_metric_leaves_only_that_metric_out() -> None:
     # A real CPU test_bench file: no GPU, so gpu_peak_mem is "failed" in every configuration.
-    configs = [f"model={m}, test={t}, device=cpu, bs=None, extra_args=[]"
-               for m in ("BERT_pytorch", "dcgan") for t in ("train", "eval")]
+    configs = [
+        f"model={m}, test={t}, device=cpu, bs=None, extra_args=[]"
+        for m in ("BERT_pytorch", "dcgan")
+        for t in ("train", "eval")
+    ]
     metrics: dict = {}
     for i, base in enumerate(configs):
         metrics[f"{base}, metric=latencies"] = 10.0 + i
         metrics[f"{base}, metric=cpu_peak_mem"] = 0.5
         metrics[f"{base}, metric=gpu_peak_mem"] = "failed"
-    records = from_userbenchmark({"name": "test_bench", "environ": {"pytorch_git_version": "a"},
-                                  "metrics": metrics})
+    records = from_userbenchmark(
+        {"name": "test_bench", "environ": {"pytorch_git_version": "a"}, "metrics": metrics}
+    )
     assert len(records) == 4 and all(r.error is None for r in records)
     assert all(r.metric("gpu_peak_mem") is None for r in records)
     dcgan = next(r for r in records if (r.model, r.mode) == ("torchbench.dcgan", "eval"))
@@ -131,13 +176,23 @@ def test_import_test_bench_a_failed_metric_leaves_only_that_metric_out() -> None
     [
         ({"name": "x", "metrics": {}}, "environ.pytorch_git_version"),
         ({"name": "x", "environ": {"pytorch_git_version": "a"}}, "'metrics' object"),
-        ({"environ": {"pytorch_git_version": "a"}, "metrics": {"resnet50 latency": 1.0}},
-         "'resnet50 latency' is in neither TorchBench dialect"),
-        ({"environ": {"pytorch_git_version": "a"}, "metrics": {"m-eval_latency": [1.0]}},
-         "is not a number"),
-        ({"environ": {"pytorch_git_version": "a"},
-          "metrics": {"model=m, test=eval, device=tpu, bs=1, extra_args=[], metric=latencies": 1}},
-         "unknown device 'tpu'"),
+        (
+            {"environ": {"pytorch_git_version": "a"}, "metrics": {"resnet50 latency": 1.0}},
+            "'resnet50 latency' is in neither TorchBench dialect",
+        ),
+        (
+            {"environ": {"pytorch_git_version": "a"}, "metrics": {"m-eval_latency": [1.0]}},
+            "is not a number",
+        ),
+        (
+            {
+                "environ": {"pytorch_git_version": "a"},
+                "metrics": {
+                    "model=m, test=eval, device=tpu, bs=1, extra_args=[], metric=latencies": 1
+                },
+            },
+            "unknown device 'tpu'",
+        ),
     ],
 )
 def test_bad_torchbench_json_is_named(data: dict, message: str) -> None:
@@ -192,14 +247,17 @@ def test_listing_reads_metadata_and_never_imports_a_model() -> None:
     proc = run_suite(["list", "--json", "--suite", "torchbench", "--torchbench", str(CHECKOUT)])
     assert proc.returncode == 0, proc.stderr
     models = {e["name"]: e for e in json.loads(proc.stdout)}
-    assert set(models) == {f"torchbench.{m}" for m in (
-        "cpu_unsupported", "needs_tensorboardx", "staged_mlp", "tiny_mlp")}
+    assert set(models) == {
+        f"torchbench.{m}"
+        for m in ("cpu_unsupported", "needs_tensorboardx", "staged_mlp", "tiny_mlp")
+    }
     # Importing it would fail; listing reads its requirements instead and says what is missing.
     missing = models["torchbench.needs_tensorboardx"]
     assert not missing["available"]
     assert missing["reason"] == (
         "missing requirement(s): nightbench-fixture-tensorboardx-not-installed; "
-        "missing module(s): nightbench_fixture_tensorboardx_not_installed")
+        "missing module(s): nightbench_fixture_tensorboardx_not_installed"
+    )
     assert "torchbench.needs_tensorboardx unavailable: missing requirement" in proc.stderr
     staged = models["torchbench.staged_mlp"]
     assert (staged["domain"], staged["task"]) == ("nlp", "language_modeling")
@@ -229,18 +287,21 @@ def test_staged_train_and_no_grad_eval_go_through_torchbench_s_invoke() -> None:
 
 
 def test_metadata_not_implemented_is_an_unsupported_configuration() -> None:
-    proc, record = run_record("torchbench.cpu_unsupported", "eval",
-                              NIGHTBENCH_TORCHBENCH_PATH=str(CHECKOUT))
+    proc, record = run_record(
+        "torchbench.cpu_unsupported", "eval", NIGHTBENCH_TORCHBENCH_PATH=str(CHECKOUT)
+    )
     assert proc.returncode == 1
-    assert record["error"].startswith("NotImplementedError: TorchBench's metadata.yaml marks "
-                                      "eval on cpu as not_implemented")
+    assert record["error"].startswith(
+        "NotImplementedError: TorchBench's metadata.yaml marks eval on cpu as not_implemented"
+    )
 
 
 def test_a_path_that_is_not_a_checkout_is_a_bad_argument(tmp_path: Path) -> None:
     proc = run_suite(["list", "--suite", "torchbench", "--torchbench", str(tmp_path)])
     assert proc.returncode == 2 and proc.stdout == ""
-    assert f"NIGHTBENCH_TORCHBENCH_PATH={tmp_path} is not a pytorch/benchmark checkout" in \
-        proc.stderr
+    assert (
+        f"NIGHTBENCH_TORCHBENCH_PATH={tmp_path} is not a pytorch/benchmark checkout" in proc.stderr
+    )
 
 
 def _checkout_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_var: str) -> Path:
@@ -286,10 +347,16 @@ def test_the_version_covers_only_the_framework_libraries_a_model_can_reach(
     from suite import torchbench_checkout as checkout
 
     copy = _checkout_copy(tmp_path, monkeypatch, checkout.ENV_VAR)
-    _add_model(copy, "hf_tiny", "from torchbenchmark.util.framework.huggingface.model_factory "
-                                "import build\n")
-    _add_model(copy, "dynamic_tiny", "import importlib\n\n\ndef load(name):\n"
-                                     "    return importlib.import_module(name)\n")
+    _add_model(
+        copy,
+        "hf_tiny",
+        "from torchbenchmark.util.framework.huggingface.model_factory import build\n",
+    )
+    _add_model(
+        copy,
+        "dynamic_tiny",
+        "import importlib\n\n\ndef load(name):\n    return importlib.import_module(name)\n",
+    )
     models = ("tiny_mlp", "staged_mlp", "hf_tiny", "dynamic_tiny", "needs_tensorboardx")
     assert checkout.framework_libraries("tiny_mlp") == ([], [])
     assert checkout.framework_libraries("hf_tiny") == (["transformers"], [])
@@ -326,21 +393,27 @@ def test_the_import_closure_reads_what_static_analysis_can_see(tmp_path: Path) -
     assert "torchbenchmark/util/model.py" in staged.files
     assert staged.third_party == {"torch"} and staged.open == []
     # A constant import_module is an import; a guarded import of a missing file cannot load.
-    found = closure("constant", "import importlib\nimportlib.import_module('timm')\ntry:\n"
-                    "    from torchbenchmark.util.fb.installer import x\nexcept ImportError:\n"
-                    "    x = None\n")
+    found = closure(
+        "constant",
+        "import importlib\nimportlib.import_module('timm')\ntry:\n"
+        "    from torchbenchmark.util.fb.installer import x\nexcept ImportError:\n"
+        "    x = None\n",
+    )
     assert found.third_party == {"timm"} and found.open == []
     missing = closure("missing", "from torchbenchmark.util.fb.installer import install_data\n")
-    assert missing.open == ["torchbenchmark/models/missing/__init__.py: "
-                            "torchbenchmark.util.fb.installer is no file of the checkout"]
+    assert missing.open == [
+        "torchbenchmark/models/missing/__init__.py: "
+        "torchbenchmark.util.fb.installer is no file of the checkout"
+    ]
     assert closure("dunder", "__import__('x' + suffix)\n").open
 
 
 REAL_CHECKOUT = os.environ.get("NIGHTBENCH_TORCHBENCH_PATH")
 
 
-@pytest.mark.skipif(not REAL_CHECKOUT, reason="set NIGHTBENCH_TORCHBENCH_PATH to a real "
-                                              "pytorch/benchmark checkout")
+@pytest.mark.skipif(
+    not REAL_CHECKOUT, reason="set NIGHTBENCH_TORCHBENCH_PATH to a real pytorch/benchmark checkout"
+)
 def test_a_real_torchbench_checkout_lists_and_runs() -> None:
     assert REAL_CHECKOUT is not None
     env = {"NIGHTBENCH_TORCHBENCH_PATH": REAL_CHECKOUT}
@@ -356,10 +429,11 @@ def test_a_real_torchbench_checkout_lists_and_runs() -> None:
     assert record["benchmark_version"] == lj["benchmark_version"]
 
 
-@pytest.mark.skipif(not REAL_CHECKOUT, reason="set NIGHTBENCH_TORCHBENCH_PATH to a real "
-                                              "pytorch/benchmark checkout")
+@pytest.mark.skipif(
+    not REAL_CHECKOUT, reason="set NIGHTBENCH_TORCHBENCH_PATH to a real pytorch/benchmark checkout"
+)
 def test_a_real_checkout_s_models_reach_the_framework_libraries_they_import(
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from suite import torchbench_checkout as checkout
 
@@ -372,17 +446,34 @@ def test_a_real_checkout_s_models_reach_the_framework_libraries_they_import(
 
 
 def test_export_writes_torchbench_names_and_reads_them_back() -> None:
-    ours = BenchmarkRecord(model="torchbench.hf_Bert", mode="eval", device="cuda",
-                           compiler="inductor", batch_size=None, benchmark_version="dddd",
-                           environment=dict(ENV), metrics=[_metric("latency", "ms", 7.5)])
+    ours = BenchmarkRecord(
+        model="torchbench.hf_Bert",
+        mode="eval",
+        device="cuda",
+        compiler="inductor",
+        batch_size=None,
+        benchmark_version="dddd",
+        environment=dict(ENV),
+        metrics=[_metric("latency", "ms", 7.5)],
+    )
     doc = json.loads(json.dumps(to_userbenchmark([ours])))
     assert list(doc["metrics"]) == [
         "model=hf_Bert, test=eval, device=cuda, bs=None, "
-        "extra_args=['--torchdynamo', 'inductor'], metric=latencies"]
+        "extra_args=['--torchdynamo', 'inductor'], metric=latencies"
+    ]
     [back] = from_userbenchmark(doc)
     assert (back.model, back.compiler, back.batch_size, back.benchmark_version) == (
-        "torchbench.hf_Bert", "inductor", None, "dddd")
-    clash = BenchmarkRecord(model="hf_Bert", mode="eval", device="cuda", compiler="inductor",
-                            metrics=[_metric("latency", "ms", 1.0)])
+        "torchbench.hf_Bert",
+        "inductor",
+        None,
+        "dddd",
+    )
+    clash = BenchmarkRecord(
+        model="hf_Bert",
+        mode="eval",
+        device="cuda",
+        compiler="inductor",
+        metrics=[_metric("latency", "ms", 1.0)],
+    )
     with pytest.raises(TorchBenchFormatError, match="export the suite's own models"):
         to_userbenchmark([ours, clash])

@@ -11,8 +11,9 @@ from tests.suite.helpers import run_record
 
 def _copy(tmp_path: Path, name: str, as_name: str | None = None) -> Path:
     models = tmp_path / "models"
-    shutil.copytree(MODELS_DIR / name, models / (as_name or name),
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        MODELS_DIR / name, models / (as_name or name), ignore=shutil.ignore_patterns("__pycache__")
+    )
     return models
 
 

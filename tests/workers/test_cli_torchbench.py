@@ -23,23 +23,20 @@ from workers.cli import app
 # test_bench writes as "not_implemented" for every metric of that configuration.
 USERBENCHMARK = {
     "name": "test_bench",
-    "environ": {"pytorch_git_version": "7f3a1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c",
-                "pytorch_version": "2.13.0.dev20261120+cpu"},
+    "environ": {
+        "pytorch_git_version": "7f3a1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c",
+        "pytorch_version": "2.13.0.dev20261120+cpu",
+    },
     "metrics": {
         "model=hf_Bert, test=eval, device=cpu, bs=None, extra_args=[], metric=latencies": 185.25,
         "model=hf_Bert, test=eval, device=cpu, bs=None, extra_args=[], metric=cpu_peak_mem": 3.1,
-        "model=hf_Bert, test=eval, device=cpu, bs=None, extra_args=[], metric=gpu_peak_mem":
-            "failed",
+        "model=hf_Bert, test=eval, device=cpu, bs=None, extra_args=[], metric=gpu_peak_mem": "failed",
         "model=resnet18, test=train, device=cpu, bs=16, extra_args=[], metric=latencies": 412.5,
         "model=resnet18, test=train, device=cpu, bs=16, extra_args=[], metric=cpu_peak_mem": 5.5,
-        "model=resnet18, test=train, device=cpu, bs=16, extra_args=[], metric=gpu_peak_mem":
-            "failed",
-        "model=maml, test=train, device=cpu, bs=None, extra_args=[], metric=latencies":
-            "not_implemented",
-        "model=maml, test=train, device=cpu, bs=None, extra_args=[], metric=cpu_peak_mem":
-            "not_implemented",
-        "model=maml, test=train, device=cpu, bs=None, extra_args=[], metric=gpu_peak_mem":
-            "not_implemented",
+        "model=resnet18, test=train, device=cpu, bs=16, extra_args=[], metric=gpu_peak_mem": "failed",
+        "model=maml, test=train, device=cpu, bs=None, extra_args=[], metric=latencies": "not_implemented",
+        "model=maml, test=train, device=cpu, bs=None, extra_args=[], metric=cpu_peak_mem": "not_implemented",
+        "model=maml, test=train, device=cpu, bs=None, extra_args=[], metric=gpu_peak_mem": "not_implemented",
     },
 }
 
@@ -47,47 +44,120 @@ USERBENCHMARK = {
 # 4): stats in seconds, test_bench.py's extra_info, conftest.py's machine_info fields.
 PYTEST_BENCHMARK = {
     "machine_info": {
-        "node": "bench-host-3", "processor": "x86_64", "machine": "x86_64",
-        "python_compiler": "GCC 11.4.0", "python_implementation": "CPython",
-        "python_implementation_version": "3.12.7", "python_version": "3.12.7",
-        "python_build": ["main", "Oct  1 2026 12:00:00"], "release": "6.8.0-49-generic",
+        "node": "bench-host-3",
+        "processor": "x86_64",
+        "machine": "x86_64",
+        "python_compiler": "GCC 11.4.0",
+        "python_implementation": "CPython",
+        "python_implementation_version": "3.12.7",
+        "python_version": "3.12.7",
+        "python_build": ["main", "Oct  1 2026 12:00:00"],
+        "release": "6.8.0-49-generic",
         "system": "Linux",
-        "cpu": {"python_version": "3.12.7", "arch": "X86_64", "bits": 64, "count": 16,
-                "brand_raw": "AMD EPYC 7B13 64-Core Processor"},
+        "cpu": {
+            "python_version": "3.12.7",
+            "arch": "X86_64",
+            "bits": 64,
+            "count": 16,
+            "brand_raw": "AMD EPYC 7B13 64-Core Processor",
+        },
         "pytorch_version": "2.13.0.dev20261120+cpu",
         "pytorch_git_version": "7f3a1b2c4d5e6f708192a3b4c5d6e7f8091a2b3c",
-        "cuda_version": None, "torchvision_version": "*not-installed*", "github_run_id": None,
+        "cuda_version": None,
+        "torchvision_version": "*not-installed*",
+        "github_run_id": None,
         "torchbench_score_version": None,
     },
-    "commit_info": {"id": "0e83c440a51cd63464fee34724d01b7c814ce39b",
-                    "time": "2026-08-22T08:17:28-07:00", "author_time": "2026-08-22T08:17:28-07:00",
-                    "dirty": False, "project": "benchmark", "branch": "main"},
+    "commit_info": {
+        "id": "0e83c440a51cd63464fee34724d01b7c814ce39b",
+        "time": "2026-08-22T08:17:28-07:00",
+        "author_time": "2026-08-22T08:17:28-07:00",
+        "dirty": False,
+        "project": "benchmark",
+        "branch": "main",
+    },
     "benchmarks": [
-        {"group": "hub", "name": "test_eval[hf_Bert-cpu]",
-         "fullname": "test_bench.py::TestBenchNetwork::test_eval[hf_Bert-cpu]",
-         "params": {"model_path": "/tb/torchbenchmark/models/hf_Bert", "device": "cpu"},
-         "param": "hf_Bert-cpu",
-         "extra_info": {"machine_state": {}, "batch_size": 1, "precision": "fp32", "test": "eval"},
-         "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": 5,
-                     "max_time": 1.0, "min_time": 5e-06, "warmup": True},
-         "stats": {"min": 0.1801, "max": 0.1923, "mean": 0.18524, "stddev": 0.0047,
-                   "rounds": 5, "median": 0.1843, "iqr": 0.0062, "q1": 0.1821, "q3": 0.1883,
-                   "iqr_outliers": 0, "stddev_outliers": 1, "outliers": "1;0",
-                   "ld15iqr": 0.1801, "hd15iqr": 0.1923, "ops": 5.3983, "total": 0.9262,
-                   "data": [0.1801, 0.1843, 0.1923, 0.1821, 0.1874], "iterations": 1}},
-        {"group": "hub", "name": "test_train[lennard_jones-cpu]",
-         "fullname": "test_bench.py::TestBenchNetwork::test_train[lennard_jones-cpu]",
-         "params": {"model_path": "/tb/torchbenchmark/models/lennard_jones", "device": "cpu"},
-         "param": "lennard_jones-cpu",
-         "extra_info": {"machine_state": {}, "batch_size": 1000, "precision": "fp32",
-                        "test": "train"},
-         "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": 5,
-                     "max_time": 1.0, "min_time": 5e-06, "warmup": True},
-         "stats": {"min": 0.0049, "max": 0.0061, "mean": 0.0052, "stddev": 0.0003,
-                   "rounds": 120, "median": 0.0051, "iqr": 0.0002, "q1": 0.005, "q3": 0.0052,
-                   "iqr_outliers": 3, "stddev_outliers": 9, "outliers": "9;3",
-                   "ld15iqr": 0.0049, "hd15iqr": 0.0055, "ops": 192.3, "total": 0.624,
-                   "iterations": 1}},
+        {
+            "group": "hub",
+            "name": "test_eval[hf_Bert-cpu]",
+            "fullname": "test_bench.py::TestBenchNetwork::test_eval[hf_Bert-cpu]",
+            "params": {"model_path": "/tb/torchbenchmark/models/hf_Bert", "device": "cpu"},
+            "param": "hf_Bert-cpu",
+            "extra_info": {
+                "machine_state": {},
+                "batch_size": 1,
+                "precision": "fp32",
+                "test": "eval",
+            },
+            "options": {
+                "disable_gc": False,
+                "timer": "perf_counter",
+                "min_rounds": 5,
+                "max_time": 1.0,
+                "min_time": 5e-06,
+                "warmup": True,
+            },
+            "stats": {
+                "min": 0.1801,
+                "max": 0.1923,
+                "mean": 0.18524,
+                "stddev": 0.0047,
+                "rounds": 5,
+                "median": 0.1843,
+                "iqr": 0.0062,
+                "q1": 0.1821,
+                "q3": 0.1883,
+                "iqr_outliers": 0,
+                "stddev_outliers": 1,
+                "outliers": "1;0",
+                "ld15iqr": 0.1801,
+                "hd15iqr": 0.1923,
+                "ops": 5.3983,
+                "total": 0.9262,
+                "data": [0.1801, 0.1843, 0.1923, 0.1821, 0.1874],
+                "iterations": 1,
+            },
+        },
+        {
+            "group": "hub",
+            "name": "test_train[lennard_jones-cpu]",
+            "fullname": "test_bench.py::TestBenchNetwork::test_train[lennard_jones-cpu]",
+            "params": {"model_path": "/tb/torchbenchmark/models/lennard_jones", "device": "cpu"},
+            "param": "lennard_jones-cpu",
+            "extra_info": {
+                "machine_state": {},
+                "batch_size": 1000,
+                "precision": "fp32",
+                "test": "train",
+            },
+            "options": {
+                "disable_gc": False,
+                "timer": "perf_counter",
+                "min_rounds": 5,
+                "max_time": 1.0,
+                "min_time": 5e-06,
+                "warmup": True,
+            },
+            "stats": {
+                "min": 0.0049,
+                "max": 0.0061,
+                "mean": 0.0052,
+                "stddev": 0.0003,
+                "rounds": 120,
+                "median": 0.0051,
+                "iqr": 0.0002,
+                "q1": 0.005,
+                "q3": 0.0052,
+                "iqr_outliers": 3,
+                "stddev_outliers": 9,
+                "outliers": "9;3",
+                "ld15iqr": 0.0049,
+                "hd15iqr": 0.0055,
+                "ops": 192.3,
+                "total": 0.624,
+                "iterations": 1,
+            },
+        },
     ],
     "datetime": "2026-11-20T03:12:45.123456",
     "version": "4.0.0",
@@ -113,8 +183,10 @@ def _last_json(output: str) -> dict[str, Any]:
 
 def _records(run_id: int) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     with session_scope() as session:
-        return {(r["model"], r["mode"], r["device"], r["compiler"]): r
-                for r in run_records(session, run_id=run_id)}
+        return {
+            (r["model"], r["mode"], r["device"], r["compiler"]): r
+            for r in run_records(session, run_id=run_id)
+        }
 
 
 def _medians(record: dict[str, Any]) -> dict[str, tuple[str, float]]:
@@ -127,14 +199,18 @@ def test_import_userbenchmark_values_units_and_failures(database_url: str, tmp_p
     assert result.exit_code == 0, result.output
     run_id = _last_json(result.stdout)["run"]
     records = _records(run_id)
-    assert set(records) == {("torchbench.hf_Bert", "eval", "cpu", "eager"),
-                            ("torchbench.resnet18", "train", "cpu", "eager"),
-                            ("torchbench.maml", "train", "cpu", "eager")}
+    assert set(records) == {
+        ("torchbench.hf_Bert", "eval", "cpu", "eager"),
+        ("torchbench.resnet18", "train", "cpu", "eager"),
+        ("torchbench.maml", "train", "cpu", "eager"),
+    }
     bert = records[("torchbench.hf_Bert", "eval", "cpu", "eager")]
     # latencies: ms; cpu_peak_mem: memory_percent() * total / 10**9, i.e. bytes / 10**7;
     # gpu_peak_mem "failed" leaves that metric out of this configuration only.
-    assert _medians(bert) == {"latency": ("ms", 185.25),
-                              "cpu_peak_mem_total": ("bytes", pytest.approx(3.1e7))}
+    assert _medians(bert) == {
+        "latency": ("ms", 185.25),
+        "cpu_peak_mem_total": ("bytes", pytest.approx(3.1e7)),
+    }
     assert bert["batch_size"] is None and bert["error"] is None
     resnet = records[("torchbench.resnet18", "train", "cpu", "eager")]
     assert resnet["batch_size"] == 16 and _medians(resnet)["latency"] == ("ms", 412.5)
@@ -145,7 +221,9 @@ def test_import_userbenchmark_values_units_and_failures(database_url: str, tmp_p
         assert run.torch_git_commit == USERBENCHMARK["environ"]["pytorch_git_version"]
         # Every benchmark reported; embedded, the night is judged at once (no workers sweep).
         assert run.status == "complete"
-        rows = session.scalar(select(func.count()).select_from(Result).where(Result.run_id == run_id))
+        rows = session.scalar(
+            select(func.count()).select_from(Result).where(Result.run_id == run_id)
+        )
 
     again = _invoke("import", "torchbench", str(path))
     assert again.exit_code == 0, again.output
@@ -178,8 +256,9 @@ def test_import_pytest_benchmark_seconds_to_ms(database_url: str, tmp_path: Path
         assert run.torch_version == "2.13.0.dev20261120+cpu"
 
 
-def test_export_reads_as_torchbench_reads_it_and_round_trips(database_url: str,
-                                                             tmp_path: Path) -> None:
+def test_export_reads_as_torchbench_reads_it_and_round_trips(
+    database_url: str, tmp_path: Path
+) -> None:
     imported = _invoke("import", "torchbench", str(_write(tmp_path, "in.json", USERBENCHMARK)))
     assert imported.exit_code == 0, imported.output
     run_id = _last_json(imported.stdout)["run"]
@@ -194,14 +273,21 @@ def test_export_reads_as_torchbench_reads_it_and_round_trips(database_url: str,
         configs.add((model, test, device, ast.literal_eval(bs), tuple(ast.literal_eval(extra))))
         assert isinstance(value, float | str)
     # TorchBench's names (no torchbench. prefix), bs as TorchBench writes it (None: its default).
-    assert configs == {("hf_Bert", "eval", "cpu", None, ()), ("resnet18", "train", "cpu", 16, ()),
-                       ("maml", "train", "cpu", None, ())}
+    assert configs == {
+        ("hf_Bert", "eval", "cpu", None, ()),
+        ("resnet18", "train", "cpu", 16, ()),
+        ("maml", "train", "cpu", None, ()),
+    }
     # The values TorchBench wrote come back in its units.
     for key, value in USERBENCHMARK["metrics"].items():
         if isinstance(value, float):
             assert doc["metrics"][key] == pytest.approx(value)
-    assert doc["metrics"]["model=maml, test=train, device=cpu, bs=None, extra_args=[], "
-                          "metric=latencies"] == "not_implemented"
+    assert (
+        doc["metrics"][
+            "model=maml, test=train, device=cpu, bs=None, extra_args=[], metric=latencies"
+        ]
+        == "not_implemented"
+    )
 
     again = _invoke("import", "torchbench", str(out))
     assert again.exit_code == 0, again.output
@@ -213,12 +299,15 @@ def test_export_reads_as_torchbench_reads_it_and_round_trips(database_url: str,
         other = second_records[bench]
         for field in ("batch_size", "benchmark_version", "error"):
             assert other[field] == record[field], (bench, field)
-        assert _medians(other) == {m: (u, pytest.approx(v)) for m, (u, v) in _medians(record).items()}
+        assert _medians(other) == {
+            m: (u, pytest.approx(v)) for m, (u, v) in _medians(record).items()
+        }
 
 
 def test_export_to_stdout_and_by_suite(database_url: str, tmp_path: Path) -> None:
-    run_id = _last_json(_invoke("import", "torchbench",
-                                str(_write(tmp_path, "in.json", USERBENCHMARK))).stdout)["run"]
+    run_id = _last_json(
+        _invoke("import", "torchbench", str(_write(tmp_path, "in.json", USERBENCHMARK))).stdout
+    )["run"]
     result = _invoke("export", "torchbench", "--run", str(run_id))
     assert result.exit_code == 0, result.output
     # 2 + 2 numbers; "failed" was never stored; maml one error under metric=latencies.
@@ -232,16 +321,27 @@ def test_export_to_stdout_and_by_suite(database_url: str, tmp_path: Path) -> Non
     [
         ("model=hf_Bert latency 12.5\n", "is not JSON"),
         ({"results": []}, "not a TorchBench result"),
-        ({"name": "x", "environ": {"pytorch_git_version": "a"},
-          "metrics": {"hf_Bert latency": 1.0}}, "'hf_Bert latency' is in neither TorchBench dialect"),
-        ({"machine_info": {}, "benchmarks": [{"name": "test_forward[hf_Bert]", "stats": {}}]},
-         "is not test_<train|eval>[<model>-<device>]"),
-        ({"name": "x", "environ": {"pytorch_git_version": "a"}, "metrics": {}},
-         "holds no benchmark"),
+        (
+            {
+                "name": "x",
+                "environ": {"pytorch_git_version": "a"},
+                "metrics": {"hf_Bert latency": 1.0},
+            },
+            "'hf_Bert latency' is in neither TorchBench dialect",
+        ),
+        (
+            {"machine_info": {}, "benchmarks": [{"name": "test_forward[hf_Bert]", "stats": {}}]},
+            "is not test_<train|eval>[<model>-<device>]",
+        ),
+        (
+            {"name": "x", "environ": {"pytorch_git_version": "a"}, "metrics": {}},
+            "holds no benchmark",
+        ),
     ],
 )
-def test_bad_input_is_named_exits_2_and_stores_nothing(database_url: str, tmp_path: Path,
-                                                        content: Any, message: str) -> None:
+def test_bad_input_is_named_exits_2_and_stores_nothing(
+    database_url: str, tmp_path: Path, content: Any, message: str
+) -> None:
     path = _write(tmp_path, "bad.json", content)
     result = _invoke("import", "torchbench", str(path))
     assert result.exit_code == 2

@@ -35,8 +35,9 @@ def _install(*args: str) -> tuple[int, str]:
 
 
 def test_installs_the_chosen_models_and_names_those_still_unavailable(record: Path) -> None:
-    code, output = _install("--torchbench", str(CHECKOUT), "--models",
-                            "torchbench.tiny_mlp,torchbench.needs_*,resnet18")
+    code, output = _install(
+        "--torchbench", str(CHECKOUT), "--models", "torchbench.tiny_mlp,torchbench.needs_*,resnet18"
+    )
     assert code == 0, output
     asked = json.loads(record.read_text())
     assert asked["models"] == ["needs_tensorboardx", "tiny_mlp"]
@@ -45,14 +46,17 @@ def test_installs_the_chosen_models_and_names_those_still_unavailable(record: Pa
     assert Path(asked["cwd"]) == CHECKOUT.resolve()
     assert asked["python"] == sys.executable
     assert "resnet18: nothing to install" in output
-    assert ("torchbench.needs_tensorboardx still unavailable: missing requirement(s): "
-            "nightbench-fixture-tensorboardx-not-installed") in output
+    assert (
+        "torchbench.needs_tensorboardx still unavailable: missing requirement(s): "
+        "nightbench-fixture-tensorboardx-not-installed"
+    ) in output
     assert "torchbench.tiny_mlp still unavailable" not in output
     assert "1 of 2 TorchBench model(s)" in output
 
 
 def test_every_model_by_default_from_the_environment_variable(
-        record: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", str(CHECKOUT))
     code, output = _install()
     assert code == 0, output
@@ -72,16 +76,29 @@ def _checkout_without_installer(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--models", "torchbench.tiny_mlp"], "no TorchBench checkout"),
-    (["--torchbench", "{tmp}", "--models", "torchbench.tiny_mlp"],
-     "{tmp} is not a pytorch/benchmark checkout"),
-    (["--torchbench", "{partial}"], "{partial} has no install.py at its root"),
-    (["--torchbench", str(CHECKOUT), "--models", "torchbench.tiny_mlp,torchbench.nope*,nope"],
-     "unknown model(s): torchbench.nope*, nope"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--models", "torchbench.tiny_mlp"], "no TorchBench checkout"),
+        (
+            ["--torchbench", "{tmp}", "--models", "torchbench.tiny_mlp"],
+            "{tmp} is not a pytorch/benchmark checkout",
+        ),
+        (["--torchbench", "{partial}"], "{partial} has no install.py at its root"),
+        (
+            [
+                "--torchbench",
+                str(CHECKOUT),
+                "--models",
+                "torchbench.tiny_mlp,torchbench.nope*,nope",
+            ],
+            "unknown model(s): torchbench.nope*, nope",
+        ),
+    ],
+)
 def test_bad_input_is_named_exits_2_and_installs_nothing(
-        record: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    record: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
     partial = _checkout_without_installer(tmp_path)
     fill = {"tmp": str(tmp_path), "partial": str(partial)}
     code, output = _install(*[a.format(**fill) for a in args])
@@ -92,7 +109,8 @@ def test_bad_input_is_named_exits_2_and_installs_nothing(
 
 
 def test_a_failing_installer_exits_1_naming_its_code(
-        record: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NIGHTBENCH_FIXTURE_INSTALL_EXIT", "3")
     code, output = _install("--torchbench", str(CHECKOUT), "--models", "torchbench.tiny_mlp")
     assert code == 1
@@ -101,9 +119,13 @@ def test_a_failing_installer_exits_1_naming_its_code(
 
 
 def test_missing_torch_builds_are_named_before_the_installer_runs(
-        record: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torchbench_install, "TORCH_DEPS",
-                        ("numpy", "torch", "nightbench-fixture-torchaudio-not-installed"))
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        torchbench_install,
+        "TORCH_DEPS",
+        ("numpy", "torch", "nightbench-fixture-torchaudio-not-installed"),
+    )
     code, output = _install("--torchbench", str(CHECKOUT), "--models", "torchbench.tiny_mlp")
     assert code == 2, output
     assert "nightbench-fixture-torchaudio-not-installed not installed here" in output

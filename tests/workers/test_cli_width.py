@@ -24,8 +24,13 @@ def test_a_log_gets_log_width_and_a_long_row_is_not_wrapped(monkeypatch) -> None
     common.fit_to_output()
     assert common.console.width == common.LOG_WIDTH
     table = Table("benchmark", "baseline", "tonight", "change", "verdict")
-    table.add_row("pyhpc_isoneutral_mixing:eval:cpu:eager", "23.81 ms", "26.02 ms", "+9.3%",
-                  "regression (candidate: needs its confirmation re-run)")
+    table.add_row(
+        "pyhpc_isoneutral_mixing:eval:cpu:eager",
+        "23.81 ms",
+        "26.02 ms",
+        "+9.3%",
+        "regression (candidate: needs its confirmation re-run)",
+    )
     with common.console.capture() as captured:
         common.console.print(table)
     rows = [ln for ln in captured.get().splitlines() if "pyhpc" in ln]

@@ -23,11 +23,18 @@ from workers.commits import (
 
 def git(repo: Path, *args: str, when: int = 0) -> str:
     stamp = f"2026-11-0{1 + when // 24}T{when % 24:02d}:00:00+00:00"
-    env = {**os.environ, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp,
-           "GIT_AUTHOR_NAME": "Ada Moreno", "GIT_AUTHOR_EMAIL": "ada@example.org",
-           "GIT_COMMITTER_NAME": "Merge Bot", "GIT_COMMITTER_EMAIL": "bot@example.org"}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_DATE": stamp,
+        "GIT_COMMITTER_DATE": stamp,
+        "GIT_AUTHOR_NAME": "Ada Moreno",
+        "GIT_AUTHOR_EMAIL": "ada@example.org",
+        "GIT_COMMITTER_NAME": "Merge Bot",
+        "GIT_COMMITTER_EMAIL": "bot@example.org",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -51,8 +58,12 @@ def history(tmp_path: Path) -> dict[str, Any]:
     commit("s1", "pkg/side.py", "Side work one", 2)
     commit("s2", "docs/side.md", "Side work two", 3)
     git(repo, "checkout", "-q", "main")
-    commit("c2", "pkg/b.py",
-           "Add b\n\nSummary.\n\nPull Request resolved: https://github.com/org/proj/pull/202", 4)
+    commit(
+        "c2",
+        "pkg/b.py",
+        "Add b\n\nSummary.\n\nPull Request resolved: https://github.com/org/proj/pull/202",
+        4,
+    )
     git(repo, "merge", "-q", "--no-ff", "side", "-m", "Merge side work (#303)", when=5)
     shas["m"] = git(repo, "rev-parse", "HEAD")
     commit("c4", "pkg/c.py", "Add c", 6)
@@ -111,7 +122,10 @@ def test_changed_files_between_two_commits(history: dict[str, Any]) -> None:
     shas = history["shas"]
     changes = changed_files(history["repo"], shas["c0"], shas["c4"])
     assert dict((p, s) for s, p in changes) == {
-        "pkg/b.py": "A", "pkg/side.py": "A", "docs/side.md": "A", "pkg/c.py": "A",
+        "pkg/b.py": "A",
+        "pkg/side.py": "A",
+        "docs/side.md": "A",
+        "pkg/c.py": "A",
         "pkg/a.py": "M",
     }
 
@@ -121,7 +135,7 @@ def test_changed_files_between_two_commits(history: dict[str, Any]) -> None:
     [
         ("Fix x (#123)", 123),
         ("Fix x (#123)\n\nPull Request resolved: https://github.com/pytorch/pytorch/pull/456", 456),
-        ("Revert \"Fix y (#9)\"\n\nThis reverts commit abc.", None),
+        ('Revert "Fix y (#9)"\n\nThis reverts commit abc.', None),
         ("Fix (#12) in the title only\n", None),
         ("", None),
     ],
@@ -150,28 +164,46 @@ class CompareGitHub(FakeGitHub):
         full, parents, an, ae, ad, cn, ce, cd, message = out
         api = f"{self.base_url}{self.repo_path}"
         data: dict[str, Any] = {
-            "sha": full, "node_id": "C_" + full[:8], "url": f"{api}/commits/{full}",
+            "sha": full,
+            "node_id": "C_" + full[:8],
+            "url": f"{api}/commits/{full}",
             "html_url": f"{self.origin}/{self.owner}/{self.repo}/commit/{full}",
             "commit": {
                 "message": message.rstrip("\n"),
                 "author": {"name": an, "email": ae, "date": ad.replace("+00:00", "Z")},
                 "committer": {"name": cn, "email": ce, "date": cd.replace("+00:00", "Z")},
                 "tree": {"sha": "0" * 40, "url": f"{api}/git/trees/{'0' * 40}"},
-                "url": f"{api}/git/commits/{full}", "comment_count": 0,
+                "url": f"{api}/git/commits/{full}",
+                "comment_count": 0,
             },
             # GitHub links a commit to the account owning its author e-mail (else null).
-            "author": ({**self._user(), "login": ACCOUNTS[ae], "id": 2}
-                       if ae in ACCOUNTS else None),
+            "author": (
+                {**self._user(), "login": ACCOUNTS[ae], "id": 2} if ae in ACCOUNTS else None
+            ),
             "committer": None,
             "parents": [{"sha": p, "url": f"{api}/commits/{p}"} for p in parents.split()],
         }
         if files:
             first = parents.split()[0] if parents.split() else None
-            names = git(self.source, "diff-tree", "--no-commit-id", "--name-only", "-r",
-                        *( [first, full] if first else ["--root", full]))
-            data["files"] = [{"sha": "0" * 40, "filename": n, "status": "modified",
-                              "additions": 1, "deletions": 0, "changes": 1}
-                             for n in names.splitlines()]
+            names = git(
+                self.source,
+                "diff-tree",
+                "--no-commit-id",
+                "--name-only",
+                "-r",
+                *([first, full] if first else ["--root", full]),
+            )
+            data["files"] = [
+                {
+                    "sha": "0" * 40,
+                    "filename": n,
+                    "status": "modified",
+                    "additions": 1,
+                    "deletions": 0,
+                    "changes": 1,
+                }
+                for n in names.splitlines()
+            ]
         return data
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any):  # type: ignore[override]
@@ -181,18 +213,30 @@ class CompareGitHub(FakeGitHub):
             good, bad = found.groups()
             ahead = git(self.source, "rev-list", f"{good}..{bad}").split()
             behind = git(self.source, "rev-list", f"{bad}..{good}").split()
-            status = "identical" if not ahead and not behind else (
-                "ahead" if not behind else "behind" if not ahead else "diverged")
+            status = (
+                "identical"
+                if not ahead and not behind
+                else ("ahead" if not behind else "behind" if not ahead else "diverged")
+            )
             merge_base = git(self.source, "merge-base", good, bad)
-            ordered = git(self.source, "rev-list", "--reverse", "--topo-order",
-                          f"{good}..{bad}").split()
-            return 200, {}, {
-                "url": f"{self.base_url}{path}", "status": status, "ahead_by": len(ahead),
-                "behind_by": len(behind), "total_commits": len(ordered),
-                "base_commit": self._commit_json(good, files=False),
-                "merge_base_commit": self._commit_json(merge_base, files=False),
-                "commits": [self._commit_json(s, files=False) for s in ordered], "files": [],
-            }
+            ordered = git(
+                self.source, "rev-list", "--reverse", "--topo-order", f"{good}..{bad}"
+            ).split()
+            return (
+                200,
+                {},
+                {
+                    "url": f"{self.base_url}{path}",
+                    "status": status,
+                    "ahead_by": len(ahead),
+                    "behind_by": len(behind),
+                    "total_commits": len(ordered),
+                    "base_commit": self._commit_json(good, files=False),
+                    "merge_base_commit": self._commit_json(merge_base, files=False),
+                    "commits": [self._commit_json(s, files=False) for s in ordered],
+                    "files": [],
+                },
+            )
         found = re.fullmatch(re.escape(base) + r"/commits/([0-9a-f]+)", path)
         if method == "GET" and found:
             try:
@@ -209,8 +253,9 @@ def compare_server(history: dict[str, Any]):
 
 
 def _repository(server: CompareGitHub):
-    client = github.Github(base_url=server.base_url, auth=github.Auth.Token(server.token),
-                           retry=None)
+    client = github.Github(
+        base_url=server.base_url, auth=github.Auth.Token(server.token), retry=None
+    )
     return client.get_repo("org/proj")
 
 
@@ -223,13 +268,19 @@ def test_range_from_github_compare_matches_the_local_one(
     assert [c.sha for c in remote] == [c.sha for c in local]
     for r, loc in zip(remote, local, strict=True):
         assert (r.title, r.pr_number, r.author_name, r.author_email, r.parent) == (
-            loc.title, loc.pr_number, loc.author_name, loc.author_email, loc.parent)
+            loc.title,
+            loc.pr_number,
+            loc.author_name,
+            loc.author_email,
+            loc.parent,
+        )
         assert r.date == loc.date
         assert set(r.files) == set(loc.files)
         # Only GitHub knows the author's account; the issue cc's it.
         assert (r.author_login, loc.author_login) == ("ada-moreno", None)
-    assert compare_server.requests_to("GET", f"{compare_server.repo_path}/compare/"
-                                      f"{shas['c1']}...{shas['c4']}")
+    assert compare_server.requests_to(
+        "GET", f"{compare_server.repo_path}/compare/{shas['c1']}...{shas['c4']}"
+    )
 
 
 def test_github_range_without_files_asks_once(

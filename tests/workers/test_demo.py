@@ -23,13 +23,20 @@ def test_demo_runs_end_to_end(database_url: str, tmp_path: Path) -> None:
     # Its own process: the demo sets NIGHTBENCH_* variables and PYTHONPATH while it runs.
     proc = subprocess.run(
         [sys.executable, "-m", "workers.cli", "demo", "--dir", str(workdir), "--json"],
-        cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=900,
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     planted = data["planted_culprit"]
-    found = [r for r in data["regressions"] if r["benchmark"] == DEMO_BENCHMARK
-             and r["metric"] == "latency"]
+    found = [
+        r
+        for r in data["regressions"]
+        if r["benchmark"] == DEMO_BENCHMARK and r["metric"] == "latency"
+    ]
     assert found and found[0]["confirmation"] == "reproduced", data["regressions"]
     assert found[0]["change"] > 1.0
     bisection = data["bisection"]
@@ -79,8 +86,13 @@ def test_a_step_its_rerun_did_not_reproduce_gets_the_next_night(
     commit_range = [{"sha": "b" * 40}]
     said: list[str] = []
     runs = demo._play_nights(
-        SimpleNamespace(good="a" * 40, bad="b" * 40), (tmp_path / "good", tmp_path / "bad"),
-        commit_range, baseline_nights=2, outer_path=None, say=said.append)
+        SimpleNamespace(good="a" * 40, bad="b" * 40),
+        (tmp_path / "good", tmp_path / "bad"),
+        commit_range,
+        baseline_nights=2,
+        outer_path=None,
+        say=said.append,
+    )
     bad = 1 if first_reproduced else 2
     assert runs == list(range(1, 3 + bad))
     assert [p[2] for p in played] == [str(tmp_path / "good")] * 2 + [str(tmp_path / "bad")] * bad
@@ -89,4 +101,3 @@ def test_a_step_its_rerun_did_not_reproduce_gets_the_next_night(
     assert all(b - a == timedelta(days=1) for a, b in zip(days, days[1:], strict=False))
     assert days[-1] <= date.today()
     assert ("not reproduced" in said[-1]) is not first_reproduced, said
-

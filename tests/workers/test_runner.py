@@ -95,10 +95,13 @@ def _assert_all_dead(pids_file: Path) -> None:
 
 def test_a_run_returns_the_record_it_wrote(fake_suite: tuple[Path, dict[str, str]]) -> None:
     package, env = fake_suite
-    _suite(package, """
+    _suite(
+        package,
+        """
         pathlib.Path(out).write_text(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd()}))
         print("a model's chatter", file=sys.stderr)
-    """)
+    """,
+    )
     outcome = run_suite(sys.executable, ["run", "--model", "m"], timeout_s=60, env=env)
     assert outcome.returncode == 0 and outcome.error is None and not outcome.timed_out
     assert outcome.wrote_record and outcome.record is not None
@@ -115,8 +118,9 @@ def test_a_listing_answers_on_stdout_in_the_given_directory(
 ) -> None:
     package, env = fake_suite
     _suite(package, "print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd()}))\n")
-    outcome = run_suite(sys.executable, ["list", "--json"], timeout_s=60, env=env, cwd=tmp_path,
-                        record=False)
+    outcome = run_suite(
+        sys.executable, ["list", "--json"], timeout_s=60, env=env, cwd=tmp_path, record=False
+    )
     assert outcome == SuiteOutcome(returncode=0, stdout=outcome.stdout, stderr="")
     assert json.loads(outcome.stdout) == {"argv": ["list", "--json"], "cwd": str(tmp_path)}
 
@@ -125,11 +129,14 @@ def test_a_failure_without_a_record_is_an_error_with_the_stderr_tail(
     fake_suite: tuple[Path, dict[str, str]],
 ) -> None:
     package, env = fake_suite
-    _suite(package, """
+    _suite(
+        package,
+        """
         for i in range(9):
             print(f"line {i}", file=sys.stderr)
         sys.exit(3)
-    """)
+    """,
+    )
     outcome = run_suite(sys.executable, ["run"], timeout_s=60, env=env)
     assert outcome.returncode == 3 and outcome.record is None and not outcome.wrote_record
     assert outcome.error == "exited with code 3: line 4 | line 5 | line 6 | line 7 | line 8"
@@ -139,10 +146,13 @@ def test_a_failure_without_a_record_is_an_error_with_the_stderr_tail(
 
 def test_a_process_killed_by_a_signal_says_which(fake_suite: tuple[Path, dict[str, str]]) -> None:
     package, env = fake_suite
-    _suite(package, """
+    _suite(
+        package,
+        """
         print("allocating", file=sys.stderr, flush=True)
         os.kill(os.getpid(), 9)
-    """)
+    """,
+    )
     outcome = run_suite(sys.executable, ["run"], timeout_s=60, env=env)
     assert outcome.returncode == -signal.SIGKILL and not outcome.timed_out
     assert outcome.error == "killed by SIGKILL (out of memory?): allocating"
@@ -152,10 +162,13 @@ def test_a_record_written_before_a_failing_exit_is_still_returned(
     fake_suite: tuple[Path, dict[str, str]],
 ) -> None:
     package, env = fake_suite
-    _suite(package, """
+    _suite(
+        package,
+        """
         pathlib.Path(out).write_text(json.dumps({"error": "model raised"}))
         sys.exit(1)
-    """)
+    """,
+    )
     outcome = run_suite(sys.executable, ["run"], timeout_s=60, env=env)
     assert outcome.returncode == 1 and outcome.record == {"error": "model raised"}
     assert outcome.error is None  # what a failing exit with a record means is the caller's call
@@ -220,12 +233,22 @@ def test_the_suite_dies_with_a_worker_killed_mid_run(
     package, env = fake_suite
     _suite(package, SPAWNS_AND_HANGS)
     pids_file = tmp_path / "pids"
-    worker = subprocess.Popen([sys.executable, "-c", (
-        "import os, sys; from workers.runner import run_suite; "
-        "run_suite(sys.executable, ['run'], timeout_s=600, env=dict(os.environ))")], env=env)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, sys; from workers.runner import run_suite; "
+                "run_suite(sys.executable, ['run'], timeout_s=600, env=dict(os.environ))"
+            ),
+        ],
+        env=env,
+    )
     try:
-        _wait_for(lambda: pids_file.exists() and len(pids_file.read_text().split()) == 2,
-                  "the stand-in suite to start")
+        _wait_for(
+            lambda: pids_file.exists() and len(pids_file.read_text().split()) == 2,
+            "the stand-in suite to start",
+        )
         leader = int(pids_file.read_text().split()[0])
         assert _alive(leader)
         worker.kill()  # SIGKILL: no handler of the worker's runs
@@ -248,10 +271,12 @@ def _wait_for(condition: Callable[[], bool], what: str, within_s: float = 60) ->
 
 
 def test_a_native_crash_keeps_the_model_frame_it_happened_in(
-    fake_suite: tuple[Path, dict[str, str]]
+    fake_suite: tuple[Path, dict[str, str]],
 ) -> None:
     package, env = fake_suite
-    _suite(package, """
+    _suite(
+        package,
+        """
         import ctypes
         print("\\n".join(f"loading layer {i}" for i in range(20)), file=sys.stderr)
 
@@ -259,7 +284,8 @@ def test_a_native_crash_keeps_the_model_frame_it_happened_in(
             ctypes.string_at(0)  # a segfault in native code, as a bad kernel would
 
         forward_of_the_model()
-    """)
+    """,
+    )
     env.pop("PYTHONFAULTHANDLER", None)
     outcome = run_suite(sys.executable, ["run"], timeout_s=60, env=env)
     assert outcome.returncode == -signal.SIGSEGV and outcome.error is not None
@@ -280,17 +306,25 @@ def test_exit_reason_names_real_time_signals_too() -> None:
 def _job(package: Path, **settings: float) -> dict[str, object]:
     """``jobs.run_suite`` of ``m:eval:cpu`` with the stand-in suite (found first from its cwd)."""
     command = jobs.SuiteCommand(python=sys.executable, cwd=str(package.parent))
-    return jobs.run_suite(model="m", mode="eval", device="cpu", command=command,
-                          settings=Settings(suite_min_seconds=0, **settings))
+    return jobs.run_suite(
+        model="m",
+        mode="eval",
+        device="cpu",
+        command=command,
+        settings=Settings(suite_min_seconds=0, **settings),
+    )
 
 
 def test_a_job_keeps_its_error_texts(fake_suite: tuple[Path, dict[str, str]]) -> None:
     package, _ = fake_suite
-    _suite(package, """
+    _suite(
+        package,
+        """
         record = {"model": "m", "metrics": [{"metric": "latency", "samples": [1.0]}]}
         pathlib.Path(out).write_text(json.dumps(record))
         sys.exit(2)
-    """)
+    """,
+    )
     assert _job(package)["error"] == "exited with code 2"  # a record, but a failing exit
     _suite(package, "print('boom', file=sys.stderr); sys.exit(1)\n")
     failed = _job(package)
@@ -319,8 +353,14 @@ def test_a_listing_failure_is_a_runtime_error(
 
 
 def _probe(package: Path, tmp_path: Path, timeout_s: float = 60) -> list[float]:
-    env = BuildEnvironment(sha="0" * 40, provider="checkout", python=Path(sys.executable),
-                           root=tmp_path, workdir=tmp_path, pythonpath=(str(package.parent),))
+    env = BuildEnvironment(
+        sha="0" * 40,
+        provider="checkout",
+        python=Path(sys.executable),
+        root=tmp_path,
+        workdir=tmp_path,
+        pythonpath=(str(package.parent),),
+    )
     return SuiteMeasurer(timeout_s=timeout_s).measure_once(env, "m:eval:cpu", 3)
 
 
@@ -328,11 +368,14 @@ def test_a_probe_keeps_its_error_texts(
     fake_suite: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
     package, _ = fake_suite
-    _suite(package, """
+    _suite(
+        package,
+        """
         samples = [float(i + 1) for i in range(int(sys.argv[sys.argv.index("--iterations") + 1]))]
         record = {"metrics": [{"metric": "latency", "samples": samples}]}
         pathlib.Path(out).write_text(json.dumps(record))
-    """)
+    """,
+    )
     assert _probe(package, tmp_path) == [1.0, 2.0, 3.0]
     _suite(package, "pathlib.Path(out).write_text(json.dumps({'error': 'model raised'}))\n")
     with pytest.raises(MeasureError, match="^m:eval:cpu: model raised$"):

@@ -124,12 +124,21 @@ def create_bisection(
     if provider.get("kind") not in KINDS:
         raise InvalidInput(f"provider: unknown build provider {provider.get('kind')!r}")
     bisection = Bisection(
-        run_id=run_id, alert_id=alert_id, status="running", repo=repo,
-        good=rows[0]["sha"], bad=rows[-1]["sha"], commits=rows, benchmarks=list(benchmarks),
+        run_id=run_id,
+        alert_id=alert_id,
+        status="running",
+        repo=repo,
+        good=rows[0]["sha"],
+        bad=rows[-1]["sha"],
+        commits=rows,
+        benchmarks=list(benchmarks),
         regression_ids=list(regression_ids),
-        config={"search": dataclasses.asdict(config),
-                "measure": {"commands": dict(commands)} if commands else {"suite": True}},
-        provider=dict(provider), queue=queue,
+        config={
+            "search": dataclasses.asdict(config),
+            "measure": {"commands": dict(commands)} if commands else {"suite": True},
+        },
+        provider=dict(provider),
+        queue=queue,
     )
     session.add(bisection)
     session.flush()
@@ -154,8 +163,9 @@ def replay(bisection: Bisection, probes: Sequence[Probe]) -> BisectionState:
     Returns:
         The state after the last complete round.
     """
-    state = start([c["sha"] for c in bisection.commits], bisection.benchmarks,
-                  search_config(bisection))
+    state = start(
+        [c["sha"] for c in bisection.commits], bisection.benchmarks, search_config(bisection)
+    )
     by_round: dict[int, list[Probe]] = {}
     for p in probes:
         by_round.setdefault(p.round, []).append(p)
@@ -169,19 +179,27 @@ def replay(bisection: Bisection, probes: Sequence[Probe]) -> BisectionState:
 
 def _result(p: Probe) -> ProbeResult:
     if p.status == ProbeStatus.SKIPPED:
-        return ProbeResult(p.sha, p.purpose, skipped=p.reason or "did not build",
-                           build_seconds=p.build_seconds)
+        return ProbeResult(
+            p.sha, p.purpose, skipped=p.reason or "did not build", build_seconds=p.build_seconds
+        )
     return ProbeResult(
-        p.sha, p.purpose,
+        p.sha,
+        p.purpose,
         {name: tuple(values) for name, values in (p.samples or {}).items()},
-        build_seconds=p.build_seconds, errors=dict(p.errors or {}),
+        build_seconds=p.build_seconds,
+        errors=dict(p.errors or {}),
     )
 
 
 def probes_of(session: Session, bisection_id: int) -> list[Probe]:
     """The bisection's probe rows in the order they were planned (round, then index)."""
-    return list(session.scalars(select(Probe).where(Probe.bisection_id == bisection_id)
-                                .order_by(Probe.round, Probe.index)))
+    return list(
+        session.scalars(
+            select(Probe)
+            .where(Probe.bisection_id == bisection_id)
+            .order_by(Probe.round, Probe.index)
+        )
+    )
 
 
 # ----- advancing -----------------------------------------------------------------------------
@@ -244,9 +262,17 @@ def advance(session: Session, *, bisection_id: int) -> Advance:
 
 
 def _probe_row(bisection_id: int, round_: int, request: ProbeRequest) -> Probe:
-    return Probe(bisection_id=bisection_id, round=round_, sha=request.sha, index=request.index,
-                 purpose=request.purpose, benchmarks=list(request.benchmarks),
-                 samples_wanted=request.samples, status="queued", attempts=0)
+    return Probe(
+        bisection_id=bisection_id,
+        round=round_,
+        sha=request.sha,
+        index=request.index,
+        purpose=request.purpose,
+        benchmarks=list(request.benchmarks),
+        samples_wanted=request.samples,
+        status="queued",
+        attempts=0,
+    )
 
 
 def fail_probe(probe_id: int, *, reason: str) -> int | None:
@@ -270,9 +296,15 @@ def fail_probe(probe_id: int, *, reason: str) -> int | None:
 
 
 def _round_ended(session: Session, probe: Probe) -> int | None:
-    open_ = [p for p in session.scalars(select(Probe).where(
-        Probe.bisection_id == probe.bisection_id, Probe.round == probe.round))
-        if p.status not in PROBE_ENDED]
+    open_ = [
+        p
+        for p in session.scalars(
+            select(Probe).where(
+                Probe.bisection_id == probe.bisection_id, Probe.round == probe.round
+            )
+        )
+        if p.status not in PROBE_ENDED
+    ]
     return None if open_ else probe.bisection_id
 
 
@@ -322,10 +354,20 @@ def resume(bisection_id: int) -> int:
         bisection = session.get(Bisection, bisection_id)
         if bisection is None:
             raise NotFound(f"bisection {bisection_id} does not exist")
-        pending = [(p.id, bisection.queue) for p in probes_of(session, bisection_id)
-                   if p.status not in PROBE_ENDED] if bisection.status == BisectionStatus.RUNNING else []
-    send([probe_step(probe_id, queue) for probe_id, queue in pending] if pending
-         else step(bisection_id))
+        pending = (
+            [
+                (p.id, bisection.queue)
+                for p in probes_of(session, bisection_id)
+                if p.status not in PROBE_ENDED
+            ]
+            if bisection.status == BisectionStatus.RUNNING
+            else []
+        )
+    send(
+        [probe_step(probe_id, queue) for probe_id, queue in pending]
+        if pending
+        else step(bisection_id)
+    )
     return len(pending)
 
 
@@ -382,13 +424,15 @@ def measure_probe(probe_id: int, *, worker: str) -> int | None:
         probe.started_at = utcnow()
         bisection = session.get(Bisection, probe.bisection_id)
         assert bisection is not None
-        request = ProbeRequest(probe.sha, probe.index, tuple(probe.benchmarks),
-                               probe.samples_wanted, probe.purpose)
+        request = ProbeRequest(
+            probe.sha, probe.index, tuple(probe.benchmarks), probe.samples_wanted, probe.purpose
+        )
         bisection_id = bisection.id
         provider = provider_for(bisection, settings)
         measurer = measurer_for(bisection, settings)
-        runner = failure_driver.run_failure_probe if failure_driver.is_failure(bisection) \
-            else run_probe
+        runner = (
+            failure_driver.run_failure_probe if failure_driver.is_failure(bisection) else run_probe
+        )
     result = runner(request, build=provider.prepare, measurer=measurer)
     with session_scope() as session:
         # The bisection's lock orders the probes of a round: exactly one sees the round end.
@@ -445,12 +489,20 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
         run = session.get(Run, run_id)
         if run is None:
             raise NotFound(f"run {run_id} does not exist")
-        regressions = list(session.scalars(
-            select(Regression).join(Alert, Regression.alert_id == Alert.id).where(
-                Regression.run_id == run_id, Alert.kind == "regression",
-                Regression.direction == "regression", Regression.confirmation == Confirmation.REPRODUCED,
-                Regression.metric == "latency",
-            ).order_by(Regression.id)))
+        regressions = list(
+            session.scalars(
+                select(Regression)
+                .join(Alert, Regression.alert_id == Alert.id)
+                .where(
+                    Regression.run_id == run_id,
+                    Alert.kind == "regression",
+                    Regression.direction == "regression",
+                    Regression.confirmation == Confirmation.REPRODUCED,
+                    Regression.metric == "latency",
+                )
+                .order_by(Regression.id)
+            )
+        )
         if not regressions:
             return NightBisection()
         commits = run.commit_range or []
@@ -458,38 +510,63 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
             return NightBisection()
         provider = spec_from_settings(settings)
         if provider is None:
-            _note(run, "bisection: none (no build provider configured: set "
-                       "NIGHTBENCH_BISECT_PROVIDER and NIGHTBENCH_SOURCE_REPO_PATH)")
+            _note(
+                run,
+                "bisection: none (no build provider configured: set "
+                "NIGHTBENCH_BISECT_PROVIDER and NIGHTBENCH_SOURCE_REPO_PATH)",
+            )
             return NightBisection()
-        existing = session.scalar(select(Bisection).where(Bisection.run_id == run_id)
-                                  .order_by(Bisection.id.desc()).limit(1))
+        existing = session.scalar(
+            select(Bisection)
+            .where(Bisection.run_id == run_id)
+            .order_by(Bisection.id.desc())
+            .limit(1)
+        )
         if existing is not None:
             return NightBisection(pending=existing.status == BisectionStatus.RUNNING)
         if provider["kind"] == "python-overlay":
             provider["base_sha"] = commits[0]["sha"]
         benchmarks = sorted({r.benchmark for r in regressions})
-        jobs = {j.benchmark: j.queue
-                for j in session.scalars(select(Job).where(Job.run_id == run_id))}
+        jobs = {
+            j.benchmark: j.queue for j in session.scalars(select(Job).where(Job.run_id == run_id))
+        }
         bisection = create_bisection(
-            session, commits=commits, benchmarks=benchmarks, provider=provider,
+            session,
+            commits=commits,
+            benchmarks=benchmarks,
+            provider=provider,
             config=night_search_config(settings),
-            repo=provider.get("repo"), run_id=run_id, alert_id=regressions[0].alert_id,
-            regression_ids=[r.id for r in regressions], queue=jobs.get(benchmarks[0], "cpu"),
+            repo=provider.get("repo"),
+            run_id=run_id,
+            alert_id=regressions[0].alert_id,
+            regression_ids=[r.id for r in regressions],
+            queue=jobs.get(benchmarks[0], "cpu"),
         )
-        _note(run, f"bisection {bisection.id}: {len(commits) - 1} commit(s), "
-                   f"{len(benchmarks)} benchmark(s)")
+        _note(
+            run,
+            f"bisection {bisection.id}: {len(commits) - 1} commit(s), "
+            f"{len(benchmarks)} benchmark(s)",
+        )
         bisection_id = bisection.id
-    log.info("run %s: bisecting %d benchmark(s) over %d commit(s) in bisection %s",
-             run_id, len(benchmarks), len(commits) - 1, bisection_id)
+    log.info(
+        "run %s: bisecting %d benchmark(s) over %d commit(s) in bisection %s",
+        run_id,
+        len(benchmarks),
+        len(commits) - 1,
+        bisection_id,
+    )
     return NightBisection(pending=True, steps=tuple(step(bisection_id)))
 
 
 def night_search_config(settings: Settings) -> SearchConfig:
     """The search settings of a night's bisection: its latency regressions are slowdowns, so
     the bad endpoint must measure slower (``SearchConfig.slower``)."""
-    return SearchConfig(workers=settings.bisect_workers, initial_samples=settings.bisect_samples,
-                        max_samples=max(settings.bisect_max_samples, settings.bisect_samples),
-                        slower=True)
+    return SearchConfig(
+        workers=settings.bisect_workers,
+        initial_samples=settings.bisect_samples,
+        max_samples=max(settings.bisect_max_samples, settings.bisect_samples),
+        slower=True,
+    )
 
 
 def _note(run: Run, text: str) -> None:

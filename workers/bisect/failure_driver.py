@@ -54,9 +54,16 @@ def is_failure(bisection: Bisection) -> bool:
 
 
 def create_failure_bisection(
-    session: Session, *, commits: Sequence[CommitInfo | Mapping[str, Any]], benchmark: str,
-    provider: Mapping[str, Any], alert_id: int | None = None, queue: str = "cpu",
-    workers: int = 1, repo: str | None = None, issue: str | None = None,
+    session: Session,
+    *,
+    commits: Sequence[CommitInfo | Mapping[str, Any]],
+    benchmark: str,
+    provider: Mapping[str, Any],
+    alert_id: int | None = None,
+    queue: str = "cpu",
+    workers: int = 1,
+    repo: str | None = None,
+    issue: str | None = None,
     error: str | None = None,
 ) -> Bisection:
     """Record a failure bisection of ``commits`` for ``benchmark`` (flushes; the caller commits,
@@ -86,11 +93,25 @@ def create_failure_bisection(
     if provider.get("kind") not in KINDS:
         raise InvalidInput(f"provider: unknown build provider {provider.get('kind')!r}")
     bisection = Bisection(
-        run_id=None, alert_id=alert_id, status="running", repo=repo, good=rows[0]["sha"],
-        bad=rows[-1]["sha"], commits=rows, benchmarks=[benchmark], regression_ids=[],
-        config={"kind": FAILURE, "workers": workers, "measure": {"suite": True},
-                "issue": issue, "error": error},
-        provider=dict(provider), queue=queue)
+        run_id=None,
+        alert_id=alert_id,
+        status="running",
+        repo=repo,
+        good=rows[0]["sha"],
+        bad=rows[-1]["sha"],
+        commits=rows,
+        benchmarks=[benchmark],
+        regression_ids=[],
+        config={
+            "kind": FAILURE,
+            "workers": workers,
+            "measure": {"suite": True},
+            "issue": issue,
+            "error": error,
+        },
+        provider=dict(provider),
+        queue=queue,
+    )
     session.add(bisection)
     session.flush()
     return bisection
@@ -98,9 +119,12 @@ def create_failure_bisection(
 
 def replay_failures(bisection: Bisection, probes: Sequence[Probe]) -> FailureSearch:
     """The search's state after the last round whose probes have all ended, from the rows."""
-    state = start_failure_search([c["sha"] for c in bisection.commits], bisection.benchmarks[0],
-                                 int(bisection.config.get("workers", 1)),
-                                 error=bisection.config.get("error"))
+    state = start_failure_search(
+        [c["sha"] for c in bisection.commits],
+        bisection.benchmarks[0],
+        int(bisection.config.get("workers", 1)),
+        error=bisection.config.get("error"),
+    )
     by_round: dict[int, list[Probe]] = {}
     for p in probes:
         by_round.setdefault(p.round, []).append(p)
@@ -116,18 +140,34 @@ def _probe(row: Probe, benchmark: str) -> FailureProbe:
     """A probe row as the search reads it: skipped (did not build), or its runs: one sample
     per run that ran, the others failed."""
     if row.status == ProbeStatus.SKIPPED:
-        return FailureProbe(row.index, row.sha, row.purpose, detail=row.reason or "did not build",
-                            skipped=True, round=row.round)
+        return FailureProbe(
+            row.index,
+            row.sha,
+            row.purpose,
+            detail=row.reason or "did not build",
+            skipped=True,
+            round=row.round,
+        )
     ran = len((row.samples or {}).get(benchmark) or [])
     failed = max(row.samples_wanted - ran, 0)
-    detail = (row.errors or {}).get(benchmark) or ("the benchmark gave no samples" if failed
-                                                    else None)
-    return FailureProbe(row.index, row.sha, row.purpose, ran, failed, detail, round=row.round,
-                        build_seconds=row.build_seconds)
+    detail = (row.errors or {}).get(benchmark) or (
+        "the benchmark gave no samples" if failed else None
+    )
+    return FailureProbe(
+        row.index,
+        row.sha,
+        row.purpose,
+        ran,
+        failed,
+        detail,
+        round=row.round,
+        build_seconds=row.build_seconds,
+    )
 
 
-def run_failure_probe(request: ProbeRequest, *, build: Callable[[str], BuildEnvironment],
-                      measurer: Measurer) -> ProbeResult:
+def run_failure_probe(
+    request: ProbeRequest, *, build: Callable[[str], BuildEnvironment], measurer: Measurer
+) -> ProbeResult:
     """Build a failure probe's commit and run its benchmark in ``request.samples`` suite
     processes, one timed iteration each.
 
@@ -147,14 +187,23 @@ def run_failure_probe(request: ProbeRequest, *, build: Callable[[str], BuildEnvi
             taken.append(measurer.measure_once(env, benchmark, 1)[0])
         except MeasureError as exc:
             errors.append(exc.message)
-    failed = {benchmark: f"{errors[-1]} ({len(errors)} of {request.samples} runs failed)"
-              } if errors else {}
-    return ProbeResult(request.sha, request.purpose, {benchmark: tuple(taken)},
-                       build_seconds=env.build_seconds, errors=failed)
+    failed = (
+        {benchmark: f"{errors[-1]} ({len(errors)} of {request.samples} runs failed)"}
+        if errors
+        else {}
+    )
+    return ProbeResult(
+        request.sha,
+        request.purpose,
+        {benchmark: tuple(taken)},
+        build_seconds=env.build_seconds,
+        errors=failed,
+    )
 
 
-def advance_failures(session: Session, bisection: Bisection,
-                     probes: Sequence[Probe]) -> tuple[list[Probe], bool]:
+def advance_failures(
+    session: Session, bisection: Bisection, probes: Sequence[Probe]
+) -> tuple[list[Probe], bool]:
     """Plan the next round of a failure bisection whose last round has ended, or store its
     outcome (flushes only; the caller holds the bisection's row lock).
 
@@ -166,17 +215,26 @@ def advance_failures(session: Session, bisection: Bisection,
         return [], False  # this round is planned already and still running
     planned = next_failure_probes(state)
     if planned:
-        rows = [Probe(bisection_id=bisection.id, round=state.round, sha=p.sha, index=p.index,
-                      purpose=p.purpose, benchmarks=[state.benchmark],
-                      samples_wanted=RUNS, status="queued", attempts=0)
-                for p in planned]
+        rows = [
+            Probe(
+                bisection_id=bisection.id,
+                round=state.round,
+                sha=p.sha,
+                index=p.index,
+                purpose=p.purpose,
+                benchmarks=[state.benchmark],
+                samples_wanted=RUNS,
+                status="queued",
+                attempts=0,
+            )
+            for p in planned
+        ]
         session.add_all(rows)
         session.flush()
         return rows, False
     final = failure_outcome(state)
     assert final is not None
-    bisection.result = failure_outcome_json(state, final,
-                                            {c["sha"]: c for c in bisection.commits})
+    bisection.result = failure_outcome_json(state, final, {c["sha"]: c for c in bisection.commits})
     bisection.outcome = final.kind
     bisection.builds, bisection.rounds = final.builds, final.rounds
     bisection.status = "done"
@@ -185,8 +243,9 @@ def advance_failures(session: Session, bisection: Bisection,
     return [], True
 
 
-def failure_outcome_json(state: FailureSearch, result: FailureOutcome,
-                         commits: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def failure_outcome_json(
+    state: FailureSearch, result: FailureOutcome, commits: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
     """The outcome in the shape of a latency bisection's (``workers.bisect.report.outcome_json``:
     ``culprits``, ``benchmarks``, ``probes``), plus ``search: "failure"``, ``error``, the
     benchmark's error at the culprit, and ``other``, the probes that failed differently from
@@ -194,27 +253,62 @@ def failure_outcome_json(state: FailureSearch, result: FailureOutcome,
     culprits = []
     if result.culprit is not None:
         info = _commit_info(commits[result.culprit])
-        culprits.append({
-            "sha": info.sha, "title": info.title or None, "author": info.author_name or None,
-            "author_email": info.author_email or None, "pr_number": info.pr_number,
-            "date": info.date.isoformat(), "benchmarks": [state.benchmark],
-            "change": {state.benchmark: None}})
+        culprits.append(
+            {
+                "sha": info.sha,
+                "title": info.title or None,
+                "author": info.author_name or None,
+                "author_email": info.author_email or None,
+                "pr_number": info.pr_number,
+                "date": info.date.isoformat(),
+                "benchmarks": [state.benchmark],
+                "change": {state.benchmark: None},
+            }
+        )
     return {
-        "search": FAILURE, "outcome": result.kind, "good": state.commits[0],
-        "bad": state.commits[-1], "commits": len(state.commits) - 1, "builds": result.builds,
-        "rounds": result.rounds, "culprits": culprits, "error": result.error,
-        "benchmarks": [{"benchmark": state.benchmark, "status": result.kind,
-                        "culprit": result.culprit, "range": list(result.range), "change": None,
-                        "reason": result.reason}],
+        "search": FAILURE,
+        "outcome": result.kind,
+        "good": state.commits[0],
+        "bad": state.commits[-1],
+        "commits": len(state.commits) - 1,
+        "builds": result.builds,
+        "rounds": result.rounds,
+        "culprits": culprits,
+        "error": result.error,
+        "benchmarks": [
+            {
+                "benchmark": state.benchmark,
+                "status": result.kind,
+                "culprit": result.culprit,
+                "range": list(result.range),
+                "change": None,
+                "reason": result.reason,
+            }
+        ],
         "skipped": [{"sha": p.sha, "reason": p.detail} for p in state.probes if p.skipped],
         "other": [{"sha": p.sha, "error": p.detail} for p in state.probes if p.status == OTHER],
         "probes": [
-            {"round": p.round, "sha": p.sha, "index": p.index, "purpose": p.purpose,
-             "status": "skipped" if p.skipped else "measured", "build_seconds": p.build_seconds,
-             "reason": p.detail if p.skipped else None,
-             "results": [] if p.skipped else [
-                 {"benchmark": state.benchmark, "samples": [], "vs_good": None, "vs_bad": None,
-                  "side": {RAN: "good", FAILED: "bad"}.get(p.status, "undecided"),
-                  "error": p.detail if p.failed or p.other else None}]}
-            for p in state.probes],
+            {
+                "round": p.round,
+                "sha": p.sha,
+                "index": p.index,
+                "purpose": p.purpose,
+                "status": "skipped" if p.skipped else "measured",
+                "build_seconds": p.build_seconds,
+                "reason": p.detail if p.skipped else None,
+                "results": []
+                if p.skipped
+                else [
+                    {
+                        "benchmark": state.benchmark,
+                        "samples": [],
+                        "vs_good": None,
+                        "vs_bad": None,
+                        "side": {RAN: "good", FAILED: "bad"}.get(p.status, "undecided"),
+                        "error": p.detail if p.failed or p.other else None,
+                    }
+                ],
+            }
+            for p in state.probes
+        ],
     }

@@ -53,9 +53,22 @@ RAN, FAILED, MIXED, SKIPPED, OTHER = "ran", "failed", "mixed", "skipped", "other
 RUNS = 2
 """Suite processes a probe runs the benchmark in."""
 
-__all__ = ["FAILED", "MIXED", "OTHER", "RAN", "RUNS", "SKIPPED", "FailureOutcome", "FailureProbe",
-           "FailureSearch", "failure_outcome", "failure_signature", "next_failure_probes",
-           "record_failures", "start_failure_search"]
+__all__ = [
+    "FAILED",
+    "MIXED",
+    "OTHER",
+    "RAN",
+    "RUNS",
+    "SKIPPED",
+    "FailureOutcome",
+    "FailureProbe",
+    "FailureSearch",
+    "failure_outcome",
+    "failure_signature",
+    "next_failure_probes",
+    "record_failures",
+    "start_failure_search",
+]
 
 _EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
 _NAMED = re.compile(r"^(?:[\w.\-]+(?::[\w.\-]+)+: )?([A-Z][\w.]*)(?=: | \(at |$)")
@@ -183,8 +196,9 @@ class FailureOutcome:
     rounds: int
 
 
-def start_failure_search(commits: Sequence[str], benchmark: str, workers: int = 1,
-                         error: str | None = None) -> FailureSearch:
+def start_failure_search(
+    commits: Sequence[str], benchmark: str, workers: int = 1, error: str | None = None
+) -> FailureSearch:
     """A new failure bisection of ``commits`` (good endpoint first) for ``benchmark``, whose
     night failed with ``error`` (None: every failure counts as the night's).
 
@@ -199,8 +213,7 @@ def start_failure_search(commits: Sequence[str], benchmark: str, workers: int = 
         raise InvalidInput("benchmark: a failure bisection needs the failing benchmark")
     if workers < 1:
         raise InvalidInput(f"workers must be at least 1, got {workers}")
-    return FailureSearch(tuple(commits), benchmark, workers,
-                         signature=failure_signature(error))
+    return FailureSearch(tuple(commits), benchmark, workers, signature=failure_signature(error))
 
 
 def next_failure_probes(state: FailureSearch) -> list[FailureProbe]:
@@ -209,8 +222,7 @@ def next_failure_probes(state: FailureSearch) -> list[FailureProbe]:
     decided = _decide(state)
     if isinstance(decided, FailureOutcome):
         return []
-    return [FailureProbe(i, state.commits[i], purpose, round=state.round)
-            for i, purpose in decided]
+    return [FailureProbe(i, state.commits[i], purpose, round=state.round) for i, purpose in decided]
 
 
 def record_failures(state: FailureSearch, results: Sequence[FailureProbe]) -> FailureSearch:
@@ -223,15 +235,24 @@ def record_failures(state: FailureSearch, results: Sequence[FailureProbe]) -> Fa
     wanted = [(p.index, p.purpose) for p in next_failure_probes(state)]
     given = [(r.index, r.purpose) for r in results]
     if sorted(given) != sorted(wanted):
-        raise InvalidInput(f"round {state.round}: expected probes {sorted(wanted)}, got "
-                           f"{sorted(given)}")
+        raise InvalidInput(
+            f"round {state.round}: expected probes {sorted(wanted)}, got {sorted(given)}"
+        )
     for r in results:
-        if r.sha != state.commits[r.index] or r.ran < 0 or r.failed < 0 \
-                or not (r.skipped or r.ran + r.failed + r.other):
-            raise InvalidInput(f"round {state.round}: probe {r.index} ({r.sha[:10]}) has no run "
-                               "or the wrong commit")
-    rows = tuple(_judged(replace(r, round=state.round), state.signature)
-                 for r in sorted(results, key=lambda r: r.index))
+        if (
+            r.sha != state.commits[r.index]
+            or r.ran < 0
+            or r.failed < 0
+            or not (r.skipped or r.ran + r.failed + r.other)
+        ):
+            raise InvalidInput(
+                f"round {state.round}: probe {r.index} ({r.sha[:10]}) has no run "
+                "or the wrong commit"
+            )
+    rows = tuple(
+        _judged(replace(r, round=state.round), state.signature)
+        for r in sorted(results, key=lambda r: r.index)
+    )
     return replace(state, round=state.round + 1, probes=state.probes + rows)
 
 
@@ -287,24 +308,39 @@ def _decide(s: FailureSearch) -> FailureOutcome | list[tuple[int, str]]:
     lo = max(i for i, v in seen.items() if v == RAN and i < hi)
     later = [i for i, v in seen.items() if v == RAN and i > hi]
     if later:
-        return _end(s, INCONCLUSIVE, None, range(lo + 1, max(later) + 1), (
-            f"it ran at {s.commits[max(later)][:10]}, after failing at {s.commits[hi][:10]}: "
-            "the failure comes and goes, so no commit is named"))
+        return _end(
+            s,
+            INCONCLUSIVE,
+            None,
+            range(lo + 1, max(later) + 1),
+            (
+                f"it ran at {s.commits[max(later)][:10]}, after failing at {s.commits[hi][:10]}: "
+                "the failure comes and goes, so no commit is named"
+            ),
+        )
     tied = [i for i in range(lo + 1, hi) if seen.get(i) == MIXED]
     open_ = [i for i in range(lo + 1, hi) if i not in seen]
     if tied or open_:
         fresh = _spread(open_, lo, hi, max(s.workers - len(tied), 0)) if open_ else []
         return sorted([(i, SEARCH) for i in tied + fresh])
     if hi > lo + 1:
-        return _end(s, INCONCLUSIVE, None, range(lo + 1, hi + 1), (
-            f"the {hi - lo - 1} commit(s) between {s.commits[lo][:10]} (runs) and "
-            f"{s.commits[hi][:10]} (fails) did not build, failed differently, or ran and "
-            "failed by turns"))
+        return _end(
+            s,
+            INCONCLUSIVE,
+            None,
+            range(lo + 1, hi + 1),
+            (
+                f"the {hi - lo - 1} commit(s) between {s.commits[lo][:10]} (runs) and "
+                f"{s.commits[hi][:10]} (fails) did not build, failed differently, or ran and "
+                "failed by turns"
+            ),
+        )
     return _verify(s, seen, lo, hi)
 
 
-def _verify(s: FailureSearch, seen: dict[int, str], lo: int, hi: int
-            ) -> FailureOutcome | list[tuple[int, str]]:
+def _verify(
+    s: FailureSearch, seen: dict[int, str], lo: int, hi: int
+) -> FailureOutcome | list[tuple[int, str]]:
     """Parent ``lo`` and child ``hi`` probed once more: the culprit when every run agrees,
     else a range widened to the next commit judged on the side that disagreed."""
     again = {p.index: p for p in s.probes if p.purpose == VERIFY}
@@ -314,16 +350,36 @@ def _verify(s: FailureSearch, seen: dict[int, str], lo: int, hi: int
     if parent.status == RAN and child.status == FAILED:
         ran = [p for p in s.probes if p.index == lo]
         failed = [p for p in s.probes if p.index == hi]
-        return _end(s, CULPRIT, hi, range(hi, hi + 1), (
-            f"it runs at its parent {s.commits[lo][:10]} ({_count(ran, 'ran')}) and fails from "
-            f"{s.commits[hi][:10]} on ({_count(failed, 'failed')})"))
-    first = max([i for i, v in seen.items() if v == RAN and i < lo], default=0) \
-        if parent.status != RAN else lo
-    end = min([i for i, v in seen.items() if v == FAILED and i > hi], default=len(s.commits) - 1) \
-        if child.status != FAILED else hi
-    return _end(s, INCONCLUSIVE, None, range(first + 1, end + 1), (
-        f"probed again, {s.commits[lo][:10]} {_word(parent)} and {s.commits[hi][:10]} "
-        f"{_word(child)}: the failure comes and goes, so no commit is named"))
+        return _end(
+            s,
+            CULPRIT,
+            hi,
+            range(hi, hi + 1),
+            (
+                f"it runs at its parent {s.commits[lo][:10]} ({_count(ran, 'ran')}) and fails from "
+                f"{s.commits[hi][:10]} on ({_count(failed, 'failed')})"
+            ),
+        )
+    first = (
+        max([i for i, v in seen.items() if v == RAN and i < lo], default=0)
+        if parent.status != RAN
+        else lo
+    )
+    end = (
+        min([i for i, v in seen.items() if v == FAILED and i > hi], default=len(s.commits) - 1)
+        if child.status != FAILED
+        else hi
+    )
+    return _end(
+        s,
+        INCONCLUSIVE,
+        None,
+        range(first + 1, end + 1),
+        (
+            f"probed again, {s.commits[lo][:10]} {_word(parent)} and {s.commits[hi][:10]} "
+            f"{_word(child)}: the failure comes and goes, so no commit is named"
+        ),
+    )
 
 
 def _spread(open_: list[int], lo: int, hi: int, workers: int) -> list[int]:
@@ -371,20 +427,28 @@ def _unreproduced(s: FailureSearch, seen: dict[int, str]) -> str:
 
     parts = []
     if seen[0] != RAN:
-        parts.append(f"the last good build {s.commits[0][:10]} {word(0)}"
-                     + ("" if seen[0] == OTHER else " too"))
+        parts.append(
+            f"the last good build {s.commits[0][:10]} {word(0)}"
+            + ("" if seen[0] == OTHER else " too")
+        )
     if seen[last] != FAILED:
         parts.append(f"the first failing build {s.commits[last][:10]} {word(last)}")
-    return "; ".join(parts) + (": the failure is not this range's (it comes and goes, or the "
-                               "night's machine caused it)")
+    return "; ".join(parts) + (
+        ": the failure is not this range's (it comes and goes, or the night's machine caused it)"
+    )
 
 
-def _end(s: FailureSearch, kind: str, culprit: int | None, span: range,
-         reason: str) -> FailureOutcome:
+def _end(
+    s: FailureSearch, kind: str, culprit: int | None, span: range, reason: str
+) -> FailureOutcome:
     failed = [p for p in s.probes if p.failed and p.detail]
     at = [p for p in failed if p.index == culprit] or sorted(failed, key=lambda p: p.index)
     return FailureOutcome(
-        kind=kind, culprit=s.commits[culprit] if culprit is not None else None,
-        range=tuple(s.commits[i] for i in span), reason=reason,
+        kind=kind,
+        culprit=s.commits[culprit] if culprit is not None else None,
+        range=tuple(s.commits[i] for i in span),
+        reason=reason,
         error=at[0].detail if at else None,
-        builds=len({p.sha for p in s.probes if not p.skipped}), rounds=s.round)
+        builds=len({p.sha for p in s.probes if not p.skipped}),
+        rounds=s.round,
+    )

@@ -43,8 +43,13 @@ from workers.builds.checkout import CheckoutProvider
 from workers.commits import CommitInfo, local_commit_range
 
 __all__ = [
-    "BisectionReport", "BuildCache", "bisect_repository", "command_benchmarks", "run_bisection",
-    "run_probe", "run_round",
+    "BisectionReport",
+    "BuildCache",
+    "bisect_repository",
+    "command_benchmarks",
+    "run_bisection",
+    "run_probe",
+    "run_round",
 ]
 
 
@@ -86,8 +91,9 @@ class BuildCache:
             self.provider.release(env)
 
 
-def run_probe(request: ProbeRequest, *, build: Callable[[str], BuildEnvironment],
-              measurer: Measurer) -> ProbeResult:
+def run_probe(
+    request: ProbeRequest, *, build: Callable[[str], BuildEnvironment], measurer: Measurer
+) -> ProbeResult:
     """Build (or reuse) a probe's commit and measure the requested benchmarks on that one build.
 
     Args:
@@ -111,8 +117,9 @@ def run_probe(request: ProbeRequest, *, build: Callable[[str], BuildEnvironment]
             samples[benchmark] = measurer.measure(env, benchmark, request.samples)
         except MeasureError as exc:
             errors[benchmark] = exc.message
-    return ProbeResult(request.sha, request.purpose, samples, build_seconds=env.build_seconds,
-                       errors=errors)
+    return ProbeResult(
+        request.sha, request.purpose, samples, build_seconds=env.build_seconds, errors=errors
+    )
 
 
 @dataclass(frozen=True)
@@ -197,15 +204,23 @@ def run_round(
     envs = _build_round(requests, build=build, workers=workers)
     taken, slot_of, errors = _measure_interleaved(requests, envs, measurer)
     results = []
-    for request, env, got, where, failed in zip(requests, envs, taken, slot_of, errors,
-                                                strict=True):
+    for request, env, got, where, failed in zip(
+        requests, envs, taken, slot_of, errors, strict=True
+    ):
         if isinstance(env, BuildError):
             results.append(ProbeResult(request.sha, request.purpose, skipped=env.detail()))
             continue
         samples = {b: tuple(v) for b, v in got.items() if b not in failed and v}
-        results.append(ProbeResult(request.sha, request.purpose, samples,
-                                   build_seconds=env.build_seconds, errors=failed,
-                                   slots={b: tuple(where[b]) for b in samples}))
+        results.append(
+            ProbeResult(
+                request.sha,
+                request.purpose,
+                samples,
+                build_seconds=env.build_seconds,
+                errors=failed,
+                slots={b: tuple(where[b]) for b in samples},
+            )
+        )
     return results
 
 
@@ -225,7 +240,8 @@ def _build_round(
 
 
 def _measure_interleaved(
-    requests: Sequence[ProbeRequest], envs: Sequence[BuildEnvironment | BuildError],
+    requests: Sequence[ProbeRequest],
+    envs: Sequence[BuildEnvironment | BuildError],
     measurer: Measurer,
 ) -> tuple[list[dict[str, list[float]]], list[dict[str, list[int]]], list[dict[str, str]]]:
     """Measure a round's built commits slot by slot (see :func:`run_round`).
@@ -239,8 +255,9 @@ def _measure_interleaved(
     slots = max(1, min(measurer.processes, max(r.samples for r in requests)))
     # A command may print fewer samples than asked: a few more turns make up the count.
     for slot in range(slots + 3):
-        for request, env, got, where, failed in zip(requests, envs, taken, slot_of, errors,
-                                                    strict=True):
+        for request, env, got, where, failed in zip(
+            requests, envs, taken, slot_of, errors, strict=True
+        ):
             if isinstance(env, BuildError):
                 continue
             for benchmark in request.benchmarks:
@@ -284,8 +301,7 @@ def run_bisection(
             return state
         if on_round:
             on_round(state, requests)
-        results = run_round(requests, build=build, measurer=measurer,
-                            workers=state.config.workers)
+        results = run_round(requests, build=build, measurer=measurer, workers=state.config.workers)
         if on_probe:
             for request, result in zip(requests, results, strict=True):
                 on_probe(request, result)
@@ -342,8 +358,9 @@ def bisect_repository(
     state = start([c.sha for c in commits], names, config)
     cache = BuildCache(provider)
     try:
-        state = run_bisection(state, build=cache.get, measurer=measurer, on_round=on_round,
-                              on_probe=on_probe)
+        state = run_bisection(
+            state, build=cache.get, measurer=measurer, on_round=on_round, on_probe=on_probe
+        )
     finally:
         if not keep_builds:
             cache.release_all()

@@ -128,8 +128,14 @@ class SuiteMeasurer:
         processes: suite processes a probe's samples are spread over.
     """
 
-    def __init__(self, *, timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S, threads: int = 1,
-                 warmup: int = 3, processes: int = 2) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S,
+        threads: int = 1,
+        warmup: int = 3,
+        processes: int = 2,
+    ) -> None:
         if processes < 1:
             raise InvalidInput(f"processes must be at least 1, got {processes}")
         self.timeout_s = timeout_s
@@ -167,10 +173,25 @@ class SuiteMeasurer:
             p for p in (environ.get("PYTHONPATH", ""), str(REPO_ROOT)) if p
         )
         args = [
-            "run", "--model", b.model, "--mode", b.mode, "--device", b.device,
-            "--compiler", b.compiler, "--iterations", str(samples),
-            "--max-iterations", str(samples), "--min-seconds", "0",
-            "--warmup", str(self.warmup), "--threads", str(self.threads),
+            "run",
+            "--model",
+            b.model,
+            "--mode",
+            b.mode,
+            "--device",
+            b.device,
+            "--compiler",
+            b.compiler,
+            "--iterations",
+            str(samples),
+            "--max-iterations",
+            str(samples),
+            "--min-seconds",
+            "0",
+            "--warmup",
+            str(self.warmup),
+            "--threads",
+            str(self.threads),
         ]
         # No cwd: the runner's scratch directory, so a checkout's own package directory does not
         # shadow what the build installed.
@@ -207,8 +228,13 @@ class CommandMeasurer:
         InvalidInput: no command, an empty one, or ``processes`` < 1.
     """
 
-    def __init__(self, commands: Mapping[str, str], *,
-                 timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S, processes: int = 12) -> None:
+    def __init__(
+        self,
+        commands: Mapping[str, str],
+        *,
+        timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S,
+        processes: int = 12,
+    ) -> None:
         if not commands or not all(c.strip() for c in commands.values()):
             raise InvalidInput("command: give a non-empty benchmark command")
         if processes < 1:
@@ -244,8 +270,15 @@ class CommandMeasurer:
         environ = _quiet_env(env)
         environ[SAMPLES_ENV] = str(samples)
         try:
-            proc = subprocess.run(command, shell=True, capture_output=True, text=True,
-                                  env=environ, cwd=env.workdir, timeout=self.timeout_s)
+            proc = subprocess.run(
+                command,
+                shell=True,
+                capture_output=True,
+                text=True,
+                env=environ,
+                cwd=env.workdir,
+                timeout=self.timeout_s,
+            )
         except subprocess.TimeoutExpired as exc:
             raise MeasureError(f"{command!r} did not finish in {self.timeout_s:.0f} s") from exc
         if proc.returncode != 0:

@@ -13,8 +13,9 @@ from workers.bisect.state import BisectionState, Outcome
 from workers.commits import CommitInfo
 
 
-def outcome_json(state: BisectionState, result: Outcome,
-                 info: Mapping[str, CommitInfo] | None = None) -> dict[str, object]:
+def outcome_json(
+    state: BisectionState, result: Outcome, info: Mapping[str, CommitInfo] | None = None
+) -> dict[str, object]:
     """The JSON form of a bisection's outcome (see
     :meth:`workers.bisect.local_driver.BisectionReport.as_json`)."""
     info = info or {}
@@ -22,16 +23,18 @@ def outcome_json(state: BisectionState, result: Outcome,
     culprits = []
     for sha, names in result.culprits:
         c = info.get(sha)
-        culprits.append({
-            "sha": sha,
-            "title": c.title if c else None,
-            "author": c.author_name if c else None,
-            "author_email": c.author_email if c else None,
-            "pr_number": c.pr_number if c else None,
-            "date": c.date.isoformat() if c else None,
-            "benchmarks": list(names),
-            "change": {n: changes.get(n) for n in names},
-        })
+        culprits.append(
+            {
+                "sha": sha,
+                "title": c.title if c else None,
+                "author": c.author_name if c else None,
+                "author_email": c.author_email if c else None,
+                "pr_number": c.pr_number if c else None,
+                "date": c.date.isoformat() if c else None,
+                "benchmarks": list(names),
+                "change": {n: changes.get(n) for n in names},
+            }
+        )
     return {
         "outcome": result.kind,
         "good": state.good,
@@ -41,18 +44,35 @@ def outcome_json(state: BisectionState, result: Outcome,
         "rounds": result.rounds,
         "culprits": culprits,
         "benchmarks": [
-            {"benchmark": b.benchmark, "status": b.status, "culprit": b.culprit,
-             "range": list(b.range), "change": b.change, "reason": b.reason}
+            {
+                "benchmark": b.benchmark,
+                "status": b.status,
+                "culprit": b.culprit,
+                "range": list(b.range),
+                "change": b.change,
+                "reason": b.reason,
+            }
             for b in result.benchmarks
         ],
         "skipped": [{"sha": sha, "reason": reason} for sha, reason in result.skipped],
         "probes": [
             {
-                "round": p.round, "sha": p.sha, "index": p.index, "purpose": p.purpose,
-                "status": p.status, "build_seconds": p.build_seconds, "reason": p.reason,
+                "round": p.round,
+                "sha": p.sha,
+                "index": p.index,
+                "purpose": p.purpose,
+                "status": p.status,
+                "build_seconds": p.build_seconds,
+                "reason": p.reason,
                 "results": [
-                    {"benchmark": r.benchmark, "samples": list(r.samples), "vs_good": r.vs_good,
-                     "vs_bad": r.vs_bad, "side": r.side, "error": r.error}
+                    {
+                        "benchmark": r.benchmark,
+                        "samples": list(r.samples),
+                        "vs_good": r.vs_good,
+                        "vs_bad": r.vs_bad,
+                        "side": r.side,
+                        "error": r.error,
+                    }
                     for r in p.results
                 ],
             }
@@ -66,9 +86,12 @@ def _commit_info(data: Mapping[str, Any]) -> CommitInfo:
     from datetime import datetime
 
     return CommitInfo(
-        sha=data["sha"], title=data.get("title") or "", author_name=data.get("author") or "",
+        sha=data["sha"],
+        title=data.get("title") or "",
+        author_name=data.get("author") or "",
         author_email=data.get("author_email") or "",
         date=datetime.fromisoformat(data["date"]) if data.get("date") else utcnow(),
-        pr_number=data.get("pr_number"), files=tuple(data.get("files") or ()),
+        pr_number=data.get("pr_number"),
+        files=tuple(data.get("files") or ()),
         parent=data.get("parent"),
     )

@@ -118,12 +118,44 @@ from workers.bisect.verdicts import (
 )
 
 __all__ = [
-    "APART_ALPHA", "BAD", "CULPRIT", "CULPRITS", "DIFFERENT", "ENDPOINT", "GOOD", "INCONCLUSIVE",
-    "MEASURED", "NOT_REPRODUCED", "OUTCOMES", "PAIRED_MIN_SLOTS", "REFERENCE", "REFINE", "SAME",
-    "SEARCH", "SKIPPED", "UNDECIDED", "UNKNOWN", "VERDICTS", "VERIFY", "Batch",
-    "BenchmarkOutcome", "BenchmarkVerdict", "BisectionState", "Classification", "Comparison",
-    "Outcome", "ProbeRecord", "ProbeRequest", "ProbeResult", "SearchConfig", "compare",
-    "floor_builds", "next_probes", "outcome", "record_round", "start",
+    "APART_ALPHA",
+    "BAD",
+    "CULPRIT",
+    "CULPRITS",
+    "DIFFERENT",
+    "ENDPOINT",
+    "GOOD",
+    "INCONCLUSIVE",
+    "MEASURED",
+    "NOT_REPRODUCED",
+    "OUTCOMES",
+    "PAIRED_MIN_SLOTS",
+    "REFERENCE",
+    "REFINE",
+    "SAME",
+    "SEARCH",
+    "SKIPPED",
+    "UNDECIDED",
+    "UNKNOWN",
+    "VERDICTS",
+    "VERIFY",
+    "Batch",
+    "BenchmarkOutcome",
+    "BenchmarkVerdict",
+    "BisectionState",
+    "Classification",
+    "Comparison",
+    "Outcome",
+    "ProbeRecord",
+    "ProbeRequest",
+    "ProbeResult",
+    "SearchConfig",
+    "compare",
+    "floor_builds",
+    "next_probes",
+    "outcome",
+    "record_round",
+    "start",
 ]
 
 
@@ -167,8 +199,10 @@ def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
     if endpoint_tracks:
         more = max(t.endpoint_more for t in endpoint_tracks)
         names = tuple(t.benchmark for t in endpoint_tracks)
-        return (ProbeRequest(commits[0], 0, names, more, ENDPOINT),
-                ProbeRequest(commits[n], n, names, more, ENDPOINT))
+        return (
+            ProbeRequest(commits[0], 0, names, more, ENDPOINT),
+            ProbeRequest(commits[n], n, names, more, ENDPOINT),
+        )
     requests = _remeasurements(state, tracks)
     taken = {i for i, _ in requests}
     free = state.config.workers - sum(1 for _, e in requests if e["purpose"] == REFINE)
@@ -182,8 +216,7 @@ def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
     )
 
 
-def _want(wanted: dict[int, dict], index: int, benchmark: str, samples: int,
-          purpose: str) -> None:
+def _want(wanted: dict[int, dict], index: int, benchmark: str, samples: int, purpose: str) -> None:
     """Ask for ``samples`` of ``benchmark`` at commit ``index`` (merged with earlier asks)."""
     entry = wanted.setdefault(index, {"benchmarks": [], "samples": 0, "purpose": purpose})
     if benchmark not in entry["benchmarks"]:
@@ -210,8 +243,9 @@ def _remeasurements(state: BisectionState, tracks: list[_Track]) -> list[tuple[i
     return verifying + refining[: state.config.workers]
 
 
-def _new_probes(state: BisectionState, searching: list[_Track], free: int,
-                taken: set[int]) -> list[tuple[int, dict]]:
+def _new_probes(
+    state: BisectionState, searching: list[_Track], free: int, taken: set[int]
+) -> list[tuple[int, dict]]:
     """New commits to build, ``free`` of them, spread over the open intervals (the widest per
     slot first); ``taken`` gains the chosen indices."""
     groups: dict[tuple[int, int], list[_Track]] = {}
@@ -220,7 +254,8 @@ def _new_probes(state: BisectionState, searching: list[_Track], free: int,
     slots = {key: 0 for key in groups}
     for _ in range(max(free, 0)):
         open_groups = [
-            key for key in groups
+            key
+            for key in groups
             if slots[key] < len([i for i in groups[key][0].candidates if i not in taken])
         ]
         if not open_groups:
@@ -234,23 +269,34 @@ def _new_probes(state: BisectionState, searching: list[_Track], free: int,
         candidates = [i for i in groups[(lo, hi)][0].candidates if i not in taken]
         for index in _spread(lo, hi, candidates, k):
             taken.add(index)
-            open_here = [t.benchmark for t in searching
-                         if t.lo < index < t.hi and index in t.candidates]
-            new.append((index, {"benchmarks": open_here, "samples": state.config.initial_samples,
-                                "purpose": SEARCH}))
+            open_here = [
+                t.benchmark for t in searching if t.lo < index < t.hi and index in t.candidates
+            ]
+            new.append(
+                (
+                    index,
+                    {
+                        "benchmarks": open_here,
+                        "samples": state.config.initial_samples,
+                        "purpose": SEARCH,
+                    },
+                )
+            )
     return new
 
 
 def _add_references(state: BisectionState, chosen: dict[int, dict], n: int) -> None:
     """Both endpoints again, beside this round's probes: each probe is judged against endpoint
     samples of its own rounds (see :func:`paired`)."""
-    measured = sorted({name for e in chosen.values() for name in e["benchmarks"]},
-                      key=state.benchmarks.index)
+    measured = sorted(
+        {name for e in chosen.values() for name in e["benchmarks"]}, key=state.benchmarks.index
+    )
     most = max(e["samples"] for e in chosen.values())
     for end in (0, n):
         entry = chosen.setdefault(end, {"benchmarks": [], "samples": 0, "purpose": REFERENCE})
-        entry["benchmarks"] = sorted(set(entry["benchmarks"]) | set(measured),
-                                     key=state.benchmarks.index)
+        entry["benchmarks"] = sorted(
+            set(entry["benchmarks"]) | set(measured), key=state.benchmarks.index
+        )
         entry["samples"] = max(entry["samples"], most)
 
 
@@ -300,21 +346,30 @@ def record_round(state: BisectionState, results: Iterable[ProbeResult]) -> Bisec
         for name, reason in r.errors.items():
             errors[(r.sha, name)] = reason
     new_state = replace(
-        state, samples=frozen_mapping(samples), skipped=frozen_mapping(skipped),
+        state,
+        samples=frozen_mapping(samples),
+        skipped=frozen_mapping(skipped),
         errors=frozen_mapping(errors),
     )
     records = []
     for r in results:
         index = index_of[r.sha]
         if r.skipped is not None:
-            records.append(ProbeRecord(state.round, r.sha, index, r.purpose, SKIPPED,
-                                       r.build_seconds, (), r.skipped))
+            records.append(
+                ProbeRecord(
+                    state.round, r.sha, index, r.purpose, SKIPPED, r.build_seconds, (), r.skipped
+                )
+            )
             continue
         verdicts = [_verdict(new_state, r, name, index) for name in r.samples]
-        verdicts += [BenchmarkVerdict(name, (), None, None, None, error)
-                     for name, error in r.errors.items()]
-        records.append(ProbeRecord(state.round, r.sha, index, r.purpose, MEASURED,
-                                   r.build_seconds, tuple(verdicts)))
+        verdicts += [
+            BenchmarkVerdict(name, (), None, None, None, error) for name, error in r.errors.items()
+        ]
+        records.append(
+            ProbeRecord(
+                state.round, r.sha, index, r.purpose, MEASURED, r.build_seconds, tuple(verdicts)
+            )
+        )
     return replace(new_state, round=state.round + 1, probes=state.probes + tuple(records))
 
 
@@ -337,10 +392,12 @@ def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> Be
     bad = _values(_batches(state, n, name), rounds=this_round)
     if not good or not bad:
         return BenchmarkVerdict(name, taken, None, None, None)
-    vs_good = compare(taken, good, alternative=bad, alpha=cfg.alpha, power=cfg.power,
-                      resamples=cfg.resamples)
-    vs_bad = compare(taken, bad, alternative=good, alpha=cfg.alpha, power=cfg.power,
-                     resamples=cfg.resamples)
+    vs_good = compare(
+        taken, good, alternative=bad, alpha=cfg.alpha, power=cfg.power, resamples=cfg.resamples
+    )
+    vs_bad = compare(
+        taken, bad, alternative=good, alpha=cfg.alpha, power=cfg.power, resamples=cfg.resamples
+    )
     purposes = (VERIFY,) if r.purpose == VERIFY else (SEARCH, REFINE)
     side, _ = side_of(state, index, name, purposes, slower_is_bad=paired_direction(state, name))
     return BenchmarkVerdict(name, taken, vs_good.verdict, vs_bad.verdict, side)
@@ -358,21 +415,30 @@ def outcome(state: BisectionState) -> Outcome | None:
     per: list[BenchmarkOutcome] = []
     for t in (_track(state, b) for b in state.benchmarks):
         if t.status == CULPRIT:
-            per.append(BenchmarkOutcome(t.benchmark, CULPRIT, commits[t.hi], (commits[t.hi],),
-                                        t.change))
+            per.append(
+                BenchmarkOutcome(t.benchmark, CULPRIT, commits[t.hi], (commits[t.hi],), t.change)
+            )
         elif t.status == NOT_REPRODUCED:
             per.append(BenchmarkOutcome(t.benchmark, NOT_REPRODUCED, None, (), t.change, t.reason))
         else:
-            per.append(BenchmarkOutcome(t.benchmark, INCONCLUSIVE, None,
-                                        tuple(commits[t.lo + 1: t.hi + 1]), t.change,
-                                        t.reason or "the search stopped without a verdict"))
+            per.append(
+                BenchmarkOutcome(
+                    t.benchmark,
+                    INCONCLUSIVE,
+                    None,
+                    tuple(commits[t.lo + 1 : t.hi + 1]),
+                    t.change,
+                    t.reason or "the search stopped without a verdict",
+                )
+            )
     culprits: dict[str, list[str]] = {}
     for o in per:
         if o.culprit:
             culprits.setdefault(o.culprit, []).append(o.benchmark)
     order = {sha: i for i, sha in enumerate(commits)}
-    ordered = tuple((sha, tuple(names)) for sha, names in sorted(culprits.items(),
-                                                                   key=lambda kv: order[kv[0]]))
+    ordered = tuple(
+        (sha, tuple(names)) for sha, names in sorted(culprits.items(), key=lambda kv: order[kv[0]])
+    )
     if len(ordered) > 1:
         kind = CULPRITS
     elif ordered:

@@ -14,12 +14,19 @@ from service.errors import InvalidInput
 from workers.bisect.verdicts import Batch
 
 CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED = (
-    "culprit", "culprits", "inconclusive", "not_reproduced",
+    "culprit",
+    "culprits",
+    "inconclusive",
+    "not_reproduced",
 )
 OUTCOMES = (CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED)
 
 ENDPOINT, SEARCH, REFINE, VERIFY, REFERENCE = (
-    "endpoint", "search", "refine", "verify", "reference",
+    "endpoint",
+    "search",
+    "refine",
+    "verify",
+    "reference",
 )
 MEASURED, SKIPPED = "measured", "skipped"
 

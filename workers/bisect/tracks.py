@@ -48,8 +48,9 @@ def classify(
     samples: Sequence[float], good: Sequence[float], bad: Sequence[float], config: SearchConfig
 ) -> Classification:
     """:func:`workers.bisect.verdicts.classify` with the thresholds of ``config``."""
-    return _classify(samples, good, bad, alpha=config.alpha, power=config.power,
-                     resamples=config.resamples)
+    return _classify(
+        samples, good, bad, alpha=config.alpha, power=config.power, resamples=config.resamples
+    )
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,12 @@ def _batches(state: BisectionState, index: int, benchmark: str) -> tuple[Batch, 
     return state.samples.get((state.commits[index], benchmark), ())
 
 
-def _values(batches: Iterable[Batch], *, rounds: Collection[int] | None = None,
-            purposes: Collection[str] | None = None) -> tuple[float, ...]:
+def _values(
+    batches: Iterable[Batch],
+    *,
+    rounds: Collection[int] | None = None,
+    purposes: Collection[str] | None = None,
+) -> tuple[float, ...]:
     out: list[float] = []
     for batch in batches:
         if rounds is not None and batch.round not in rounds:
@@ -118,10 +123,16 @@ def paired(
     rounds &= {b.round for b in _batches(state, 0, benchmark)}
     rounds &= {b.round for b in _batches(state, n, benchmark)}
     if rounds:
-        return (_values(own, rounds=rounds), _values(_batches(state, 0, benchmark), rounds=rounds),
-                _values(_batches(state, n, benchmark), rounds=rounds))
-    return (_values(own), _values(_batches(state, 0, benchmark), purposes={ENDPOINT}),
-            _values(_batches(state, n, benchmark), purposes={ENDPOINT}))
+        return (
+            _values(own, rounds=rounds),
+            _values(_batches(state, 0, benchmark), rounds=rounds),
+            _values(_batches(state, n, benchmark), rounds=rounds),
+        )
+    return (
+        _values(own),
+        _values(_batches(state, 0, benchmark), purposes={ENDPOINT}),
+        _values(_batches(state, n, benchmark), purposes={ENDPOINT}),
+    )
 
 
 def _track(state: BisectionState, benchmark: str) -> _Track:
@@ -130,14 +141,23 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
     for end in (0, n):
         if commits[end] in state.skipped:
             which = "good" if end == 0 else "bad"
-            return _Track(benchmark, INCONCLUSIVE, 0, n,
-                          reason=f"the {which} endpoint failed to build: "
-                                 f"{state.skipped[commits[end]]}")
+            return _Track(
+                benchmark,
+                INCONCLUSIVE,
+                0,
+                n,
+                reason=f"the {which} endpoint failed to build: {state.skipped[commits[end]]}",
+            )
         if (commits[end], benchmark) in state.errors:
             which = "good" if end == 0 else "bad"
-            return _Track(benchmark, INCONCLUSIVE, 0, n,
-                          reason=f"the {which} endpoint failed to measure: "
-                                 f"{state.errors[(commits[end], benchmark)]}")
+            return _Track(
+                benchmark,
+                INCONCLUSIVE,
+                0,
+                n,
+                reason=f"the {which} endpoint failed to measure: "
+                f"{state.errors[(commits[end], benchmark)]}",
+            )
     good = _values(_batches(state, 0, benchmark), purposes={ENDPOINT})
     bad = _values(_batches(state, n, benchmark), purposes={ENDPOINT})
     if len(good) == 0 or len(bad) == 0:
@@ -151,19 +171,31 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
     endpoints = compare(bad, good, alpha=cfg.alpha)
     change = (median_of(bad) - median_of(good)) / median_of(good) if median_of(good) else math.inf
     if endpoints.verdict != DIFFERENT:
-        outcome, reason = NOT_REPRODUCED, (
-            f"good and bad endpoints measure alike (p={endpoints.p_value:.3g} "
-            f"with {len(good)} and {len(bad)} samples)")
+        outcome, reason = (
+            NOT_REPRODUCED,
+            (
+                f"good and bad endpoints measure alike (p={endpoints.p_value:.3g} "
+                f"with {len(good)} and {len(bad)} samples)"
+            ),
+        )
     elif abs(change) < cfg.min_change:
-        outcome, reason = NOT_REPRODUCED, (
-            f"the endpoints differ by {change:+.1%} with {len(good)} and "
-            f"{len(bad)} samples, below the {cfg.min_change:.0%} that counts")
+        outcome, reason = (
+            NOT_REPRODUCED,
+            (
+                f"the endpoints differ by {change:+.1%} with {len(good)} and "
+                f"{len(bad)} samples, below the {cfg.min_change:.0%} that counts"
+            ),
+        )
     elif cfg.slower is not None and (change > 0) != cfg.slower:
         outcome, reason = NOT_REPRODUCED, _wrong_way(change, len(good), len(bad), cfg.slower)
     elif not endpoints_apart(good, bad):
-        outcome, reason = INCONCLUSIVE, (
-            f"the endpoints' samples straddle the midpoint between them even "
-            f"with {cfg.max_samples} samples: too noisy to bisect")
+        outcome, reason = (
+            INCONCLUSIVE,
+            (
+                f"the endpoints' samples straddle the midpoint between them even "
+                f"with {cfg.max_samples} samples: too noisy to bisect"
+            ),
+        )
     else:
         return _search_track(state, benchmark, change, slower_is_bad=None)
     # Not a step yet: measure the endpoints more (doubling, to the cap) before concluding.
@@ -190,8 +222,12 @@ def paired_direction(state: BisectionState, benchmark: str) -> bool | None:
 
 
 def _paired_track(
-    state: BisectionState, benchmark: str, good_count: int, bad_count: int,
-    good: Mapping[tuple[int, int], float], bad: Mapping[tuple[int, int], float],
+    state: BisectionState,
+    benchmark: str,
+    good_count: int,
+    bad_count: int,
+    good: Mapping[tuple[int, int], float],
+    bad: Mapping[tuple[int, int], float],
 ) -> _Track:
     """The endpoint check when the endpoints were measured interleaved: paired by slot."""
     cfg = state.config
@@ -202,30 +238,55 @@ def _paired_track(
         more = _more(min(good_count, bad_count), cfg)
         if more:
             return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-        return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
-                      reason=f"good and bad endpoints measure alike: the bad one was slower in "
-                             f"{slower} and faster in {faster} of the slots measured side by "
-                             f"side (p={min(p_slower, p_faster):.3g})")
+        return _Track(
+            benchmark,
+            NOT_REPRODUCED,
+            0,
+            n,
+            change=change,
+            reason=f"good and bad endpoints measure alike: the bad one was slower in "
+            f"{slower} and faster in {faster} of the slots measured side by "
+            f"side (p={min(p_slower, p_faster):.3g})",
+        )
     if abs(change) < cfg.min_change:
-        return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
-                      reason=f"the endpoints differ by {change:+.1%} with {good_count} and "
-                             f"{bad_count} samples, below the {cfg.min_change:.0%} that counts")
+        return _Track(
+            benchmark,
+            NOT_REPRODUCED,
+            0,
+            n,
+            change=change,
+            reason=f"the endpoints differ by {change:+.1%} with {good_count} and "
+            f"{bad_count} samples, below the {cfg.min_change:.0%} that counts",
+        )
     if cfg.slower is not None and (p_slower <= cfg.alpha) != cfg.slower:
-        return _Track(benchmark, NOT_REPRODUCED, 0, n, change=change,
-                      reason=_wrong_way(change, good_count, bad_count, cfg.slower))
+        return _Track(
+            benchmark,
+            NOT_REPRODUCED,
+            0,
+            n,
+            change=change,
+            reason=_wrong_way(change, good_count, bad_count, cfg.slower),
+        )
     return _search_track(state, benchmark, change, slower_is_bad=p_slower <= cfg.alpha)
 
 
 def _wrong_way(change: float, good_count: int, bad_count: int, slower: bool) -> str:
     """The reason of an endpoint check whose change runs against the regression bisected."""
     way = "faster" if slower else "slower"
-    return (f"the bad endpoint measures {way} than the good one ({change:+.1%} with {good_count} "
-            f"and {bad_count} samples): not the {'slowdown' if slower else 'speed-up'} bisected")
+    return (
+        f"the bad endpoint measures {way} than the good one ({change:+.1%} with {good_count} "
+        f"and {bad_count} samples): not the {'slowdown' if slower else 'speed-up'} bisected"
+    )
 
 
 def side_of(
-    state: BisectionState, index: int, benchmark: str, purposes: Collection[str], *,
-    rounds: Collection[int] | None = None, slower_is_bad: bool | None = None,
+    state: BisectionState,
+    index: int,
+    benchmark: str,
+    purposes: Collection[str],
+    *,
+    rounds: Collection[int] | None = None,
+    slower_is_bad: bool | None = None,
 ) -> tuple[str, int]:
     """Which side of the regression a commit's samples put it on, and how many samples decided.
 
@@ -245,8 +306,11 @@ def side_of(
         ``(side, samples)``: ``good`` | ``bad`` | ``undecided``, and the commit's sample count.
     """
     n = len(state.commits) - 1
-    own = [b for b in _batches(state, index, benchmark)
-           if b.purpose in purposes and (rounds is None or b.round in rounds)]
+    own = [
+        b
+        for b in _batches(state, index, benchmark)
+        if b.purpose in purposes and (rounds is None or b.round in rounds)
+    ]
     count = sum(len(b.values) for b in own)
     if not own:
         return UNDECIDED, 0
@@ -283,8 +347,9 @@ def _search_track(
         key = (commits[index], benchmark)
         if commits[index] in state.skipped or key in state.errors:
             continue
-        side, count = side_of(state, index, benchmark, (SEARCH, REFINE),
-                              slower_is_bad=slower_is_bad)
+        side, count = side_of(
+            state, index, benchmark, (SEARCH, REFINE), slower_is_bad=slower_is_bad
+        )
         if not count:
             continue
         have[index] = count
@@ -301,15 +366,31 @@ def _search_track(
         clash = [i for i in goods if i > first_bad] + [i for i in bads if i < last_good]
         clash = [i for i in clash if 0 < i < n and _more(have[i], cfg)]
         if clash:
-            return _Track(benchmark, "searching", lo, hi, sides=sides,
-                          refine=tuple(sorted(set(clash) | set(refine))), change=change)
-        return _Track(benchmark, INCONCLUSIVE, lo, hi, sides=sides, change=change,
-                      reason="probes disagree: a good commit after a bad one "
-                             "(more than one change, or noise beyond the sample cap)")
+            return _Track(
+                benchmark,
+                "searching",
+                lo,
+                hi,
+                sides=sides,
+                refine=tuple(sorted(set(clash) | set(refine))),
+                change=change,
+            )
+        return _Track(
+            benchmark,
+            INCONCLUSIVE,
+            lo,
+            hi,
+            sides=sides,
+            change=change,
+            reason="probes disagree: a good commit after a bad one "
+            "(more than one change, or noise beyond the sample cap)",
+        )
     inside_refine = tuple(i for i in refine if lo < i < hi)
     candidates = tuple(
-        i for i in range(lo + 1, hi)
-        if i not in sides and commits[i] not in state.skipped
+        i
+        for i in range(lo + 1, hi)
+        if i not in sides
+        and commits[i] not in state.skipped
         and (commits[i], benchmark) not in state.errors
     )
     if hi == lo + 1:
@@ -321,20 +402,42 @@ def _search_track(
         if skipped:
             parts.append(f"{len(skipped)} commit(s) failed to build")
         if undecided:
-            parts.append(f"{len(undecided)} commit(s) measured neither good nor bad "
-                         f"with {cfg.max_samples} samples")
+            parts.append(
+                f"{len(undecided)} commit(s) measured neither good nor bad "
+                f"with {cfg.max_samples} samples"
+            )
         failed = [i for i in range(lo + 1, hi) if (commits[i], benchmark) in state.errors]
         if failed:
             parts.append(f"{len(failed)} commit(s) failed to measure")
-        return _Track(benchmark, INCONCLUSIVE, lo, hi, sides=sides, change=change,
-                      reason="; ".join(parts) or "no commit left to probe")
-    return _Track(benchmark, "searching", lo, hi, sides=sides, refine=inside_refine,
-                  candidates=candidates, change=change)
+        return _Track(
+            benchmark,
+            INCONCLUSIVE,
+            lo,
+            hi,
+            sides=sides,
+            change=change,
+            reason="; ".join(parts) or "no commit left to probe",
+        )
+    return _Track(
+        benchmark,
+        "searching",
+        lo,
+        hi,
+        sides=sides,
+        refine=inside_refine,
+        candidates=candidates,
+        change=change,
+    )
 
 
 def _verify_track(
-    state: BisectionState, benchmark: str, lo: int, hi: int, sides: Mapping[int, str],
-    change: float, slower_is_bad: bool | None = None,
+    state: BisectionState,
+    benchmark: str,
+    lo: int,
+    hi: int,
+    sides: Mapping[int, str],
+    change: float,
+    slower_is_bad: bool | None = None,
 ) -> _Track:
     """Verification: fresh samples of the parent and the candidate, beside both endpoints.
 
@@ -347,43 +450,76 @@ def _verify_track(
         return _Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
     n = len(commits) - 1
     targets = [i for i in (lo, hi) if 0 < i < n] or [0, n]
-    rounds = {b.round for i in targets for b in _batches(state, i, benchmark)
-              if b.purpose == VERIFY}
-    fresh = {i: _values(_batches(state, i, benchmark), rounds=rounds)
-             for i in sorted({0, lo, hi, n})}
+    rounds = {
+        b.round for i in targets for b in _batches(state, i, benchmark) if b.purpose == VERIFY
+    }
+    fresh = {
+        i: _values(_batches(state, i, benchmark), rounds=rounds) for i in sorted({0, lo, hi, n})
+    }
     have = min(len(v) for v in fresh.values()) if rounds else 0
     if have < cfg.initial_samples:
         more = cfg.initial_samples - have
-        return _Track(benchmark, "verifying", lo, hi, sides=sides, change=change,
-                      verify_more=tuple((i, more) for i in targets))
+        return _Track(
+            benchmark,
+            "verifying",
+            lo,
+            hi,
+            sides=sides,
+            change=change,
+            verify_more=tuple((i, more) for i in targets),
+        )
     ends, direct, ends_hold, step_holds = _fresh_checks(
-        state, benchmark, lo, hi, fresh, rounds, change, slower_is_bad)
+        state, benchmark, lo, hi, fresh, rounds, change, slower_is_bad
+    )
     verify_rounds = rounds
-    parent_side = GOOD if lo == 0 else side_of(state, lo, benchmark, (VERIFY,),
-                                               rounds=verify_rounds,
-                                               slower_is_bad=slower_is_bad)[0]
-    child_side = BAD if hi == n else side_of(state, hi, benchmark, (VERIFY,),
-                                             rounds=verify_rounds,
-                                             slower_is_bad=slower_is_bad)[0]
+    parent_side = (
+        GOOD
+        if lo == 0
+        else side_of(
+            state, lo, benchmark, (VERIFY,), rounds=verify_rounds, slower_is_bad=slower_is_bad
+        )[0]
+    )
+    child_side = (
+        BAD
+        if hi == n
+        else side_of(
+            state, hi, benchmark, (VERIFY,), rounds=verify_rounds, slower_is_bad=slower_is_bad
+        )[0]
+    )
     if ends_hold and parent_side == GOOD and child_side == BAD and step_holds:
         return _Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
     contradicted = ends_hold and (parent_side == BAD or child_side == GOOD)
     more = 0 if contradicted else _more(have, cfg)
     if more:
-        return _Track(benchmark, "verifying", lo, hi, sides=sides, change=change,
-                      verify_more=tuple((i, more) for i in targets))
+        return _Track(
+            benchmark,
+            "verifying",
+            lo,
+            hi,
+            sides=sides,
+            change=change,
+            verify_more=tuple((i, more) for i in targets),
+        )
     start, end = _unverified_range(sides, lo, hi, n, parent_side, child_side)
     return _Track(
-        benchmark, INCONCLUSIVE, start, end, sides=sides, change=change,
-        reason=(f"verification failed: fresh samples put the parent {commits[lo][:10]} on the "
-                f"{parent_side} side and the candidate {commits[hi][:10]} on the {child_side} "
-                f"side (endpoints p={ends.p_value:.3g}, candidate against parent "
-                f"p={direct.p_value:.3g})"),
+        benchmark,
+        INCONCLUSIVE,
+        start,
+        end,
+        sides=sides,
+        change=change,
+        reason=(
+            f"verification failed: fresh samples put the parent {commits[lo][:10]} on the "
+            f"{parent_side} side and the candidate {commits[hi][:10]} on the {child_side} "
+            f"side (endpoints p={ends.p_value:.3g}, candidate against parent "
+            f"p={direct.p_value:.3g})"
+        ),
     )
 
 
-def _unverified_range(sides: Mapping[int, str], lo: int, hi: int, n: int, parent_side: str,
-                      child_side: str) -> tuple[int, int]:
+def _unverified_range(
+    sides: Mapping[int, str], lo: int, hi: int, n: int, parent_side: str, child_side: str
+) -> tuple[int, int]:
     """The interval ``(start, end]`` that may hold the culprit when the verification of
     ``(lo, hi]`` did not confirm it.
 
@@ -393,16 +529,27 @@ def _unverified_range(sides: Mapping[int, str], lo: int, hi: int, n: int, parent
     it (or the bad endpoint): a candidate that measures good again means the search's bad
     verdict on it was wrong and the culprit lies after it, never that the range ends there.
     """
-    start = lo if parent_side == GOOD else max(
-        (i for i, s in sides.items() if s == GOOD and i < lo), default=0)
-    end = hi if child_side == BAD else min(
-        (i for i, s in sides.items() if s == BAD and i > hi), default=n)
+    start = (
+        lo
+        if parent_side == GOOD
+        else max((i for i, s in sides.items() if s == GOOD and i < lo), default=0)
+    )
+    end = (
+        hi
+        if child_side == BAD
+        else min((i for i, s in sides.items() if s == BAD and i > hi), default=n)
+    )
     return start, end
 
 
 def _fresh_checks(
-    state: BisectionState, benchmark: str, lo: int, hi: int,
-    fresh: Mapping[int, tuple[float, ...]], rounds: Collection[int], change: float,
+    state: BisectionState,
+    benchmark: str,
+    lo: int,
+    hi: int,
+    fresh: Mapping[int, tuple[float, ...]],
+    rounds: Collection[int],
+    change: float,
     slower_is_bad: bool | None,
 ) -> tuple[Comparison, Comparison, bool, bool]:
     """A verification's comparisons of its fresh samples: the endpoints, and the candidate
@@ -418,21 +565,27 @@ def _fresh_checks(
     good, bad, parent, child = fresh[0], fresh[n], fresh[lo], fresh[hi]
     ends = compare(bad, good, alpha=cfg.alpha)
     direct = compare(child, parent, alpha=cfg.alpha)
-    levels = {i: slot_levels(b for b in _batches(state, i, benchmark) if b.round in rounds)
-              for i in fresh}
+    levels = {
+        i: slot_levels(b for b in _batches(state, i, benchmark) if b.round in rounds) for i in fresh
+    }
     common = set.intersection(*(set(v) for v in levels.values()))
     if slower_is_bad is not None and len(common) >= PAIRED_MIN_SLOTS:
         # Paired by slot: the endpoints, then the candidate against its parent.
         slower, faster, _ = paired_shift(levels[0], levels[n])
-        ends_hold = sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) \
-            <= cfg.alpha
+        ends_hold = (
+            sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) <= cfg.alpha
+        )
         slower, faster, _ = paired_shift(levels[lo], levels[hi])
-        step_holds = sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) \
-            <= cfg.alpha
+        step_holds = (
+            sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) <= cfg.alpha
+        )
     else:
-        ends_hold = (ends.verdict == DIFFERENT
-                     and (median_of(bad) - median_of(good)) * change > 0
-                     and endpoints_apart(good, bad))
-        step_holds = (direct.verdict == DIFFERENT
-                      and (median_of(child) - median_of(parent)) * change > 0)
+        ends_hold = (
+            ends.verdict == DIFFERENT
+            and (median_of(bad) - median_of(good)) * change > 0
+            and endpoints_apart(good, bad)
+        )
+        step_holds = (
+            direct.verdict == DIFFERENT and (median_of(child) - median_of(parent)) * change > 0
+        )
     return ends, direct, ends_hold, step_holds

@@ -91,8 +91,12 @@ def p_value(a: Sequence[float], b: Sequence[float]) -> float:
 
 @lru_cache(maxsize=4096)
 def _high_threshold(
-    reference: tuple[float, ...], alternative: tuple[float, ...], n: int, power: float,
-    resamples: int, seed: int,
+    reference: tuple[float, ...],
+    alternative: tuple[float, ...],
+    n: int,
+    power: float,
+    resamples: int,
+    seed: int,
 ) -> float:
     rng = np.random.default_rng(seed)
     alt = np.asarray(alternative, dtype=float)
@@ -142,8 +146,12 @@ def compare(
     high = 1.0
     if alternative is not None and len(alternative) > 0:
         high = _high_threshold(
-            tuple(float(v) for v in reference), tuple(float(v) for v in alternative),
-            len(samples), power, resamples, seed,
+            tuple(float(v) for v in reference),
+            tuple(float(v) for v in alternative),
+            len(samples),
+            power,
+            resamples,
+            seed,
         )
     if p <= alpha:
         verdict = DIFFERENT
@@ -214,8 +222,11 @@ def slot_levels(batches: Iterable[Batch]) -> dict[tuple[int, int], float]:
 
 
 def paired_sides(
-    probe: Mapping[tuple[int, int], float], good: Mapping[tuple[int, int], float],
-    bad: Mapping[tuple[int, int], float], *, slower_is_bad: bool,
+    probe: Mapping[tuple[int, int], float],
+    good: Mapping[tuple[int, int], float],
+    bad: Mapping[tuple[int, int], float],
+    *,
+    slower_is_bad: bool,
 ) -> tuple[int, int]:
     """Slot by slot, is the probe nearer the good or the bad endpoint measured beside it?
 
@@ -305,13 +316,20 @@ def endpoints_apart(
     """
     mid = midpoint(good, bad)
     slower_is_bad = median_of(bad) > median_of(good)
-    return (side_p_value(good, mid, above=not slower_is_bad) <= alpha
-            and side_p_value(bad, mid, above=slower_is_bad) <= alpha)
+    return (
+        side_p_value(good, mid, above=not slower_is_bad) <= alpha
+        and side_p_value(bad, mid, above=slower_is_bad) <= alpha
+    )
 
 
 def classify(
-    samples: Sequence[float], good: Sequence[float], bad: Sequence[float], *,
-    alpha: float = 0.01, power: float = 0.99, resamples: int = 200,
+    samples: Sequence[float],
+    good: Sequence[float],
+    bad: Sequence[float],
+    *,
+    alpha: float = 0.01,
+    power: float = 0.99,
+    resamples: int = 200,
 ) -> Classification:
     """Place a probe on the good or bad side from its samples.
 
@@ -333,10 +351,8 @@ def classify(
     Returns:
         The verdicts against each endpoint and the side: ``good`` | ``bad`` | ``undecided``.
     """
-    vs_good = compare(samples, good, alternative=bad, alpha=alpha, power=power,
-                      resamples=resamples)
-    vs_bad = compare(samples, bad, alternative=good, alpha=alpha, power=power,
-                     resamples=resamples)
+    vs_good = compare(samples, good, alternative=bad, alpha=alpha, power=power, resamples=resamples)
+    vs_bad = compare(samples, bad, alternative=good, alpha=alpha, power=power, resamples=resamples)
     near = nearer_side(samples, good, bad, alpha=alpha)
     if not endpoints_apart(good, bad):
         side = UNDECIDED  # the endpoints beside it straddle their midpoint: no yardstick

@@ -260,8 +260,13 @@ class BuildProvider(ABC):
                 self._discard(root)
                 raise BuildError(sha, f"{self.name} build failed: {exc}") from exc
             env = BuildEnvironment(
-                sha=env.sha, provider=self.name, python=env.python, root=root,
-                workdir=env.workdir, pythonpath=env.pythonpath, venv=env.venv,
+                sha=env.sha,
+                provider=self.name,
+                python=env.python,
+                root=root,
+                workdir=env.workdir,
+                pythonpath=env.pythonpath,
+                venv=env.venv,
                 build_seconds=round(time.perf_counter() - started, 3),
             )
             _write_atomic(record, json.dumps(env.as_json(), indent=1))
@@ -316,5 +321,3 @@ def locked(path: Path) -> Iterator[None]:
 def log_tail(text: str, lines: int = _LOG_TAIL_LINES) -> str:
     """The last ``lines`` lines of a build's output (what a :class:`BuildError` carries)."""
     return "\n".join(text.strip().splitlines()[-lines:])
-
-

@@ -35,8 +35,17 @@ from service.errors import InfrastructureError, InvalidInput
 from service.results.records import torch_variant
 
 __all__ = [
-    "LOCK_FILE", "EnvironmentBuildError", "InvalidTorchSpec", "ResolvedBuild", "freeze",
-    "pip_sources", "read_install_report", "resolve_build", "run_pip", "tail", "torch_variant",
+    "LOCK_FILE",
+    "EnvironmentBuildError",
+    "InvalidTorchSpec",
+    "ResolvedBuild",
+    "freeze",
+    "pip_sources",
+    "read_install_report",
+    "resolve_build",
+    "run_pip",
+    "tail",
+    "torch_variant",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,7 +64,11 @@ _NO_SUCH_BUILD = (
 )
 # The pip settings that decide where ``torch==X`` comes from, hence which variant it is.
 _PIP_SOURCE_VARIABLES = (
-    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONFIG_FILE",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+    "PIP_CONFIG_FILE",
 )
 # What `pip freeze` leaves out too: the installer's own packages say nothing about the build.
 _INSTALLER_PACKAGES = frozenset({"pip", "setuptools", "wheel", "distribute"})
@@ -113,8 +126,10 @@ class ResolvedBuild:
             ``requirements_hash``.
         """
         return {
-            "torch_variant": self.torch_variant, "torch_source": self.source,
-            "torch_sha256": self.torch_sha256, "torch_sha256_of": self.digest_of,
+            "torch_variant": self.torch_variant,
+            "torch_source": self.source,
+            "torch_sha256": self.torch_sha256,
+            "torch_sha256_of": self.digest_of,
             "requirements_hash": self.requirements_hash,
         }
 
@@ -152,7 +167,9 @@ def read_install_report(path: Path) -> dict[str, dict[str, Any]]:
         report = json.loads(path.read_text())
         items = report["install"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise EnvironmentBuildError(f"pip's installation report {path} is unreadable: {exc}") from exc
+        raise EnvironmentBuildError(
+            f"pip's installation report {path} is unreadable: {exc}"
+        ) from exc
     found: dict[str, dict[str, Any]] = {}
     for item in items:
         info = item.get("download_info") or {}
@@ -161,15 +178,22 @@ def read_install_report(path: Path) -> dict[str, dict[str, Any]]:
         if not sha256 and str(archive.get("hash", "")).startswith("sha256="):
             sha256 = archive["hash"].split("=", 1)[1]
         name = canonicalize_name(item["metadata"]["name"])
-        found[name] = {"version": str(item["metadata"]["version"]),
-                       "url": str(info.get("url", "")), "sha256": sha256}
+        found[name] = {
+            "version": str(item["metadata"]["version"]),
+            "url": str(info.get("url", "")),
+            "sha256": sha256,
+        }
     return found
 
 
 def _ask(python: Path, script: str, *args: str) -> str:
     try:
-        proc = subprocess.run([str(python), "-I", "-c", script, *args], capture_output=True,
-                              text=True, timeout=_FREEZE_TIMEOUT_S)
+        proc = subprocess.run(
+            [str(python), "-I", "-c", script, *args],
+            capture_output=True,
+            text=True,
+            timeout=_FREEZE_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EnvironmentBuildError(f"could not ask {python} what it has installed: {exc}") from exc
     if proc.returncode != 0:
@@ -206,7 +230,11 @@ def _record_sha256(python: Path) -> str:
 
 
 def resolve_build(
-    python: Path, *, report: Path | None, index_url: str | None, lock_path: Path,
+    python: Path,
+    *,
+    report: Path | None,
+    index_url: str | None,
+    lock_path: Path,
 ) -> ResolvedBuild:
     """Read back which torch wheel a venv got and freeze its requirements into ``lock_path``.
 
@@ -239,9 +267,14 @@ def resolve_build(
     suite_lines = [line for line in lines if line.split("==", 1)[0] not in with_torch]
     digest = hashlib.sha256("\n".join(suite_lines).encode()).hexdigest()[:16]
     return ResolvedBuild(
-        torch_version=pins["torch"], torch_variant=torch_variant(pins["torch"]),
-        source=str(torch.get("url", "")), index_url=index_url, torch_sha256=sha256,
-        digest_of=digest_of, requirements=tuple(lines), requirements_hash=digest,
+        torch_version=pins["torch"],
+        torch_variant=torch_variant(pins["torch"]),
+        source=str(torch.get("url", "")),
+        index_url=index_url,
+        torch_sha256=sha256,
+        digest_of=digest_of,
+        requirements=tuple(lines),
+        requirements_hash=digest,
     )
 
 
@@ -254,8 +287,12 @@ def _pip_config_files() -> list[Path]:
     """The configuration files pip reads, where it looks for them (site, user, global; Linux)."""
     home = Path.home()
     xdg = [Path(d) for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep) if d]
-    files = [*(d / "pip" / "pip.conf" for d in xdg), Path("/etc/pip.conf"),
-             home / ".pip" / "pip.conf", home / ".config" / "pip" / "pip.conf"]
+    files = [
+        *(d / "pip" / "pip.conf" for d in xdg),
+        Path("/etc/pip.conf"),
+        home / ".pip" / "pip.conf",
+        home / ".config" / "pip" / "pip.conf",
+    ]
     if os.environ.get("PIP_CONFIG_FILE"):
         files.append(Path(os.environ["PIP_CONFIG_FILE"]))
     return files
@@ -295,13 +332,23 @@ def run_pip(python: Path, args: Sequence[str], *, what: str) -> None:
         EnvironmentBuildError: pip failed otherwise, or did not finish in an hour.
     """
     command = [
-        str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-        "--progress-bar", "off", *args,
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar",
+        "off",
+        *args,
     ]
     logger.info("installing %s: %s", what, " ".join(command[3:]))
     try:
         proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S,
+            command,
+            capture_output=True,
+            text=True,
+            timeout=_PIP_TIMEOUT_S,
             env={**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"},
         )
     except subprocess.TimeoutExpired as exc:
@@ -312,7 +359,8 @@ def run_pip(python: Path, args: Sequence[str], *, what: str) -> None:
         output = proc.stderr + proc.stdout
         if any(marker in output for marker in _NO_SUCH_BUILD):
             reasons = [
-                line.strip() for line in output.splitlines()
+                line.strip()
+                for line in output.splitlines()
                 if line.startswith("ERROR:") or "requested" in line
             ]
             raise InvalidTorchSpec(

@@ -65,16 +65,24 @@ class CheckoutProvider(BuildProvider):
         repo_path = options.get("repo_path")
         if repo_path is None:
             raise InvalidInput("the checkout provider needs --repo")
-        return cls(repo_path, options.get("install_command") or "", work_dir=work_dir,
-                   python=python, timeout_s=timeout_s)
+        return cls(
+            repo_path,
+            options.get("install_command") or "",
+            work_dir=work_dir,
+            python=python,
+            timeout_s=timeout_s,
+        )
 
     @classmethod
     def spec_from_settings(cls, settings: Settings) -> dict[str, Any] | None:
         """``source_repo_path`` and ``bisect_install_command``; None without a repository."""
         if not settings.source_repo_path:
             return None
-        return {"kind": cls.name, "repo": str(settings.source_repo_path),
-                "install_command": settings.bisect_install_command}
+        return {
+            "kind": cls.name,
+            "repo": str(settings.source_repo_path),
+            "install_command": settings.bisect_install_command,
+        }
 
     def __init__(self, repo_path: str | Path, install_command: str, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -84,8 +92,9 @@ class CheckoutProvider(BuildProvider):
         self.install_command = install_command.strip()
 
     def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", "-C", str(self.repo_path), *args],
-                              capture_output=True, text=True)
+        return subprocess.run(
+            ["git", "-C", str(self.repo_path), *args], capture_output=True, text=True
+        )
 
     def _build(self, sha: str, root: Path) -> BuildEnvironment:
         src = root / "src"
@@ -98,12 +107,19 @@ class CheckoutProvider(BuildProvider):
         if proc.returncode != 0:
             raise BuildError(sha, "git worktree add failed", log=log_tail(proc.stderr))
         python = make_layered_venv(root / "venv", self.python, sha=sha)
-        env = BuildEnvironment(sha=sha, provider=self.name, python=python, root=root,
-                               workdir=src, venv=root / "venv")
+        env = BuildEnvironment(
+            sha=sha, provider=self.name, python=python, root=root, workdir=src, venv=root / "venv"
+        )
         if self.install_command:
-            run_logged(self.install_command, sha=sha, cwd=src, env=env.environ(),
-                        timeout_s=self.timeout_s, log_path=root / "build.log",
-                        what=f"install command {self.install_command!r}")
+            run_logged(
+                self.install_command,
+                sha=sha,
+                cwd=src,
+                env=env.environ(),
+                timeout_s=self.timeout_s,
+                log_path=root / "build.log",
+                what=f"install command {self.install_command!r}",
+            )
         return env
 
     def _discard(self, root: Path) -> None:

@@ -212,7 +212,10 @@ class EnvironmentCache:
             if total > self.budget_bytes:
                 logger.warning(
                     "environment cache %s holds %d bytes, over its budget of %d, "
-                    "because the rest is in use", self.root, total, self.budget_bytes,
+                    "because the rest is in use",
+                    self.root,
+                    total,
+                    self.budget_bytes,
                 )
         return removed
 

@@ -34,8 +34,9 @@ def site_directories(python: str | Path) -> list[str]:
         "if os.path.basename(p) in ('site-packages', 'dist-packages')]))"
     )
     try:
-        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                              timeout=120, check=True)
+        proc = subprocess.run(
+            [str(python), "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise InvalidInput(f"python: cannot run {python}: {exc}") from exc
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -67,14 +68,17 @@ def make_layered_venv(dest: Path, python: str | Path, *, sha: str = "-") -> Path
         BuildError: ``venv`` failed.
     """
     sites = site_directories(python)
-    proc = subprocess.run([str(python), "-m", "venv", "--without-pip", str(dest)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(python), "-m", "venv", "--without-pip", str(dest)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise BuildError(sha, f"could not create a venv at {dest}", log=log_tail(proc.stderr))
     new_python = dest / "bin" / "python"
     probe = subprocess.run(
         [str(new_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     purelib = Path(probe.stdout.strip())
     purelib.mkdir(parents=True, exist_ok=True)
@@ -87,8 +91,14 @@ def make_layered_venv(dest: Path, python: str | Path, *, sha: str = "-") -> Path
 
 
 def run_logged(
-    command: str | Sequence[str], *, sha: str, cwd: Path, env: Mapping[str, str], timeout_s: float,
-    log_path: Path, what: str,
+    command: str | Sequence[str],
+    *,
+    sha: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    log_path: Path,
+    what: str,
 ) -> None:
     """Run a build step with its output appended to ``log_path``.
 
@@ -106,13 +116,20 @@ def run_logged(
     """
     try:
         proc = subprocess.run(
-            command, shell=isinstance(command, str), cwd=cwd, env=dict(env), timeout=timeout_s,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            command,
+            shell=isinstance(command, str),
+            cwd=cwd,
+            env=dict(env),
+            timeout=timeout_s,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
     except subprocess.TimeoutExpired as exc:
         raise BuildError(sha, f"{what} did not finish in {timeout_s:.0f} s") from exc
     with open(log_path, "a") as fh:
         fh.write(proc.stdout)
     if proc.returncode != 0:
-        raise BuildError(sha, f"{what} exited with status {proc.returncode}",
-                         log=log_tail(proc.stdout))
+        raise BuildError(
+            sha, f"{what} exited with status {proc.returncode}", log=log_tail(proc.stdout)
+        )

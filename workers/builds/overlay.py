@@ -24,8 +24,21 @@ if TYPE_CHECKING:
     from service.config import Settings
 
 # Changes that cannot alter an installed package: the overlay ignores them.
-OVERLAY_IGNORED = ("*.md", "*.rst", "*.txt", "docs/*", ".github/*", ".ci/*", "test/*", "tests/*",
-                   "benchmarks/*", ".gitignore", ".flake8", ".lintrunner.toml", "CODEOWNERS")
+OVERLAY_IGNORED = (
+    "*.md",
+    "*.rst",
+    "*.txt",
+    "docs/*",
+    ".github/*",
+    ".ci/*",
+    "test/*",
+    "tests/*",
+    "benchmarks/*",
+    ".gitignore",
+    ".flake8",
+    ".lintrunner.toml",
+    "CODEOWNERS",
+)
 
 
 class PythonOverlayProvider(BuildProvider):
@@ -79,8 +92,14 @@ class PythonOverlayProvider(BuildProvider):
         base_sha = options.get("base_sha")
         if repo_path is None or not package or not base_sha:
             raise InvalidInput("the python-overlay provider needs --repo, --package and --base-sha")
-        return cls(repo_path, base_sha=base_sha, package=package, work_dir=work_dir,
-                   python=python, timeout_s=timeout_s)
+        return cls(
+            repo_path,
+            base_sha=base_sha,
+            package=package,
+            work_dir=work_dir,
+            python=python,
+            timeout_s=timeout_s,
+        )
 
     @classmethod
     def spec_from_settings(cls, settings: Settings) -> dict[str, Any] | None:
@@ -90,8 +109,11 @@ class PythonOverlayProvider(BuildProvider):
         """
         if not settings.source_repo_path:
             return None
-        return {"kind": cls.name, "repo": str(settings.source_repo_path),
-                "package": settings.bisect_package}
+        return {
+            "kind": cls.name,
+            "repo": str(settings.source_repo_path),
+            "package": settings.bisect_package,
+        }
 
     def __init__(
         self,
@@ -120,8 +142,9 @@ class PythonOverlayProvider(BuildProvider):
             "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations "
             "else '')"
         )
-        proc = subprocess.run([str(self.python), "-c", code, self.package],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(self.python), "-c", code, self.package], capture_output=True, text=True
+        )
         found = proc.stdout.strip()
         if proc.returncode != 0 or not found:
             raise InvalidInput(
@@ -180,12 +203,18 @@ class PythonOverlayProvider(BuildProvider):
                     os.symlink(source, target / rel / name)
         tree = git.Repo(str(self.repo_path)).commit(sha).tree
         for status, path in changes:
-            dest = target / path[len(self.source_dir) + 1:]
+            dest = target / path[len(self.source_dir) + 1 :]
             if dest.exists() or dest.is_symlink():
                 dest.unlink()
             if status != "D":
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(tree[path].data_stream.read())
         (root / "overlay.json").write_text(json.dumps(changes))
-        return BuildEnvironment(sha=sha, provider=self.name, python=self.python, root=root,
-                                workdir=site, pythonpath=(str(site),))
+        return BuildEnvironment(
+            sha=sha,
+            provider=self.name,
+            python=self.python,
+            root=root,
+            workdir=site,
+            pythonpath=(str(site),),
+        )

@@ -20,8 +20,14 @@ from workers.builds.wheel import WheelProvider
 if TYPE_CHECKING:
     from service.config import Settings
 
-__all__ = ["KINDS", "PROVIDERS", "BuildProvider", "make_provider", "provider_from_spec",
-           "spec_from_settings"]
+__all__ = [
+    "KINDS",
+    "PROVIDERS",
+    "BuildProvider",
+    "make_provider",
+    "provider_from_spec",
+    "spec_from_settings",
+]
 
 PROVIDERS: dict[str, type[BuildProvider]] = {
     provider.name: provider for provider in (CheckoutProvider, PythonOverlayProvider, WheelProvider)
@@ -64,8 +70,13 @@ def make_provider(
         raise InvalidInput(
             f"provider: unknown build provider {kind!r}; choose one of {', '.join(PROVIDERS)}"
         )
-    options = {"repo_path": repo_path, "install_command": install_command,
-               "wheel_url": wheel_url, "package": package, "base_sha": base_sha}
+    options = {
+        "repo_path": repo_path,
+        "install_command": install_command,
+        "wheel_url": wheel_url,
+        "package": package,
+        "base_sha": base_sha,
+    }
     return provider.from_options(options, work_dir=work_dir, python=python, timeout_s=timeout_s)
 
 
@@ -80,10 +91,13 @@ def provider_from_spec(spec: Mapping[str, Any], *, work_dir: str | Path | None) 
         InvalidInput: an unknown kind, or the spec's options are incomplete.
     """
     return make_provider(
-        spec.get("kind", ""), repo_path=spec.get("repo"),
+        spec.get("kind", ""),
+        repo_path=spec.get("repo"),
         install_command=spec.get("install_command", ""),
-        wheel_url=spec.get("wheel_url"), package=spec.get("package"),
-        base_sha=spec.get("base_sha"), work_dir=work_dir,
+        wheel_url=spec.get("wheel_url"),
+        package=spec.get("package"),
+        base_sha=spec.get("base_sha"),
+        work_dir=work_dir,
     )
 
 

@@ -55,10 +55,23 @@ from workers.builds.build_lock import (
 from workers.builds.env_cache import METADATA_FILE, BuildFn, EnvironmentCache
 
 __all__ = [
-    "CURRENT", "LOCK_FILE", "METADATA_FILE", "BuildIdentity", "Environment",
-    "EnvironmentBuildError", "EnvironmentCache", "InvalidTorchSpec", "ResolvedBuild",
-    "environment_key", "parse_torch_spec", "pip_sources", "prepare_environment",
-    "query_identity", "suite_package_dir", "suite_requirements", "use_environment",
+    "CURRENT",
+    "LOCK_FILE",
+    "METADATA_FILE",
+    "BuildIdentity",
+    "Environment",
+    "EnvironmentBuildError",
+    "EnvironmentCache",
+    "InvalidTorchSpec",
+    "ResolvedBuild",
+    "environment_key",
+    "parse_torch_spec",
+    "pip_sources",
+    "prepare_environment",
+    "query_identity",
+    "suite_package_dir",
+    "suite_requirements",
+    "use_environment",
 ]
 
 logger = logging.getLogger(__name__)
@@ -232,7 +245,11 @@ def suite_requirements(pyproject: Path | None = None) -> list[str]:
 
 
 def environment_key(
-    spec: str, *, index_url: str | None, requirements: Sequence[str], python_version: str,
+    spec: str,
+    *,
+    index_url: str | None,
+    requirements: Sequence[str],
+    python_version: str,
     pip_config: dict[str, str] | None = None,
 ) -> str:
     """The cache directory name for a venv: a readable slug and a hash of what decides it.
@@ -315,7 +332,9 @@ def query_identity(python: Path | str, *, timeout_s: float = _IDENTITY_TIMEOUT_S
         proc = subprocess.run(
             # -I: neither PYTHONPATH nor the current directory may stand in for the real torch.
             [str(python), "-I", "-c", _IDENTITY_SCRIPT],
-            capture_output=True, text=True, timeout=timeout_s,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EnvironmentBuildError(f"could not ask {python} for its torch build: {exc}") from exc
@@ -341,9 +360,7 @@ def _current_identity(python: str) -> BuildIdentity:
     return query_identity(python)
 
 
-def _venv_builder(
-    spec: str, *, index_url: str | None, requirements: Sequence[str]
-) -> BuildFn:
+def _venv_builder(spec: str, *, index_url: str | None, requirements: Sequence[str]) -> BuildFn:
     def build(path: Path) -> dict[str, Any]:
         logger.info("creating environment %s for %s", path, spec)
         try:
@@ -369,11 +386,17 @@ def _venv_builder(
             finally:
                 os.unlink(pin.name)
         # What the spec resolved to: the wheel, its variant and the frozen venv (LOCK_FILE).
-        resolved = resolve_build(python, report=report, index_url=index_url,
-                                 lock_path=path / LOCK_FILE)
-        return {"spec": spec, "index_url": index_url, "requirements": list(requirements),
-                "python": _python_tag(), "identity": asdict(identity),
-                "build": resolved.to_json()}
+        resolved = resolve_build(
+            python, report=report, index_url=index_url, lock_path=path / LOCK_FILE
+        )
+        return {
+            "spec": spec,
+            "index_url": index_url,
+            "requirements": list(requirements),
+            "python": _python_tag(),
+            "identity": asdict(identity),
+            "build": resolved.to_json(),
+        }
 
     return build
 
@@ -399,8 +422,12 @@ def prepare_environment(
 ) -> Environment:
     """Make sure the environment for ``spec`` exists and return it (see :func:`use_environment`)."""
     with use_environment(
-        spec, settings=settings, cache_dir=cache_dir, budget_bytes=budget_bytes,
-        index_url=index_url, requirements=requirements,
+        spec,
+        settings=settings,
+        cache_dir=cache_dir,
+        budget_bytes=budget_bytes,
+        index_url=index_url,
+        requirements=requirements,
     ) as env:
         return env
 
@@ -450,16 +477,25 @@ def use_environment(
     budget = budget_bytes if budget_bytes is not None else settings.env_cache_budget_bytes
     index = index_url if index_url is not None else settings.torch_index_url
     reqs = list(requirements) if requirements is not None else suite_requirements()
-    key = environment_key(normalised, index_url=index, requirements=reqs,
-                          python_version=_python_tag(), pip_config=pip_sources())
+    key = environment_key(
+        normalised,
+        index_url=index,
+        requirements=reqs,
+        python_version=_python_tag(),
+        pip_config=pip_sources(),
+    )
     cache = EnvironmentCache(Path(root), budget_bytes=budget)
     builder = _venv_builder(normalised, index_url=index, requirements=reqs)
     with cache.lease(key, builder) as (path, created):
         recorded = cache.read_metadata(key)
         build = recorded.get("build")
         yield Environment(
-            spec=normalised, python=path / "bin" / "python",
-            identity=BuildIdentity(**recorded["identity"]), suite_path=_link_suite(path),
-            key=key, path=path, created=created,
+            spec=normalised,
+            python=path / "bin" / "python",
+            identity=BuildIdentity(**recorded["identity"]),
+            suite_path=_link_suite(path),
+            key=key,
+            path=path,
+            created=created,
             build=ResolvedBuild.from_json(build) if build else None,
         )

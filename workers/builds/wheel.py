@@ -87,13 +87,28 @@ class WheelProvider(BuildProvider):
 
     def _build(self, sha: str, root: Path) -> BuildEnvironment:
         python = make_layered_venv(root / "venv", self.python, sha=sha)
-        env = BuildEnvironment(sha=sha, provider=self.name, python=python, root=root,
-                               workdir=root, venv=root / "venv")
+        env = BuildEnvironment(
+            sha=sha, provider=self.name, python=python, root=root, workdir=root, venv=root / "venv"
+        )
         url = self.url_for(sha)
         run_logged(
-            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-             "--progress-bar", "off", *self.pip_args, url],
-            sha=sha, cwd=root, env={**env.environ(), "PIP_NO_INPUT": "1"},
-            timeout_s=self.timeout_s, log_path=root / "build.log", what=f"pip install {url}",
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--progress-bar",
+                "off",
+                *self.pip_args,
+                url,
+            ],
+            sha=sha,
+            cwd=root,
+            env={**env.environ(), "PIP_NO_INPUT": "1"},
+            timeout_s=self.timeout_s,
+            log_path=root / "build.log",
+            what=f"pip install {url}",
         )
         return env

@@ -21,8 +21,11 @@ from workers.cli.common import csv as _csv
 from workers.cli.common import fail as _fail
 from workers.cli.progress import measure
 
-app = typer.Typer(help="nightbench: nightly performance-regression checks for PyTorch.",
-                  no_args_is_help=True, pretty_exceptions_show_locals=False)
+app = typer.Typer(
+    help="nightbench: nightly performance-regression checks for PyTorch.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
 
 
 @app.callback()
@@ -30,17 +33,18 @@ def _root() -> None:
     """nightbench: nightly performance-regression checks for PyTorch."""
     fit_to_output()
 
+
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 regressions_app = typer.Typer(help="Triage regressions.", no_args_is_help=True)
 app.add_typer(regressions_app, name="regressions")
 token_app = typer.Typer(help="API tokens for the write endpoints.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
-suite_app = typer.Typer(help="The benchmark suite: stability of its benchmarks.",
-                        no_args_is_help=True)
+suite_app = typer.Typer(
+    help="The benchmark suite: stability of its benchmarks.", no_args_is_help=True
+)
 app.add_typer(suite_app, name="suite")
-issues_app = typer.Typer(help="Issues: filing that GitHub refused or missed.",
-                         no_args_is_help=True)
+issues_app = typer.Typer(help="Issues: filing that GitHub refused or missed.", no_args_is_help=True)
 app.add_typer(issues_app, name="issues")
 runs_app = typer.Typer(help="Runs: compare two, process by process.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
@@ -70,7 +74,12 @@ def _parse_night(night: str | None) -> date:
 
 
 def _create_runs(
-    *, the_night: date, torch_spec: str, models: str | None, modes: str, compilers: str,
+    *,
+    the_night: date,
+    torch_spec: str,
+    models: str | None,
+    modes: str,
+    compilers: str,
     device_classes: list[str],
 ) -> list[tuple[int, int]]:
     """Create one run per device class; returns ``(run_id, job_count)`` pairs."""
@@ -81,28 +90,46 @@ def _create_runs(
 
         upgrade_embedded_store()
         created = night_mod.create_nights(
-            night=the_night, torch_spec=torch_spec, models=_csv(models), modes=_csv(modes) or [],
-            compilers=_csv(compilers) or ["eager"], device_classes=device_classes,
+            night=the_night,
+            torch_spec=torch_spec,
+            models=_csv(models),
+            modes=_csv(modes) or [],
+            compilers=_csv(compilers) or ["eager"],
+            device_classes=device_classes,
         )
     except NightbenchError as exc:
         _fail(exc.message)
     for (run_id, count), device_class in zip(created, device_classes, strict=True):
-        console.print(f"run {run_id}: {count} benchmark(s) on {device_class}, "
-                      f"torch {torch_spec!r}, night {the_night}")
+        console.print(
+            f"run {run_id}: {count} benchmark(s) on {device_class}, "
+            f"torch {torch_spec!r}, night {the_night}"
+        )
     return created
 
 
-ModelsOpt = Annotated[str | None, typer.Option(
-    help="comma-separated models or patterns, e.g. torchbench.hf_* (default: the own suite)")]
+ModelsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="comma-separated models or patterns, e.g. torchbench.hf_* (default: the own suite)"
+    ),
+]
 ModesOpt = Annotated[str, typer.Option(help="comma-separated: train,eval")]
 CompilersOpt = Annotated[str, typer.Option(help="comma-separated: eager,inductor")]
 NightOpt = Annotated[str | None, typer.Option("--date", help="night YYYY-MM-DD (default today)")]
 TorchOpt = Annotated[str, typer.Option("--torch", help="build under test: current, or a pip spec")]
-SuiteOpt = Annotated[str, typer.Option(
-    help="own | torchbench | all: which models when --models is not given; with "
-         "--suite torchbench, bare --models names are TorchBench's (alexnet: torchbench.alexnet)")]
-TorchbenchOpt = Annotated[str | None, typer.Option(
-    "--torchbench", help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")]
+SuiteOpt = Annotated[
+    str,
+    typer.Option(
+        help="own | torchbench | all: which models when --models is not given; with "
+        "--suite torchbench, bare --models names are TorchBench's (alexnet: torchbench.alexnet)"
+    ),
+]
+TorchbenchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--torchbench", help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)"
+    ),
+]
 SUITE_MODELS = {"own": None, "torchbench": "torchbench.*", "all": "*"}
 
 
@@ -116,16 +143,23 @@ def _suite_models(suite: str, torchbench: str | None, models: str | None) -> str
         _fail(f"--suite must be one of {', '.join(SUITE_MODELS)}, got {suite!r}")
     if torchbench is not None:
         if not (Path(torchbench) / "torchbenchmark" / "models").is_dir():
-            _fail(f"--torchbench {torchbench} is not a pytorch/benchmark checkout "
-                  f"(no torchbenchmark/models under it)")
+            _fail(
+                f"--torchbench {torchbench} is not a pytorch/benchmark checkout "
+                f"(no torchbenchmark/models under it)"
+            )
         os.environ["NIGHTBENCH_TORCHBENCH_PATH"] = str(Path(torchbench).resolve())
         get_settings.cache_clear()
     if suite != "own" and get_settings().torchbench_path is None:
-        _fail(f"--suite {suite} needs a TorchBench checkout: --torchbench PATH or "
-              f"NIGHTBENCH_TORCHBENCH_PATH")
+        _fail(
+            f"--suite {suite} needs a TorchBench checkout: --torchbench PATH or "
+            f"NIGHTBENCH_TORCHBENCH_PATH"
+        )
     if models and suite == "torchbench":
-        models = ",".join(m if m.startswith(TORCHBENCH_PREFIX) else TORCHBENCH_PREFIX + m
-                          for m in (x.strip() for x in models.split(",")) if m)
+        models = ",".join(
+            m if m.startswith(TORCHBENCH_PREFIX) else TORCHBENCH_PREFIX + m
+            for m in (x.strip() for x in models.split(","))
+            if m
+        )
     return models or SUITE_MODELS[suite]
 
 
@@ -144,9 +178,14 @@ def nightly(
     if device not in ("cpu", "cuda"):
         _fail(f"--device must be cpu or cuda, got {device!r}")
     models = _suite_models(suite, torchbench, models)
-    created = _create_runs(the_night=_parse_night(night), torch_spec=torch_spec, models=models,
-                           modes=modes, compilers=compilers,
-                           device_classes=["cpu" if device == "cpu" else "default"])
+    created = _create_runs(
+        the_night=_parse_night(night),
+        torch_spec=torch_spec,
+        models=models,
+        modes=modes,
+        compilers=compilers,
+        device_classes=["cpu" if device == "cpu" else "default"],
+    )
     from workers.night import plan as night_mod
 
     for run_id, total in created:
@@ -160,8 +199,9 @@ def nightly(
 def dispatch(
     night: NightOpt = None,
     torch_spec: TorchOpt = "current",
-    device_class: Annotated[list[str], typer.Option(
-        help="cpu, or a GPU class (a100, h100, ...): one run each")] = ["cpu"],  # noqa: B006
+    device_class: Annotated[
+        list[str], typer.Option(help="cpu, or a GPU class (a100, h100, ...): one run each")
+    ] = ["cpu"],  # noqa: B006
     models: ModelsOpt = None,
     modes: ModesOpt = "train,eval",
     compilers: CompilersOpt = "eager",
@@ -175,8 +215,14 @@ def dispatch(
 
     models = _suite_models(suite, torchbench, models)
     settings = get_settings()
-    created = _create_runs(the_night=_parse_night(night), torch_spec=torch_spec, models=models,
-                           modes=modes, compilers=compilers, device_classes=device_class)
+    created = _create_runs(
+        the_night=_parse_night(night),
+        torch_spec=torch_spec,
+        models=models,
+        modes=modes,
+        compilers=compilers,
+        device_classes=device_class,
+    )
     for run_id, total in created:
         if settings.embedded:
             measure(run_id, total)
@@ -202,8 +248,9 @@ def _warn_unheard() -> None:
     settings = get_settings()
     with session_scope() as session:
         waits = waiting_on(session, running_bisections(session, now=utcnow()))
-    for line in broker_state(settings.broker_url, prefix=settings.queue_prefix,
-                             waiting_on=waits).problems:
+    for line in broker_state(
+        settings.broker_url, prefix=settings.queue_prefix, waiting_on=waits
+    ).problems:
         err_console.print(f"warning: {escape(line)}", soft_wrap=True, highlight=False)
 
 
@@ -230,8 +277,14 @@ def report(
 _fmt = with_unit
 
 
-VERDICT_STYLE = {"regression": "bold red", "flagged": "red", "improvement": "green",
-                 "error": "bold magenta", "not reproduced": "yellow", "no_baseline": "dim"}
+VERDICT_STYLE = {
+    "regression": "bold red",
+    "flagged": "red",
+    "improvement": "green",
+    "error": "bold magenta",
+    "not reproduced": "yellow",
+    "no_baseline": "dim",
+}
 
 
 def _print_environment_changes(report: dict[str, Any]) -> None:
@@ -240,8 +293,12 @@ def _print_environment_changes(report: dict[str, Any]) -> None:
     for change in report.get("environment_changes", []):
         console.print(f"[yellow]environment:[/] {escape(change)}", highlight=False, soft_wrap=True)
     for c in report.get("stability_changes", []):
-        console.print(f"[yellow]stability:[/] {escape(c['benchmark'])} {c['from']} → {c['to']} "
-                      f"({escape(str(c['source']))})", highlight=False, soft_wrap=True)
+        console.print(
+            f"[yellow]stability:[/] {escape(c['benchmark'])} {c['from']} → {c['to']} "
+            f"({escape(str(c['source']))})",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _print_processes(report: dict[str, Any]) -> None:
@@ -258,12 +315,20 @@ def _print_failures(report: dict[str, Any]) -> None:
     of a benchmark the night measured in its other processes (``process failed``)."""
     for res in report["results"]:
         if res["error"]:
-            console.print(f"[bold magenta]error[/] {escape(res['benchmark'])}: {escape(res['error'])}",
-                          markup=True, highlight=False, soft_wrap=True)
+            console.print(
+                f"[bold magenta]error[/] {escape(res['benchmark'])}: {escape(res['error'])}",
+                markup=True,
+                highlight=False,
+                soft_wrap=True,
+            )
     for f in report.get("failed_processes", []):
-        console.print(f"[magenta]process failed[/] {escape(f['benchmark'])}, process {f['process']} "
-                      f"(the night reads its others): {escape(f['error'])}",
-                      markup=True, highlight=False, soft_wrap=True)
+        console.print(
+            f"[magenta]process failed[/] {escape(f['benchmark'])}, process {f['process']} "
+            f"(the night reads its others): {escape(f['error'])}",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _print_report(run_id: int, *, as_json: bool = False) -> None:
@@ -280,11 +345,18 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
         return
     r = data["run"]
     jobs = r["jobs"]
-    table = Table(title=f"nightbench run {r['id']} · night {r['night']} · torch {r['torch_version']} "
-                        f"({(r['torch_git_commit'] or '?')[:10]}) · {r['status']}")
+    table = Table(
+        title=f"nightbench run {r['id']} · night {r['night']} · torch {r['torch_version']} "
+        f"({(r['torch_git_commit'] or '?')[:10]}) · {r['status']}"
+    )
     table.add_column("benchmark", no_wrap=True)
-    for col, justify in ( ("metric", "left"), ("baseline", "right"),
-                         ("tonight", "right"), ("change %", "right"), ("verdict", "left")):
+    for col, justify in (
+        ("metric", "left"),
+        ("baseline", "right"),
+        ("tonight", "right"),
+        ("change %", "right"),
+        ("verdict", "left"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for res in data["results"]:
         if res["metric"] not in ("latency", "cpu_peak_mem", "gpu_peak_mem") and not res["error"]:
@@ -292,19 +364,28 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
         change = f"{res['change'] * 100:+.1f}" if res["change"] is not None else "—"
         verdict = res["verdict"] if not res["error"] else "error (below)"
         style = VERDICT_STYLE.get(res["verdict"], "")
-        table.add_row(res["benchmark"], res["metric"], _fmt(res["baseline"], res["unit"]),
-                      _fmt(res["value"], res["unit"]), change,
-                      f"[{style}]{verdict}[/]" if style else verdict)
+        table.add_row(
+            res["benchmark"],
+            res["metric"],
+            _fmt(res["baseline"], res["unit"]),
+            _fmt(res["value"], res["unit"]),
+            change,
+            f"[{style}]{verdict}[/]" if style else verdict,
+        )
     console.print(table)
-    console.print(f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing "
-                  f"of {jobs['total']}")
+    console.print(
+        f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing "
+        f"of {jobs['total']}"
+    )
     _print_processes(data)
     _print_failures(data)
     regs = [g for g in data["regressions"] if g["direction"] == "regression"]
     reproduced = [g for g in regs if g["confirmation"] == "reproduced"]
     if reproduced:
-        console.print(f"[bold red]{len(reproduced)} confirmed regression(s)[/]; issue written to "
-                      f"{get_settings().effective_outbox_dir}")
+        console.print(
+            f"[bold red]{len(reproduced)} confirmed regression(s)[/]; issue written to "
+            f"{get_settings().effective_outbox_dir}"
+        )
     elif regs:
         console.print(f"[yellow]{len(regs)} flagged, none confirmed[/]")
     else:
@@ -318,8 +399,12 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
 @app.command()
 def detect(
     input_path: Annotated[str, typer.Option("--input", help="series JSON file, or - for stdin")],
-    output_path: Annotated[str, typer.Option("--output", help="flags JSON file, or - for stdout")] = "-",
-    online: Annotated[bool, typer.Option(help="decide each night from the nights up to it")] = False,
+    output_path: Annotated[
+        str, typer.Option("--output", help="flags JSON file, or - for stdout")
+    ] = "-",
+    online: Annotated[
+        bool, typer.Option(help="decide each night from the nights up to it")
+    ] = False,
 ) -> None:
     """Offline detection over exported series, with the service's own detector."""
     from service.regressions.detection import DetectionInputError, detect_document
@@ -407,11 +492,20 @@ def regressions_list(
             stmt = stmt.where(Regression.state == state)
         if run is not None:
             stmt = stmt.where(Regression.run_id == run)
-        rows: list[dict[str, Any]] = [{
-            "id": r.id, "run": r.run_id, "benchmark": r.benchmark, "metric": r.metric,
-            "direction": r.direction, "change": r.change, "confirmation": r.confirmation,
-            "state": r.state, "back_night": r.back_night and r.back_night.isoformat(),
-        } for r in session.scalars(stmt)]
+        rows: list[dict[str, Any]] = [
+            {
+                "id": r.id,
+                "run": r.run_id,
+                "benchmark": r.benchmark,
+                "metric": r.metric,
+                "direction": r.direction,
+                "change": r.change,
+                "confirmation": r.confirmation,
+                "state": r.state,
+                "back_night": r.back_night and r.back_night.isoformat(),
+            }
+            for r in session.scalars(stmt)
+        ]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -419,16 +513,25 @@ def regressions_list(
     for col in ("id", "run", "benchmark", "metric", "change %", "confirmation", "state", "back"):
         table.add_column(col, no_wrap=col == "benchmark")
     for r in rows:
-        table.add_row(str(r["id"]), str(r["run"]), r["benchmark"], r["metric"],
-                      f"{r['change'] * 100:+.1f}", r["confirmation"], r["state"],
-                      r["back_night"] or "")
+        table.add_row(
+            str(r["id"]),
+            str(r["run"]),
+            r["benchmark"],
+            r["metric"],
+            f"{r['change'] * 100:+.1f}",
+            r["confirmation"],
+            r["state"],
+            r["back_night"] or "",
+        )
     console.print(table)
 
 
 @regressions_app.command("set")
 def regressions_set(
     regression_id: Annotated[int, typer.Argument(help="regression id")],
-    state: Annotated[str, typer.Argument(help="untriaged|confirmed|invalid|expected|fixed|reverted")],
+    state: Annotated[
+        str, typer.Argument(help="untriaged|confirmed|invalid|expected|fixed|reverted")
+    ],
 ) -> None:
     """Change a regression's triage state (``expected`` resets the series' baseline)."""
     from service.db import session_scope
@@ -478,7 +581,8 @@ export_app = typer.Typer(help="Export results for other tools.", no_args_is_help
 app.add_typer(export_app, name="export")
 export_app.command("torchbench")(_torchbench_cli.export_torchbench)
 
-torchbench_app = typer.Typer(help="A TorchBench checkout: its models' requirements.",
-                             no_args_is_help=True)
+torchbench_app = typer.Typer(
+    help="A TorchBench checkout: its models' requirements.", no_args_is_help=True
+)
 app.add_typer(torchbench_app, name="torchbench")
 torchbench_app.command("install")(_torchbench_cli.install_torchbench)

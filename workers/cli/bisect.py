@@ -41,37 +41,57 @@ class Direction(StrEnum):
     either = "either"
 
 
-_DIRECTION_HELP = ("slower: only a slowdown is bisected, endpoints measuring the other way end not "
-                   "reproduced (as the nightly's bisection); either: a change of either sign")
+_DIRECTION_HELP = (
+    "slower: only a slowdown is bisected, endpoints measuring the other way end not "
+    "reproduced (as the nightly's bisection); either: a change of either sign"
+)
 
 
 def bisect(
     repo: Annotated[Path, typer.Option(help="local git clone of the package under test")],
     good: Annotated[str, typer.Option(help="last good commit")],
     bad: Annotated[str, typer.Option(help="first bad commit")],
-    benchmark: Annotated[list[str] | None, typer.Option(
-        help="suite benchmark MODEL:MODE:DEVICE (repeatable)")] = None,
-    command: Annotated[list[str] | None, typer.Option(
-        help='benchmark command run in the checkout; last stdout line {"samples": \\[ms, ...]} '
-             "(repeatable: one benchmark each)")] = None,
-    install: Annotated[str, typer.Option(
-        help='install command run in each probe\'s checkout, e.g. "pip install -e ."')] = "",
+    benchmark: Annotated[
+        list[str] | None, typer.Option(help="suite benchmark MODEL:MODE:DEVICE (repeatable)")
+    ] = None,
+    command: Annotated[
+        list[str] | None,
+        typer.Option(
+            help='benchmark command run in the checkout; last stdout line {"samples": \\[ms, ...]} '
+            "(repeatable: one benchmark each)"
+        ),
+    ] = None,
+    install: Annotated[
+        str,
+        typer.Option(help='install command run in each probe\'s checkout, e.g. "pip install -e ."'),
+    ] = "",
     workers: Annotated[int, typer.Option(min=1, max=64, help="commits probed per round")] = 1,
     samples: Annotated[int, typer.Option(min=3, help="samples per benchmark per probe")] = 12,
     max_samples: Annotated[int, typer.Option(min=3, help="cap when doubling samples")] = 48,
-    min_change: Annotated[float, typer.Option(
-        min=0.0, help="endpoints closer than this fraction count as not reproduced")] = 0.05,
+    min_change: Annotated[
+        float,
+        typer.Option(min=0.0, help="endpoints closer than this fraction count as not reproduced"),
+    ] = 0.05,
     direction: Annotated[Direction, typer.Option(help=_DIRECTION_HELP)] = Direction.either,
-    provider: Annotated[str, typer.Option(
-        help="build provider: checkout | python-overlay | wheel")] = "checkout",
-    wheel_url: Annotated[str | None, typer.Option(
-        help="wheel provider: URL template with {sha}")] = None,
-    package: Annotated[str | None, typer.Option(
-        help="python-overlay: the installed package to lay the commit's .py files over")] = None,
-    base_sha: Annotated[str | None, typer.Option(
-        help="python-overlay: the commit the installed package was built from")] = None,
-    work_dir: Annotated[Path | None, typer.Option(
-        help="where builds go (default: temporary)")] = None,
+    provider: Annotated[
+        str, typer.Option(help="build provider: checkout | python-overlay | wheel")
+    ] = "checkout",
+    wheel_url: Annotated[
+        str | None, typer.Option(help="wheel provider: URL template with {sha}")
+    ] = None,
+    package: Annotated[
+        str | None,
+        typer.Option(
+            help="python-overlay: the installed package to lay the commit's .py files over"
+        ),
+    ] = None,
+    base_sha: Annotated[
+        str | None,
+        typer.Option(help="python-overlay: the commit the installed package was built from"),
+    ] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="where builds go (default: temporary)")
+    ] = None,
     keep_builds: Annotated[bool, typer.Option(help="leave the builds on disk")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
 ) -> None:
@@ -81,10 +101,21 @@ def bisect(
 
     try:
         config, commits, builder = _bisect_inputs(
-            repo, good, bad, workers=workers, samples=samples, max_samples=max_samples,
-            min_change=min_change, slower=direction is Direction.slower, provider=provider,
-            install=install, wheel_url=wheel_url, package=package, base_sha=base_sha,
-            work_dir=work_dir)
+            repo,
+            good,
+            bad,
+            workers=workers,
+            samples=samples,
+            max_samples=max_samples,
+            min_change=min_change,
+            slower=direction is Direction.slower,
+            provider=provider,
+            install=install,
+            wheel_url=wheel_url,
+            package=package,
+            base_sha=base_sha,
+            work_dir=work_dir,
+        )
     except NightbenchError as exc:
         _fail(exc.message)
         return
@@ -96,9 +127,17 @@ def bisect(
         on_round, on_probe = _progress_hooks(progress, bar, built)
         try:
             report = bisect_repository(
-                repo, good, bad, benchmarks=benchmark or (), commands=command or (),
-                install=install, config=config, provider=builder, keep_builds=keep_builds,
-                on_round=on_round, on_probe=on_probe,
+                repo,
+                good,
+                bad,
+                benchmarks=benchmark or (),
+                commands=command or (),
+                install=install,
+                config=config,
+                provider=builder,
+                keep_builds=keep_builds,
+                on_round=on_round,
+                on_probe=on_probe,
             )
         except NightbenchError as exc:
             _fail(exc.message)
@@ -108,9 +147,21 @@ def bisect(
 
 
 def _bisect_inputs(
-    repo: Path, good: str, bad: str, *, workers: int, samples: int, max_samples: int,
-    min_change: float, slower: bool, provider: str, install: str, wheel_url: str | None,
-    package: str | None, base_sha: str | None, work_dir: Path | None,
+    repo: Path,
+    good: str,
+    bad: str,
+    *,
+    workers: int,
+    samples: int,
+    max_samples: int,
+    min_change: float,
+    slower: bool,
+    provider: str,
+    install: str,
+    wheel_url: str | None,
+    package: str | None,
+    base_sha: str | None,
+    work_dir: Path | None,
 ) -> tuple[SearchConfig, list[CommitInfo], BuildProvider]:
     """The options of ``nightbench bisect`` checked: the search settings, the commit range and
     the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``).
@@ -122,21 +173,38 @@ def _bisect_inputs(
     from workers.builds.registry import make_provider
     from workers.commits import local_commit_range
 
-    config = SearchConfig(workers=workers, initial_samples=samples,
-                          max_samples=max(max_samples, samples), min_change=min_change,
-                          slower=True if slower else None)
+    config = SearchConfig(
+        workers=workers,
+        initial_samples=samples,
+        max_samples=max(max_samples, samples),
+        min_change=min_change,
+        slower=True if slower else None,
+    )
     commits = local_commit_range(repo, good, bad)
-    builder = make_provider(provider, repo_path=repo, install_command=install,
-                            wheel_url=wheel_url, package=package, base_sha=base_sha,
-                            work_dir=work_dir)
+    builder = make_provider(
+        provider,
+        repo_path=repo,
+        install_command=install,
+        wheel_url=wheel_url,
+        package=package,
+        base_sha=base_sha,
+        work_dir=work_dir,
+    )
     return config, commits, builder
 
 
 def _progress(*, transient: bool) -> Progress:
     """The progress bar of ``nightbench bisect``, on stderr: builds done of those expected."""
-    return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TextColumn("builds"), TimeElapsedColumn(),
-                    console=err_console, transient=transient)
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("builds"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=transient,
+    )
 
 
 def _progress_hooks(
@@ -170,8 +238,17 @@ def _print_bisection(data: dict) -> None:
     title = f"probes of {data['good'][:10]}..{data['bad'][:10]} ({data['commits']} commits)"
     table = Table(title=title if several else f"{title}: {names[0]}")
     short = {"different": "diff", "same": "same", "unknown": "?", None: "-"}
-    columns = ["#", "commit", "purpose", "build s", *(["benchmark"] if several else []), "n",
-               "median ms", "good/bad", "side"]
+    columns = [
+        "#",
+        "commit",
+        "purpose",
+        "build s",
+        *(["benchmark"] if several else []),
+        "n",
+        "median ms",
+        "good/bad",
+        "side",
+    ]
     for col in columns:
         table.add_column(col, no_wrap=True, max_width=18 if col == "benchmark" else None)
     for p in data["probes"]:
@@ -185,15 +262,24 @@ def _print_bisection(data: dict) -> None:
             median = f"{values[len(values) // 2]:.3f}" if values else "-"
             verdicts = f"{short[r['vs_good']]}/{short[r['vs_bad']]}"
             side = r["side"] or ("error" if r["error"] else "-")
-            table.add_row(*head, *([r["benchmark"]] if several else []), str(len(values)),
-                          median, verdicts, side)
+            table.add_row(
+                *head,
+                *([r["benchmark"]] if several else []),
+                str(len(values)),
+                median,
+                verdicts,
+                side,
+            )
     console.print(table)
     for c in data["culprits"]:
         pr = f" (PR #{c['pr_number']})" if c["pr_number"] else ""
-        changes = ", ".join(f"{name} {change:+.1%}" for name, change in c["change"].items()
-                            if change is not None)
-        console.print(f"[bold red]culprit[/] {c['sha']}{pr}: {c['title']} — {c['author']} "
-                      f"<{c['author_email']}>; {changes}")
+        changes = ", ".join(
+            f"{name} {change:+.1%}" for name, change in c["change"].items() if change is not None
+        )
+        console.print(
+            f"[bold red]culprit[/] {c['sha']}{pr}: {c['title']} — {c['author']} "
+            f"<{c['author_email']}>; {changes}"
+        )
     for b in data["benchmarks"]:
         if b["status"] != "culprit":
             rng = f" in {b['range'][0][:10]}..{b['range'][-1][:10]}" if b["range"] else ""
@@ -201,15 +287,19 @@ def _print_bisection(data: dict) -> None:
     for s in data["skipped"]:
         first = s["reason"].splitlines()[0] if s["reason"] else ""
         console.print(f"[yellow]skipped[/] {s['sha'][:10]}: {first}")
-    console.print(f"outcome: [bold]{data['outcome']}[/]; {data['builds']} builds, "
-                  f"{data['rounds']} rounds")
+    console.print(
+        f"outcome: [bold]{data['outcome']}[/]; {data['builds']} builds, {data['rounds']} rounds"
+    )
 
 
 def demo(
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", help="an empty folder for the demo (default: a new temporary one)")] = None,
-    nights: Annotated[int, typer.Option(
-        min=7, help="good nights before the bad one (the detector's baseline)")] = 14,
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="an empty folder for the demo (default: a new temporary one)"),
+    ] = None,
+    nights: Annotated[
+        int, typer.Option(min=7, help="good nights before the bad one (the detector's baseline)")
+    ] = 14,
     commits: Annotated[int, typer.Option(min=2, help="commits in the bad night's range")] = 12,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
@@ -226,8 +316,13 @@ def demo(
                 status.update(text)
                 err_console.log(text)
 
-            result = run_demo(workdir, baseline_nights=nights, commits=commits,
-                              culprit=max(1, commits * 2 // 3), on_step=on_step)
+            result = run_demo(
+                workdir,
+                baseline_nights=nights,
+                commits=commits,
+                culprit=max(1, commits * 2 // 3),
+                on_step=on_step,
+            )
     except NightbenchError as exc:
         _fail(exc.message)
         return
@@ -237,8 +332,10 @@ def demo(
         return
     found = [r for r in result.regressions if r["benchmark"] == DEMO_BENCHMARK]
     for r in found:
-        console.print(f"regression: {r['benchmark']} {r['metric']} {r['change']:+.1%} "
-                      f"(confirmation: {r['confirmation']})")
+        console.print(
+            f"regression: {r['benchmark']} {r['metric']} {r['change']:+.1%} "
+            f"(confirmation: {r['confirmation']})"
+        )
     if result.bisection:
         _print_bisection(result.bisection)
     console.print(f"planted culprit: {result.culprit}")
@@ -248,8 +345,9 @@ def demo(
 
 
 def resume(
-    bisection_id: Annotated[int, typer.Argument(
-        help="the bisection, as `nightbench status` lists it")],
+    bisection_id: Annotated[
+        int, typer.Argument(help="the bisection, as `nightbench status` lists it")
+    ],
 ) -> None:
     """Send a running bisection's unfinished probes to its queue again (after an outage, or when
     `nightbench status` says its probes have waited a day), or plan its next round when none is
@@ -260,5 +358,8 @@ def resume(
         sent = resume_bisection(bisection_id)
     except NightbenchError as exc:
         _fail(exc.message)
-    console.print(f"bisection {bisection_id}: {sent} probe task(s) sent again" if sent
-                  else f"bisection {bisection_id}: no probe waits; its next step was sent")
+    console.print(
+        f"bisection {bisection_id}: {sent} probe task(s) sent again"
+        if sent
+        else f"bisection {bisection_id}: no probe waits; its next step was sent"
+    )

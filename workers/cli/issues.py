@@ -10,9 +10,13 @@ from rich.markup import escape
 
 
 def retry(
-    all_now: Annotated[bool, typer.Option(
-        "--now/--due", help="try every pending filing now (default), or only those whose "
-        "backoff has passed")] = True,
+    all_now: Annotated[
+        bool,
+        typer.Option(
+            "--now/--due",
+            help="try every pending filing now (default), or only those whose backoff has passed",
+        ),
+    ] = True,
 ) -> None:
     """File the alerts whose filing is pending or failed (GitHub was away or refused the token),
     each exactly once; exits 1 while any still fails, with its error."""
@@ -29,6 +33,9 @@ def retry(
             console.print(f"alert {attempt.alert_id}: filed {' '.join(attempt.urls)}")
         else:
             failed += 1
-            console.print(f"[bold red]alert {attempt.alert_id}: still failing:[/] "
-                          f"{escape(attempt.error)}", markup=True, highlight=False)
+            console.print(
+                f"[bold red]alert {attempt.alert_id}: still failing:[/] {escape(attempt.error)}",
+                markup=True,
+                highlight=False,
+            )
     raise typer.Exit(1 if failed else 0)

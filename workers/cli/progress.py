@@ -20,8 +20,14 @@ from workers.enqueue import Step
 
 def progress_bar() -> Progress:
     """A bar on the console: description, bar, done of total, time elapsed."""
-    return Progress(TextColumn("[bold]{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+    return Progress(
+        TextColumn("[bold]{task.description:<32}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
 
 
 def measure(run_id: int, total: int) -> None:
@@ -63,12 +69,16 @@ def _wait_for_run(run_id: int, progress: Progress, bar: Any) -> None:
         with session_scope() as session:
             counts = session.execute(
                 select(func.count(), func.count().filter(Job.status.in_(JOB_ENDED)))
-                .select_from(Job).join(Run, Run.id == Job.run_id).where(family)).one()
+                .select_from(Job)
+                .join(Run, Run.id == Job.run_id)
+                .where(family)
+            ).one()
             status = session.scalar(select(Run.status).where(Run.id == run_id))
         jobs, ended = counts
         total = progress.tasks[bar].total or 0
-        progress.update(bar, completed=ended, total=max(total, jobs),
-                        description=f"run {run_id}: {status}")
+        progress.update(
+            bar, completed=ended, total=max(total, jobs), description=f"run {run_id}: {status}"
+        )
         if status in ("complete", "incomplete", "failed"):
             return
         time.sleep(2)

@@ -16,16 +16,26 @@ from service.config import get_settings
 from service.errors import NightbenchError
 from workers.cli.common import console, fail, with_unit
 
-VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "not enough processes": "yellow",
-                 "not significant": "dim"}
+VERDICT_STYLE = {
+    "regression": "bold red",
+    "improvement": "green",
+    "not enough processes": "yellow",
+    "not significant": "dim",
+}
 
 
 def compare(
     a: Annotated[int, typer.Argument(metavar="A", help="id of the first run (the reference)")],
     b: Annotated[int, typer.Argument(metavar="B", help="id of the second run")],
-    processes: Annotated[int | None, typer.Option(
-        min=2, max=50, help="first measure more processes of each run on its own build, until "
-                            "each benchmark has N")] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            max=50,
+            help="first measure more processes of each run on its own build, until "
+            "each benchmark has N",
+        ),
+    ] = None,
     alpha: Annotated[float, typer.Option(help="significance level, between 0 and 1")] = 0.01,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -47,14 +57,24 @@ def compare(
             get_run(session, a), get_run(session, b)
         requests = _add_processes([a, b], processes) if processes else []
         with session_scope() as session:
-            result = compare_runs(session, a=a, b=b, alpha=alpha,
-                                  threshold_for=lambda m, bench: settings.threshold_for(m, bench))
+            result = compare_runs(
+                session,
+                a=a,
+                b=b,
+                alpha=alpha,
+                threshold_for=lambda m, bench: settings.threshold_for(m, bench),
+            )
     except NightbenchError as exc:
         fail(exc.message)
         raise  # unreachable: fail exits
     payload: dict[str, Any] = {
-        "a": a, "b": b, "alpha": alpha, "processes_requested": processes,
-        "requests": [asdict(r) for r in requests], **asdict(result)}
+        "a": a,
+        "b": b,
+        "alpha": alpha,
+        "processes_requested": processes,
+        "requests": [asdict(r) for r in requests],
+        **asdict(result),
+    }
     if as_json:
         print(json.dumps(payload, indent=1))
         return
@@ -68,16 +88,23 @@ def _add_processes(run_ids: list[int], processes: int) -> list[Any]:
 
     requests = replicate.request_processes(run_ids, processes=processes)
     for r in requests:
-        console.print(f"run {r.run_id}: {r.jobs} more process(es) to reach {processes} per "
-                      f"benchmark" + (f" (replicate runs {', '.join(map(str, r.runs))})" if r.runs
-                                      else ""))
+        console.print(
+            f"run {r.run_id}: {r.jobs} more process(es) to reach {processes} per "
+            f"benchmark" + (f" (replicate runs {', '.join(map(str, r.runs))})" if r.runs else "")
+        )
     _measure(run_ids)
     return requests
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("[bold]{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+    return Progress(
+        TextColumn("[bold]{task.description:<40}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
 
 
 def _measure(parents: list[int]) -> None:
@@ -117,14 +144,25 @@ def _wait(run_ids: list[int], poll_s: float = 2.0) -> None:
         bar = progress.add_task("workers measuring", total=None)
         while True:
             with session_scope() as session:
-                total = session.scalar(select(func.count()).select_from(Job).where(
-                    Job.run_id.in_(run_ids)))
-                ended = session.scalar(select(func.count()).select_from(Job).where(
-                    Job.run_id.in_(run_ids), Job.status.in_(JOB_ENDED)))
-                still_open = session.scalar(select(func.count()).select_from(Run).where(
-                    Run.id.in_(run_ids), Run.status.in_(RUN_OPEN)))
-            progress.update(bar, total=total, completed=ended,
-                            description=f"workers measuring: {still_open} run(s) open")
+                total = session.scalar(
+                    select(func.count()).select_from(Job).where(Job.run_id.in_(run_ids))
+                )
+                ended = session.scalar(
+                    select(func.count())
+                    .select_from(Job)
+                    .where(Job.run_id.in_(run_ids), Job.status.in_(JOB_ENDED))
+                )
+                still_open = session.scalar(
+                    select(func.count())
+                    .select_from(Run)
+                    .where(Run.id.in_(run_ids), Run.status.in_(RUN_OPEN))
+                )
+            progress.update(
+                bar,
+                total=total,
+                completed=ended,
+                description=f"workers measuring: {still_open} run(s) open",
+            )
             if not still_open:
                 return
             time.sleep(poll_s)
@@ -141,25 +179,34 @@ def _change(c: dict[str, Any]) -> str:
 
 
 def _print(payload: dict[str, Any]) -> None:
-    table = Table(title=f"run {payload['b']} vs run {payload['a']} · by process · "
-                        f"alpha {payload['alpha']}")
+    table = Table(
+        title=f"run {payload['b']} vs run {payload['a']} · by process · alpha {payload['alpha']}"
+    )
     table.add_column("benchmark", no_wrap=True)
     for col in ("metric", "A median", "B median", "B / A", "processes A|B", "p-value", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     for c in payload["comparisons"]:
         style = VERDICT_STYLE.get(c["verdict"], "")
         table.add_row(
-            c["benchmark"], c["metric"], with_unit(c["a_median"], c["unit"]),
+            c["benchmark"],
+            c["metric"],
+            with_unit(c["a_median"], c["unit"]),
             with_unit(c["b_median"], c["unit"]),
             _change(c),
             f"{c['a_processes']}|{c['b_processes']}",
             f"{c['p_value']:.3g}" if c["p_value"] is not None else "—",
-            f"[{style}]{c['verdict']}[/]" if style else c["verdict"])
+            f"[{style}]{c['verdict']}[/]" if style else c["verdict"],
+        )
     console.print(table)
-    for label, names in (("only in A", payload["only_in_a"]), ("only in B", payload["only_in_b"]),
-                         ("failed in every process of a side", payload["errors"])):
+    for label, names in (
+        ("only in A", payload["only_in_a"]),
+        ("only in B", payload["only_in_b"]),
+        ("failed in every process of a side", payload["errors"]),
+    ):
         if names:
             console.print(f"{label}: {', '.join(names)}", highlight=False, soft_wrap=True)
     if any(c["verdict"] == "not enough processes" for c in payload["comparisons"]):
-        console.print("[yellow]not enough processes to say:[/] measure more with --processes N "
-                      "(5 per side can reach p < 0.01)")
+        console.print(
+            "[yellow]not enough processes to say:[/] measure more with --processes N "
+            "(5 per side can reach p < 0.01)"
+        )

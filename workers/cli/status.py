@@ -14,7 +14,9 @@ from rich.table import Table
 
 
 def status(
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON (as GET /api/status)")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print JSON (as GET /api/status)")
+    ] = False,
 ) -> None:
     """Each machine class's last night, the open runs (overdue ones in red), the workers seen in
     the last hour, the filings pending (failing ones in red), the queue lengths (and, when a
@@ -29,9 +31,12 @@ def status(
 
     settings = get_settings()
     with session_scope() as session:
-        state = system_status(session, broker_url=settings.broker_url,
-                              queue_prefix=settings.queue_prefix,
-                              threshold_for=settings.threshold_for)
+        state = system_status(
+            session,
+            broker_url=settings.broker_url,
+            queue_prefix=settings.queue_prefix,
+            threshold_for=settings.threshold_for,
+        )
     if as_json:
         print(json.dumps(asdict(state), default=str, indent=1))
         raise typer.Exit(1 if state.problems else 0)
@@ -50,49 +55,108 @@ def status(
 def _tables(state: Any) -> list[Table]:
     """The status's tables, in the order printed."""
     from service.status.service import BISECTION_STALE
+
     classes = Table("machine class", "last night", "nights behind", title="machine classes")
     for c in state.machine_classes:
-        classes.add_row(c.queue, str(c.last_night), str(c.nights_behind),
-                        style="red" if c.nights_behind > 1 else None)
-    runs = Table("run", "kind", "night", "status", "age", "deadline", "jobs pending",
-                 title="open runs")
+        classes.add_row(
+            c.queue,
+            str(c.last_night),
+            str(c.nights_behind),
+            style="red" if c.nights_behind > 1 else None,
+        )
+    runs = Table(
+        "run", "kind", "night", "status", "age", "deadline", "jobs pending", title="open runs"
+    )
     for r in state.open_runs:
-        runs.add_row(str(r.id), r.kind, str(r.night), r.status, f"{r.age_s / 3600:.1f} h",
-                     str(r.deadline_at or "—"), str(r.jobs_pending),
-                     style="bold red" if r.overdue else None)
+        runs.add_row(
+            str(r.id),
+            r.kind,
+            str(r.night),
+            r.status,
+            f"{r.age_s / 3600:.1f} h",
+            str(r.deadline_at or "—"),
+            str(r.jobs_pending),
+            style="bold red" if r.overdue else None,
+        )
     workers = Table("worker", "last job started", "jobs", title="workers (last hour)")
     for w in state.workers:
         workers.add_row(w.worker, str(w.last_started_at), str(w.jobs))
-    filings = Table("alert", "kind", "run", "night", "state", "attempts", "pending",
-                    "last error", title="filings pending")
+    filings = Table(
+        "alert",
+        "kind",
+        "run",
+        "night",
+        "state",
+        "attempts",
+        "pending",
+        "last error",
+        title="filings pending",
+    )
     for f in state.pending_filings:
-        filings.add_row(str(f.alert_id), f.kind, str(f.run_id), str(f.night), f.state,
-                        str(f.attempts),
-                        f"{f.age_s / 3600:.1f} h", escape(f.last_error or ""),
-                        style="bold red" if f.last_error else None)
+        filings.add_row(
+            str(f.alert_id),
+            f.kind,
+            str(f.run_id),
+            str(f.night),
+            f.state,
+            str(f.attempts),
+            f"{f.age_s / 3600:.1f} h",
+            escape(f.last_error or ""),
+            style="bold red" if f.last_error else None,
+        )
     queues = Table("queue", "waiting", "workers listening", title="queues")
     for name, waiting in (state.queues or {}).items():
         heard = None if state.listeners is None else state.listeners.get(name, [])
-        queues.add_row(name, str(waiting), "—" if heard is None else ", ".join(heard) or "none",
-                       style="bold red" if waiting and heard == [] else None)
-    stability = Table("benchmark", "night", "verdict", "source",
-                      title="stability changes (last week)")
+        queues.add_row(
+            name,
+            str(waiting),
+            "—" if heard is None else ", ".join(heard) or "none",
+            style="bold red" if waiting and heard == [] else None,
+        )
+    stability = Table(
+        "benchmark", "night", "verdict", "source", title="stability changes (last week)"
+    )
     for change in state.stability_changes:
-        stability.add_row(change.benchmark, str(change.night),
-                          f"{change.from_verdict} → {change.to_verdict}", escape(change.source),
-                          style="yellow" if change.to_verdict == "unstable" else None)
-    bisections = Table("bisection", "search", "benchmarks", "queue", "age", "rounds",
-                       "probes waiting", title="bisections running")
+        stability.add_row(
+            change.benchmark,
+            str(change.night),
+            f"{change.from_verdict} → {change.to_verdict}",
+            escape(change.source),
+            style="yellow" if change.to_verdict == "unstable" else None,
+        )
+    bisections = Table(
+        "bisection",
+        "search",
+        "benchmarks",
+        "queue",
+        "age",
+        "rounds",
+        "probes waiting",
+        title="bisections running",
+    )
     for b in state.bisections:
-        bisections.add_row(str(b.id), b.search, ", ".join(b.benchmarks), b.queue,
-                           f"{b.age_s / 3600:.1f} h", str(b.rounds), str(b.probes_waiting),
-                           style="bold red" if b.age_s > BISECTION_STALE.total_seconds() else None)
+        bisections.add_row(
+            str(b.id),
+            b.search,
+            ", ".join(b.benchmarks),
+            b.queue,
+            f"{b.age_s / 3600:.1f} h",
+            str(b.rounds),
+            str(b.probes_waiting),
+            style="bold red" if b.age_s > BISECTION_STALE.total_seconds() else None,
+        )
     return [classes, runs, workers, filings, queues, stability, bisections]
 
 
 def _unstable_line(state: Any) -> str:
     """``"2 of 67 benchmark verdicts are unstable: ... (a:eval:cpu from +45%, ...)"``."""
-    bars = ", ".join(f"{u.benchmark} from {u.alerts_from:+.0%}" if u.alerts_from is not None
-                     else f"{u.benchmark} never" for u in state.unstable)
-    return (f"{len(state.unstable)} of {state.judged} benchmark verdicts are unstable: shown, "
-            f"alerted only beyond their noise ({bars})")
+    bars = ", ".join(
+        f"{u.benchmark} from {u.alerts_from:+.0%}"
+        if u.alerts_from is not None
+        else f"{u.benchmark} never"
+        for u in state.unstable
+    )
+    return (
+        f"{len(state.unstable)} of {state.judged} benchmark verdicts are unstable: shown, "
+        f"alerted only beyond their noise ({bars})"
+    )

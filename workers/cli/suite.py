@@ -23,13 +23,19 @@ def stability(
     compiler: Annotated[str, typer.Option(help="eager or inductor")] = "eager",
     iterations: Annotated[int, typer.Option(help="minimum timed iterations per process")] = 15,
     min_seconds: Annotated[float, typer.Option(help="minimum timed seconds per process")] = 2.0,
-    threshold: Annotated[float, typer.Option(
-        help="spread that makes a benchmark unstable over 5 processes (scaled for K)")] = 0.07,
+    threshold: Annotated[
+        float,
+        typer.Option(help="spread that makes a benchmark unstable over 5 processes (scaled for K)"),
+    ] = 0.07,
     store: Annotated[bool, typer.Option(help="store the verdicts for the detector")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    show_stored: Annotated[bool, typer.Option(
-        "--stored", help="show the stored verdicts (measured or nightly re-check); measure nothing"
-    )] = False,
+    show_stored: Annotated[
+        bool,
+        typer.Option(
+            "--stored",
+            help="show the stored verdicts (measured or nightly re-check); measure nothing",
+        ),
+    ] = False,
 ) -> None:
     """Run each benchmark K times in fresh processes; mark those whose spread reaches 7%.
 
@@ -49,18 +55,32 @@ def stability(
         _print_stored(as_json)
         return
     try:
-        specs = stab.select_benchmarks(list_models_json(), models=_csv(models),
-                                       modes=_csv(modes) or [], device=device, compiler=compiler)
+        specs = stab.select_benchmarks(
+            list_models_json(),
+            models=_csv(models),
+            modes=_csv(modes) or [],
+            device=device,
+            compiler=compiler,
+        )
         run_args = ["--iterations", str(iterations), "--min-seconds", str(min_seconds)]
         if store:
             stab.check_store()
-        with Progress(TextColumn("[bold]{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console) as progress:
+        with Progress(
+            TextColumn("[bold]{task.description:<40}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+        ) as progress:
             bar = progress.add_task("stability", total=len(specs) * repeats)
             results = stab.measure(
-                specs, repeats=repeats, run_args=run_args, threshold=threshold,
+                specs,
+                repeats=repeats,
+                run_args=run_args,
+                threshold=threshold,
                 on_record=lambda spec, r, _rec: progress.update(
-                    bar, advance=1, description=f"round {r + 1}/{repeats} {spec.key}"),
+                    bar, advance=1, description=f"round {r + 1}/{repeats} {spec.key}"
+                ),
             )
         stored = stab.store(results) if store else 0
     except NightbenchError as exc:
@@ -68,12 +88,18 @@ def stability(
         return
     floor = noise_floor(results)
     if as_json:
-        print(json.dumps({"noise_floor": floor, "stored": stored,
-                          "results": [r.to_json() for r in results]}, indent=1))
+        print(
+            json.dumps(
+                {"noise_floor": floor, "stored": stored, "results": [r.to_json() for r in results]},
+                indent=1,
+            )
+        )
         return
     _print_measured(results, title=_title(repeats, threshold))
-    console.print(f"noise floor (median CV): {'-' if floor is None else f'{floor * 100:.2f}%'}; "
-                  f"{stored} verdicts stored")
+    console.print(
+        f"noise floor (median CV): {'-' if floor is None else f'{floor * 100:.2f}%'}; "
+        f"{stored} verdicts stored"
+    )
 
 
 def _title(repeats: int, threshold: float) -> str:
@@ -84,8 +110,10 @@ def _title(repeats: int, threshold: float) -> str:
     allowed = allowed_spread(repeats, threshold)
     if allowed == threshold:
         return f"stability over {repeats} processes (unstable: spread >= {threshold:.0%})"
-    return (f"stability over {repeats} processes (unstable: spread >= {allowed:.1%}, "
-            f"{threshold:.0%} for 5 processes scaled for {repeats})")
+    return (
+        f"stability over {repeats} processes (unstable: spread >= {allowed:.1%}, "
+        f"{threshold:.0%} for 5 processes scaled for {repeats})"
+    )
 
 
 def _print_measured(results: list[Any], *, title: str) -> None:
@@ -93,17 +121,30 @@ def _print_measured(results: list[Any], *, title: str) -> None:
     table = Table(title=title)
     # The spread allowed differs from the 5-process rule only over another number of processes.
     scaled = any(r.allowed_spread not in (None, r.threshold) for r in results)
-    for col in ("benchmark", "setup", "median ms", "CV %", "spread %",
-                *(("allowed %",) if scaled else ()), "verdict", "source"):
+    for col in (
+        "benchmark",
+        "setup",
+        "median ms",
+        "CV %",
+        "spread %",
+        *(("allowed %",) if scaled else ()),
+        "verdict",
+        "source",
+    ):
         table.add_column(col, no_wrap=col in ("benchmark", "setup"))
     for r in results:
         verdict = {True: "[red]unstable", False: "stable", None: "[yellow]unknown"}[r.unstable]
         med = f"{sorted(r.medians_ms)[len(r.medians_ms) // 2]:.2f}" if r.medians_ms else "-"
-        table.add_row(f"{r.model}:{r.mode}:{r.device}:{r.compiler}",
-                      ", ".join(r.setups) or "-", med, _pct(r.cv), _pct(r.spread),
-                      *((_pct(r.allowed_spread),) if scaled else ()),
-                      verdict + (f" ({len(r.errors)} errors)" if r.errors else ""),
-                      f"{r.source} ({len(r.medians_ms)} processes)")
+        table.add_row(
+            f"{r.model}:{r.mode}:{r.device}:{r.compiler}",
+            ", ".join(r.setups) or "-",
+            med,
+            _pct(r.cv),
+            _pct(r.spread),
+            *((_pct(r.allowed_spread),) if scaled else ()),
+            verdict + (f" ({len(r.errors)} errors)" if r.errors else ""),
+            f"{r.source} ({len(r.medians_ms)} processes)",
+        )
     console.print(table)
 
 
@@ -125,20 +166,40 @@ def _print_stored(as_json: bool) -> None:
         print(json.dumps({"verdicts": rows}, indent=1, default=str))
         return
     table = Table(title="stored stability verdicts")
-    for col in ("benchmark", "machine", "setup", "CV %", "spread %", "verdict", "source",
-                "last re-check"):
+    for col in (
+        "benchmark",
+        "machine",
+        "setup",
+        "CV %",
+        "spread %",
+        "verdict",
+        "source",
+        "last re-check",
+    ):
         table.add_column(col, no_wrap=col in ("benchmark", "setup"))
     for r in rows:
         verdict = {True: "[red]unstable", False: "stable", None: "[yellow]unknown"}[r["unstable"]]
         if r["alerts_from"] is not None:
             verdict += f" (alerts from {r['alerts_from']:+.1%})"
         recheck = r["recheck"] or {}
-        last = "-" if not recheck else (
-            f"{recheck['night']}: {'-' if recheck.get('unstable') is None else verdict_word(recheck['unstable'])}"
-            f", spread {_pct(recheck.get('spread'))}%")
-        table.add_row(r["benchmark"], str(r["machine"] or "-"), ", ".join(r["setups"]) or "-",
-                      _pct(r["cv"]), _pct(r["spread"]), verdict,
-                      str(r["source_text"] or r["source"]), last)
+        last = (
+            "-"
+            if not recheck
+            else (
+                f"{recheck['night']}: {'-' if recheck.get('unstable') is None else verdict_word(recheck['unstable'])}"
+                f", spread {_pct(recheck.get('spread'))}%"
+            )
+        )
+        table.add_row(
+            r["benchmark"],
+            str(r["machine"] or "-"),
+            ", ".join(r["setups"]) or "-",
+            _pct(r["cv"]),
+            _pct(r["spread"]),
+            verdict,
+            str(r["source_text"] or r["source"]),
+            last,
+        )
     console.print(table)
 
 

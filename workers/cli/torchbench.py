@@ -37,8 +37,6 @@ from workers.cli.common import fail as _fail
 EXPORT_SUITES = ("all", "own", "torchbench")
 
 
-
-
 def _read(path: Path) -> Any:
     try:
         raw = path.read_bytes()
@@ -67,8 +65,10 @@ def import_key(data: Any) -> str:
 
 def import_torchbench(
     file: Annotated[Path, typer.Argument(help="a TorchBench result JSON file")],
-    night: Annotated[str | None, typer.Option(
-        "--date", help="night YYYY-MM-DD (default: the file's date, else today)")] = None,
+    night: Annotated[
+        str | None,
+        typer.Option("--date", help="night YYYY-MM-DD (default: the file's date, else today)"),
+    ] = None,
     note: Annotated[str | None, typer.Option(help="a note stored on the run")] = None,
 ) -> None:
     """Import a TorchBench result (userbenchmark or pytest-benchmark JSON) as an ingest run.
@@ -98,31 +98,50 @@ def import_torchbench(
         with session_scope() as session:
             existing = ingest_run_by_key(session, key=key)
             if existing is not None:
-                typer.echo(f"{file} was already imported as run {existing.id}; nothing stored",
-                           err=True)
+                typer.echo(
+                    f"{file} was already imported as run {existing.id}; nothing stored", err=True
+                )
                 print(json.dumps({"run": existing.id, "stored": 0, "already_stored": len(records)}))
                 return
-            specs = [BenchmarkSpec(model=r.model, mode=r.mode, device=r.device,
-                                   compiler=r.compiler, batch_size=r.batch_size, queue="ingest")
-                     for r in records]
+            specs = [
+                BenchmarkSpec(
+                    model=r.model,
+                    mode=r.mode,
+                    device=r.device,
+                    compiler=r.compiler,
+                    batch_size=r.batch_size,
+                    queue="ingest",
+                )
+                for r in records
+            ]
             run, _ = create_ingest_run(
-                session, night=the_night, benchmarks=specs,
+                session,
+                night=the_night,
+                benchmarks=specs,
                 torch_spec=f"torchbench {kind}: {file.name}",
                 torch_version=environment.get("torch_version"),
-                torch_git_commit=environment.get("torch_git_version"), key=key, note=note)
-            outcome = ingest_records(session, run_id=run.id,
-                                     records=[r.to_json() for r in records])
+                torch_git_commit=environment.get("torch_git_version"),
+                key=key,
+                note=note,
+            )
+            outcome = ingest_records(session, run_id=run.id, records=[r.to_json() for r in records])
             run_id = run.id
     except NightbenchError as exc:
         _fail(f"{file}: {exc.message}")
         raise
     errors = sum(1 for r in records if r.error)
-    typer.echo(f"run {run_id}: {outcome.stored} benchmark(s) from {kind} {file} "
-               f"({errors} error(s)), night {the_night}", err=True)
+    typer.echo(
+        f"run {run_id}: {outcome.stored} benchmark(s) from {kind} {file} "
+        f"({errors} error(s)), night {the_night}",
+        err=True,
+    )
     if outcome.stored:
         _judge_if_embedded(run_id)
-    print(json.dumps({"run": run_id, "stored": outcome.stored,
-                      "already_stored": outcome.already_stored}))
+    print(
+        json.dumps(
+            {"run": run_id, "stored": outcome.stored, "already_stored": outcome.already_stored}
+        )
+    )
 
 
 def _judge_if_embedded(run_id: int) -> None:
@@ -145,8 +164,12 @@ def _night(night: str | None, pytest_data: Any) -> date:
 def export_torchbench(
     run: Annotated[int, typer.Option(help="the run to export")],
     out: Annotated[Path | None, typer.Option(help="write here (default: stdout)")] = None,
-    suite: Annotated[str, typer.Option(
-        help="all | own | torchbench: which models (torchbench: the torchbench.* ones)")] = "all",
+    suite: Annotated[
+        str,
+        typer.Option(
+            help="all | own | torchbench: which models (torchbench: the torchbench.* ones)"
+        ),
+    ] = "all",
 ) -> None:
     """Export a run's results as a TorchBench userbenchmark result (``test_bench`` keys).
 
@@ -165,8 +188,11 @@ def export_torchbench(
     except NightbenchError as exc:
         _fail(exc.message)
         raise
-    records = [BenchmarkRecord.from_json(r) for r in rows
-               if suite == "all" or r["model"].startswith(TORCHBENCH_PREFIX) == (suite == "torchbench")]
+    records = [
+        BenchmarkRecord.from_json(r)
+        for r in rows
+        if suite == "all" or r["model"].startswith(TORCHBENCH_PREFIX) == (suite == "torchbench")
+    ]
     try:
         doc = to_userbenchmark(records)
     except TorchBenchFormatError as exc:
@@ -181,12 +207,19 @@ def export_torchbench(
 
 
 def install_torchbench(
-    models: Annotated[str | None, typer.Option(
-        help="comma-separated models or patterns as for `nightbench nightly --models`, e.g. "
-             "torchbench.lennard_jones,torchbench.hf_* (default: every model of the checkout)")
+    models: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated models or patterns as for `nightbench nightly --models`, e.g. "
+            "torchbench.lennard_jones,torchbench.hf_* (default: every model of the checkout)"
+        ),
     ] = None,
-    torchbench: Annotated[str | None, typer.Option(
-        "--torchbench", help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)")
+    torchbench: Annotated[
+        str | None,
+        typer.Option(
+            "--torchbench",
+            help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)",
+        ),
     ] = None,
 ) -> None:
     """Install the chosen TorchBench models' requirements with the checkout's own ``install.py``.
@@ -224,5 +257,8 @@ def install_torchbench(
     missing = tb_install.unavailable(root, chosen.torchbench)
     for name, reason in missing.items():
         typer.echo(f"{name} still unavailable: {reason}", err=True)
-    typer.echo(f"{len(chosen.torchbench) - len(missing)} of {len(chosen.torchbench)} "
-               f"TorchBench model(s) have their requirements installed", err=True)
+    typer.echo(
+        f"{len(chosen.torchbench) - len(missing)} of {len(chosen.torchbench)} "
+        f"TorchBench model(s) have their requirements installed",
+        err=True,
+    )

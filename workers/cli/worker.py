@@ -18,9 +18,13 @@ def worker(
     concurrency: Annotated[int, typer.Option(min=1)] = 1,
     name: Annotated[str | None, typer.Option(help="worker node name")] = None,
     loglevel: str = "INFO",
-    beat: Annotated[bool, typer.Option(
-        "--beat", help="also run the periodic tasks (deadline sweep, filing retry, triage sync) "
-                       "in this worker, where no beat process is deployed; on one worker only")
+    beat: Annotated[
+        bool,
+        typer.Option(
+            "--beat",
+            help="also run the periodic tasks (deadline sweep, filing retry, triage sync) "
+            "in this worker, where no beat process is deployed; on one worker only",
+        ),
     ] = False,
 ) -> None:
     """Run a Celery worker process on the configured broker (one task at a time per GPU).
@@ -40,8 +44,18 @@ def worker(
 
     queues = ",".join(dict.fromkeys([*queue, "control"]))
     node = name or f"nightbench-{'-'.join(queue)}-{os.getpid()}@%h"
-    argv = ["worker", "-Q", queues, f"--concurrency={concurrency}", "--prefetch-multiplier=1",
-            "-n", node, f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
+    argv = [
+        "worker",
+        "-Q",
+        queues,
+        f"--concurrency={concurrency}",
+        "--prefetch-multiplier=1",
+        "-n",
+        node,
+        f"--loglevel={loglevel}",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     if beat:
         schedule = settings.data_dir / "beat-schedule"
         schedule.parent.mkdir(parents=True, exist_ok=True)

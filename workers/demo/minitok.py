@@ -171,40 +171,49 @@ class Tokenizer:
 
 
 def _tokenizer(t: _Tree) -> str:
-    notes = "".join(f"\nNote {i + 1}: pieces are matched greedily, longest first.\n"
-                    for i in range(t.doc_notes))
-    word_check = (
-        "            self._check_word(word)\n" if t.encode_check else ""
+    notes = "".join(
+        f"\nNote {i + 1}: pieces are matched greedily, longest first.\n" for i in range(t.doc_notes)
     )
+    word_check = "            self._check_word(word)\n" if t.encode_check else ""
     piece_check = (
         "                        if self.inverse[vocab[piece]] != piece:\n"
-        "                            raise ValueError(\"vocabulary is inconsistent at \" + piece)\n"
+        '                            raise ValueError("vocabulary is inconsistent at " + piece)\n'
         "                        if not (piece[2:] if start else piece).islower():\n"
-        "                            raise ValueError(\"not a lower-case piece: \" + piece)\n"
-        if t.encode_check else ""
+        '                            raise ValueError("not a lower-case piece: " + piece)\n'
+        if t.encode_check
+        else ""
     )
     lookup_check = (
         # The same checks again at every vocabulary lookup: word and piece re-validated.
-        "                    self._check_word(word)\n"
-        "                    self._check_piece(piece)\n" if t.per_lookup else ""
+        "                    self._check_word(word)\n                    self._check_piece(piece)\n"
+        if t.per_lookup
+        else ""
     )
     id_check = (
         "            if not 0 <= i < len(inverse):\n"
-        "                raise ValueError(\"id out of range: %d\" % i)\n"
-        if t.decode_check else ""
+        '                raise ValueError("id out of range: %d" % i)\n'
+        if t.decode_check
+        else ""
     ) + (
         # The piece re-validated, and looked up again, at every id.
         "            self._check_piece(inverse[i])\n"
         "            if self.vocab[inverse[i]] != i:\n"
-        "                raise ValueError(\"vocabulary is inconsistent at %d\" % i)\n"
-        if t.decode_per_lookup else ""
+        '                raise ValueError("vocabulary is inconsistent at %d" % i)\n'
+        if t.decode_per_lookup
+        else ""
     )
     # The crash: the longest piece itself instead of its length (``encode`` then adds a str to
     # an int, a TypeError on its first word), as a careless simplification would.
     max_len = "max(self.vocab, key=len)" if t.crash else "max(len(p) for p in self.vocab)"
-    return _TOKENIZER.format(unk="UNKNOWN" if t.unfinished else "UNK",
-                             notes=notes, word_check=word_check, lookup_check=lookup_check,
-                             piece_check=piece_check, id_check=id_check, max_len=max_len)
+    return _TOKENIZER.format(
+        unk="UNKNOWN" if t.unfinished else "UNK",
+        notes=notes,
+        word_check=word_check,
+        lookup_check=lookup_check,
+        piece_check=piece_check,
+        id_check=id_check,
+        max_len=max_len,
+    )
 
 
 def _extras(t: _Tree) -> str:
@@ -279,20 +288,20 @@ if __name__ == "__main__":
 
 
 def _tests(t: _Tree) -> str:
-    body = '''from minitok import Tokenizer, build_vocab
+    body = """from minitok import Tokenizer, build_vocab
 
 
 def test_round_trip():
     tok = Tokenizer(build_vocab())
     assert tok.decode(tok.encode("hello world")) == "hello world"
-'''
+"""
     for i in range(1, t.tests):
-        body += f'''
+        body += f"""
 
 def test_words_{i}():
     tok = Tokenizer(build_vocab())
     assert len(tok.encode("abc " * {i + 1})) >= {i + 1}
-'''
+"""
     return body
 
 
@@ -300,7 +309,7 @@ def _files(t: _Tree) -> dict[str, str]:
     return {
         "pyproject.toml": _pyproject(t),
         "README.md": "# minitok\n\nA small WordPiece-style tokenizer in pure Python.\n\n"
-                     "    python bench.py encode\n",
+        "    python bench.py encode\n",
         "CHANGELOG.md": "# Changelog\n\n" + "".join(f"- {line}\n" for line in t.changelog),
         "bench.py": _BENCH,
         "minitok/__init__.py": _INIT,
@@ -343,8 +352,7 @@ class PackageRepository:
 
 
 def _git(path: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
-                          env=env)
+    proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -361,8 +369,9 @@ def _write(path: Path, files: dict[str, str]) -> None:
 def _ordinary(k: int, t: _Tree) -> tuple[_Tree, str]:
     kind = k % 5
     if kind == 0:
-        return replace(t, changelog=(*t.changelog, f"Internal clean-up {k}")), \
-            f"Tidy the changelog for release work ({k})"
+        return replace(
+            t, changelog=(*t.changelog, f"Internal clean-up {k}")
+        ), f"Tidy the changelog for release work ({k})"
     if kind == 1:
         return replace(t, helpers=t.helpers + 1), f"Add helper_{t.helpers} for text clean-up"
     if kind == 2:
@@ -412,27 +421,46 @@ def make_package_repository(
     """
     root = Path(path)
     broken, unfinished = tuple(sorted(set(broken))), tuple(sorted(set(unfinished)))
-    _check_arguments(root, commits, encode_culprit, decode_culprit, broken, crash_culprit,
-                     unfinished)
+    _check_arguments(
+        root, commits, encode_culprit, decode_culprit, broken, crash_culprit, unfinished
+    )
     root.mkdir(parents=True, exist_ok=True)
     _git(root, "init", "--quiet", "--initial-branch=main")
     _git(root, "config", "commit.gpgsign", "false")
 
-    planted = {encode_culprit: (dict(encode_check=True, per_lookup=per_lookup),
-                                "Validate words and pieces while encoding"),
-               decode_culprit: (dict(decode_check=True, decode_per_lookup=per_lookup),
-                                "Check id bounds in decode"),
-               crash_culprit: (dict(crash=True),
-                               "Simplify how the tokenizer finds its longest piece")}
+    planted = {
+        encode_culprit: (
+            dict(encode_check=True, per_lookup=per_lookup),
+            "Validate words and pieces while encoding",
+        ),
+        decode_culprit: (
+            dict(decode_check=True, decode_per_lookup=per_lookup),
+            "Check id bounds in decode",
+        ),
+        crash_culprit: (dict(crash=True), "Simplify how the tokenizer finds its longest piece"),
+    }
     shas = _write_history(root, commits, planted, broken, unfinished)
-    culprits = {name: shas[k] for name, k in ((ENCODE, encode_culprit), (DECODE, decode_culprit))
-                if k is not None}
-    return PackageRepository(root, tuple(shas), culprits, tuple(shas[k] for k in broken),
-                             shas[crash_culprit] if crash_culprit is not None else None)
+    culprits = {
+        name: shas[k]
+        for name, k in ((ENCODE, encode_culprit), (DECODE, decode_culprit))
+        if k is not None
+    }
+    return PackageRepository(
+        root,
+        tuple(shas),
+        culprits,
+        tuple(shas[k] for k in broken),
+        shas[crash_culprit] if crash_culprit is not None else None,
+    )
 
 
-def _write_history(root: Path, commits: int, planted: dict[int | None, tuple[dict, str]],
-                   broken: tuple[int, ...], unfinished: tuple[int, ...] = ()) -> list[str]:
+def _write_history(
+    root: Path,
+    commits: int,
+    planted: dict[int | None, tuple[dict, str]],
+    broken: tuple[int, ...],
+    unfinished: tuple[int, ...] = (),
+) -> list[str]:
     """Commit 0..``commits`` (a planted change where ``planted`` names one, else a plain one);
     their shas."""
     tree, shas = _Tree(), []
@@ -446,19 +474,30 @@ def _write_history(root: Path, commits: int, planted: dict[int | None, tuple[dic
     return shas
 
 
-def _check_arguments(root: Path, commits: int, encode_culprit: int | None,
-                     decode_culprit: int | None, broken: tuple[int, ...],
-                     crash_culprit: int | None = None, unfinished: tuple[int, ...] = ()) -> None:
+def _check_arguments(
+    root: Path,
+    commits: int,
+    encode_culprit: int | None,
+    decode_culprit: int | None,
+    broken: tuple[int, ...],
+    crash_culprit: int | None = None,
+    unfinished: tuple[int, ...] = (),
+) -> None:
     """Raise InvalidInput naming the first argument of make_package_repository that is wrong."""
     if commits < 1:
         raise InvalidInput(f"commits must be at least 1, got {commits}")
-    for name, k in (("encode_culprit", encode_culprit), ("decode_culprit", decode_culprit),
-                    ("crash_culprit", crash_culprit), *(("broken", b) for b in broken),
-                    *(("unfinished", u) for u in unfinished)):
+    for name, k in (
+        ("encode_culprit", encode_culprit),
+        ("decode_culprit", decode_culprit),
+        ("crash_culprit", crash_culprit),
+        *(("broken", b) for b in broken),
+        *(("unfinished", u) for u in unfinished),
+    ):
         if k is not None and not 1 <= k <= commits:
             raise InvalidInput(f"{name} must lie in 1..{commits}, got {k}")
-    if {encode_culprit, decode_culprit, crash_culprit} & {*broken, *unfinished} \
-            or set(broken) & set(unfinished):
+    if {encode_culprit, decode_culprit, crash_culprit} & {*broken, *unfinished} or set(
+        broken
+    ) & set(unfinished):
         raise InvalidInput("a commit cannot be two of: a culprit, broken, unfinished")
     if root.exists() and any(root.iterdir()):
         raise InvalidInput(f"path: {root} is not empty")
@@ -491,8 +530,12 @@ def _commit(root: Path, k: int, tree: _Tree, message: str) -> str:
     when = (_START + timedelta(hours=k)).isoformat()
     env = {
         **os.environ,
-        "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": when,
-        "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": when,
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_AUTHOR_DATE": when,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+        "GIT_COMMITTER_DATE": when,
     }
     _write(root, _files(tree))
     _git(root, "add", "-A")

@@ -127,8 +127,11 @@ def _prepare_database() -> None:
 
 
 def _worktree(repo: Path, sha: str, path: Path) -> Path:
-    subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(path), sha],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "--detach", str(path), sha],
+        check=True,
+        capture_output=True,
+    )
     return path
 
 
@@ -168,30 +171,46 @@ def run_demo(
         raise InvalidInput(f"culprit must lie in 1..{commits}, got {culprit}")
     root.mkdir(parents=True, exist_ok=True)
     say(f"creating the minitok repository ({commits + 1} commits) in {root / 'minitok'}")
-    repo = make_package_repository(root / "minitok", commits=commits, encode_culprit=culprit,
-                                   per_lookup=True)
-    trees = (_worktree(repo.path, repo.good, root / "installed-good"),
-             _worktree(repo.path, repo.bad, root / "installed-bad"))
+    repo = make_package_repository(
+        root / "minitok", commits=commits, encode_culprit=culprit, per_lookup=True
+    )
+    trees = (
+        _worktree(repo.path, repo.good, root / "installed-good"),
+        _worktree(repo.path, repo.bad, root / "installed-bad"),
+    )
     settings_env = _settings_environment(root, repo.path)
     outer_path = os.environ.get("PYTHONPATH")
     commit_range = [c.as_json() for c in local_commit_range(repo.path, repo.good, repo.bad)]
     with _environment(settings_env):
         _prepare_database()
-        runs = _play_nights(repo, trees, commit_range, baseline_nights=baseline_nights,
-                            outer_path=outer_path, say=say)
+        runs = _play_nights(
+            repo,
+            trees,
+            commit_range,
+            baseline_nights=baseline_nights,
+            outer_path=outer_path,
+            say=say,
+        )
         regressions, result = _night_outcome(runs[-1])
         outbox = root / "outbox"
         issues = tuple(sorted(outbox.glob("issue-*.md"))) if outbox.is_dir() else ()
-    return DemoResult(workdir=root, repo=repo, runs=tuple(runs), regressions=regressions,
-                      bisection=result, issues=issues)
+    return DemoResult(
+        workdir=root,
+        repo=repo,
+        runs=tuple(runs),
+        regressions=regressions,
+        bisection=result,
+        issues=issues,
+    )
 
 
 def _settings_environment(root: Path, repo: Path) -> dict[str, str | None]:
     """The demo's settings, as the environment variables :func:`_environment` sets."""
     from workers.demo.minitok import INSTALL_COMMAND
 
-    extra = os.pathsep.join(p for p in (os.environ.get("NIGHTBENCH_SUITE_EXTRA_MODELS"),
-                                        str(DEMO_MODELS)) if p)
+    extra = os.pathsep.join(
+        p for p in (os.environ.get("NIGHTBENCH_SUITE_EXTRA_MODELS"), str(DEMO_MODELS)) if p
+    )
     return {
         "NIGHTBENCH_DATA_DIR": str(root / "data"),
         "NIGHTBENCH_OUTBOX_DIR": str(root / "outbox"),
@@ -241,17 +260,22 @@ def _play_nights(
             break
         tree = bad_tree if bad_night else good_tree
         night = first + timedelta(days=i)
-        say(f"night {night}: minitok at {(repo.bad if bad_night else repo.good)[:10]}"
+        say(
+            f"night {night}: minitok at {(repo.bad if bad_night else repo.good)[:10]}"
             + (" (the night after the commit range landed)" if i == baseline_nights else "")
-            + (" again: the night before's step was not reproduced by its confirmation re-run "
-               "(a busy machine); the next night decides, as in the nightly"
-               if i > baseline_nights else ""))
+            + (
+                " again: the night before's step was not reproduced by its confirmation re-run "
+                "(a busy machine); the next night decides, as in the nightly"
+                if i > baseline_nights
+                else ""
+            )
+        )
         # The night measures the package as installed at its commit: its checkout first on
         # the suite's path. Bisection probes build their own and drop this path.
-        with _environment({"PYTHONPATH": os.pathsep.join(
-                p for p in (str(tree), outer_path) if p)}):
-            run_id = nightly.create_night(night=night, benchmarks=spec,
-                                          commit_range=commit_range if bad_night else None)
+        with _environment({"PYTHONPATH": os.pathsep.join(p for p in (str(tree), outer_path) if p)}):
+            run_id = nightly.create_night(
+                night=night, benchmarks=spec, commit_range=commit_range if bad_night else None
+            )
             runs.append(run_id)
             for job_id, queue, _ in nightly.queued_jobs(run_id):
                 nightly.send_job(job_id, queue)
@@ -262,8 +286,12 @@ def _reproduced(run_id: int) -> bool:
     """Whether the night ``run_id`` holds a reproduced latency regression of the demo's
     benchmark."""
     regressions, _ = _night_outcome(run_id)
-    return any(r["benchmark"] == DEMO_BENCHMARK and r["metric"] == "latency"
-               and r["confirmation"] == "reproduced" for r in regressions)
+    return any(
+        r["benchmark"] == DEMO_BENCHMARK
+        and r["metric"] == "latency"
+        and r["confirmation"] == "reproduced"
+        for r in regressions
+    )
 
 
 def _night_outcome(run_id: int) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None]:
@@ -275,12 +303,24 @@ def _night_outcome(run_id: int) -> tuple[tuple[dict[str, Any], ...], dict[str, A
 
     with session_scope() as session:
         regressions = tuple(
-            {"benchmark": r.benchmark, "metric": r.metric, "change": r.change,
-             "confirmation": r.confirmation, "state": r.state}
-            for r in session.scalars(select(Regression).where(
-                Regression.run_id == run_id, Regression.direction == "regression"))
+            {
+                "benchmark": r.benchmark,
+                "metric": r.metric,
+                "change": r.change,
+                "confirmation": r.confirmation,
+                "state": r.state,
+            }
+            for r in session.scalars(
+                select(Regression).where(
+                    Regression.run_id == run_id, Regression.direction == "regression"
+                )
+            )
         )
-        bisection = session.scalar(select(Bisection).where(Bisection.run_id == run_id)
-                                   .order_by(Bisection.id.desc()).limit(1))
+        bisection = session.scalar(
+            select(Bisection)
+            .where(Bisection.run_id == run_id)
+            .order_by(Bisection.id.desc())
+            .limit(1)
+        )
         result = bisection.result if bisection is not None else None
     return regressions, result

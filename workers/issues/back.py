@@ -40,11 +40,15 @@ def render_back(regression: Regression) -> str:
         f"against a baseline of {format_value(regression.baseline, regression.unit)}, first "
         f"night {first}).\n\n> {regression.back_reason or ''}\n\n"
         "If the step comes back, it is raised again. Close this issue as completed if a fix or "
-        "a revert landed; if nothing did, look at the chart before closing it as not planned.\n")
+        "a revert landed; if nothing did, look at the chart before closing it as not planned.\n"
+    )
 
 
 def tell_back(
-    session: Session, *, tracker: IssueTracker, regressions: Sequence[Regression],
+    session: Session,
+    *,
+    tracker: IssueTracker,
+    regressions: Sequence[Regression],
     now: datetime | None = None,
 ) -> list[tuple[IssueRecord, Regression]]:
     """Comment once on each open issue of ``tracker`` reporting one of ``regressions`` that is
@@ -61,18 +65,30 @@ def tell_back(
     for regression in regressions:
         if regression.back_night is None or regression.back_told_at is not None:
             continue
-        records = list(session.scalars(
-            select(IssueRecord).join(IssueRegression, IssueRegression.issue_id == IssueRecord.id)
-            .where(IssueRegression.regression_id == regression.id,
-                   IssueRecord.tracker == tracker.kind, IssueRecord.location == tracker.location,
-                   IssueRecord.state == "open").order_by(IssueRecord.id)))
+        records = list(
+            session.scalars(
+                select(IssueRecord)
+                .join(IssueRegression, IssueRegression.issue_id == IssueRecord.id)
+                .where(
+                    IssueRegression.regression_id == regression.id,
+                    IssueRecord.tracker == tracker.kind,
+                    IssueRecord.location == tracker.location,
+                    IssueRecord.state == "open",
+                )
+                .order_by(IssueRecord.id)
+            )
+        )
         body = render_back(regression)
         for record in records:
             if not _still_open(tracker, record):
                 continue
             tracker.comment(record.number, body, key=f"back-{regression.id}")
-            log.info("regression %s back on %s: told on %s", regression.id,
-                     regression.back_night, record.url)
+            log.info(
+                "regression %s back on %s: told on %s",
+                regression.id,
+                regression.back_night,
+                record.url,
+            )
             told.append((record, regression))
         regression.back_told_at = now or utcnow()
     session.flush()

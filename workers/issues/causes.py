@@ -93,8 +93,12 @@ def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | 
     from workers.bisect.celery_driver import probes_of, replay
     from workers.bisect.search import REFERENCE, outcome
 
-    bisection = session.scalar(select(BisectionRow).where(BisectionRow.run_id == run_id)
-                               .order_by(BisectionRow.id.desc()).limit(1))
+    bisection = session.scalar(
+        select(BisectionRow)
+        .where(BisectionRow.run_id == run_id)
+        .order_by(BisectionRow.id.desc())
+        .limit(1)
+    )
     if bisection is None or bisection.status != BisectionStatus.DONE:
         return None
     state = replay(bisection, probes_of(session, bisection.id))
@@ -105,8 +109,10 @@ def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | 
     # The endpoints measured again beside every round are the yardstick, not findings: the
     # issue lists the probes themselves (the full record stays in Bisection.result).
     return BisectionInput(
-        outcome=final, probes=tuple(p for p in state.probes if p.purpose != REFERENCE),
-        commits=tuple(bisection.commits), repo=spec.get("repo"),
+        outcome=final,
+        probes=tuple(p for p in state.probes if p.purpose != REFERENCE),
+        commits=tuple(bisection.commits),
+        repo=spec.get("repo"),
         code_url=spec["code_url"] if "code_url" in spec else TORCH_CODE_URL,
         install_command=spec.get("install_command"),
     )
@@ -155,14 +161,23 @@ def _groups(
             good = shas[first - 1] if first >= 1 else shas[0]
             key = ("inconclusive", good, found.range[-1])
             group = _Group(
-                "inconclusive", [], good=good, bad=found.range[-1], suspects=tuple(found.range),
+                "inconclusive",
+                [],
+                good=good,
+                bad=found.range[-1],
+                suspects=tuple(found.range),
                 reason=found.reason,
             )
         else:
             outcome = NOT_REPRODUCED if found.status == NOT_REPRODUCED else "not_bisected"
             key = (outcome,)
-            group = _Group(outcome, [], good=shas[0], bad=shas[-1],
-                           reason=found.reason if outcome == NOT_REPRODUCED else "")
+            group = _Group(
+                outcome,
+                [],
+                good=shas[0],
+                bad=shas[-1],
+                reason=found.reason if outcome == NOT_REPRODUCED else "",
+            )
         groups.setdefault(key, group).regressions.append(regression)
     return list(groups.values())
 

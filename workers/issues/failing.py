@@ -71,16 +71,25 @@ def _ended(session: Session, run: Run, status: str) -> set[tuple[str, str]]:
     not a night (a confirmation, a round, a replicate)."""
     if run.kind not in (RunKind.NIGHTLY, RunKind.INGEST):
         return set()
-    return {(j.benchmark, j.queue) for j in session.scalars(select(Job).where(
-        Job.run_id == run.id, Job.status == status))}
+    return {
+        (j.benchmark, j.queue)
+        for j in session.scalars(select(Job).where(Job.run_id == run.id, Job.status == status))
+    }
 
 
 def newly_failing(session: Session, *, run: Run) -> list[FailingBenchmark]:
     """The benchmarks of ``run`` (a nightly or posted run) whose failures reach exactly
     ``FAILING_NIGHTS`` nights in a row with tonight's (nights up to ``run.night``)."""
     failed = _ended(session, run, JobStatus.ERROR)
-    return [f for f in failing_benchmarks(session, today=run.night, until=run.night)
-            if (f.benchmark, f.queue) in failed and f.nights == FAILING_NIGHTS] if failed else []
+    return (
+        [
+            f
+            for f in failing_benchmarks(session, today=run.night, until=run.night)
+            if (f.benchmark, f.queue) in failed and f.nights == FAILING_NIGHTS
+        ]
+        if failed
+        else []
+    )
 
 
 def runs_again(session: Session, *, run: Run) -> list[FailingBenchmark]:
@@ -89,8 +98,15 @@ def runs_again(session: Session, *, run: Run) -> list[FailingBenchmark]:
     before ``run.night``)."""
     done = _ended(session, run, JobStatus.DONE)
     before = run.night - timedelta(days=1)
-    return [f for f in failing_benchmarks(session, today=run.night, until=before)
-            if (f.benchmark, f.queue) in done] if done else []
+    return (
+        [
+            f
+            for f in failing_benchmarks(session, today=run.night, until=before)
+            if (f.benchmark, f.queue) in done
+        ]
+        if done
+        else []
+    )
 
 
 def note_failing(session: Session, *, run: Run) -> Alert | None:
@@ -112,8 +128,9 @@ def note_failing(session: Session, *, run: Run) -> Alert | None:
     mark_pending(alert)
     parts = []
     if fresh:
-        parts.append(f"failing {FAILING_NIGHTS} nights in a row: "
-                     + ", ".join(f.benchmark for f in fresh))
+        parts.append(
+            f"failing {FAILING_NIGHTS} nights in a row: " + ", ".join(f.benchmark for f in fresh)
+        )
     if again:
         parts.append("runs again: " + ", ".join(f.benchmark for f in again))
     alert.summary = "; ".join(parts)
@@ -122,8 +139,9 @@ def note_failing(session: Session, *, run: Run) -> Alert | None:
     return alert
 
 
-def render_failing_alert(session: Session, *, alert_id: int,
-                         settings: Settings) -> list[RenderedIssue]:
+def render_failing_alert(
+    session: Session, *, alert_id: int, settings: Settings
+) -> list[RenderedIssue]:
     """The issues the ``failing`` alert ``alert_id`` files, rendered, filing nothing (empty
     once filed).
 
@@ -133,12 +151,12 @@ def render_failing_alert(session: Session, *, alert_id: int,
     alert, run = alert_and_run(session, alert_id, FAILING)
     if alert.status == AlertStatus.FILED:
         return []
-    return [_render(session, run, f, settings, alert.id)
-            for f in newly_failing(session, run=run)]
+    return [_render(session, run, f, settings, alert.id) for f in newly_failing(session, run=run)]
 
 
-def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
-                       tracker: IssueTracker) -> list[TrackedIssue]:
+def file_failing_alert(
+    session: Session, *, alert_id: int, settings: Settings, tracker: IssueTracker
+) -> list[TrackedIssue]:
     """File the ``failing`` alert ``alert_id``: one issue per benchmark newly failing (the
     tracker returns the open issue carrying the same fingerprint instead of filing it twice),
     and a comment on the open issue of each benchmark that runs again. Only flushes; the
@@ -155,13 +173,14 @@ def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
     alert, run = alert_and_run(session, alert_id, FAILING)
     for again in runs_again(session, run=run):
         open_issue = tracker.find_open(
-            failing_fingerprint(again.queue, again.benchmark, again.since))
+            failing_fingerprint(again.queue, again.benchmark, again.since)
+        )
         if open_issue is None:  # closed since, or never filed: nothing to tell
             continue
-        tracker.comment(open_issue.number, render_runs_again(run, again),
-                        key=f"runs-again-{run.id}")
-        log.info("alert %s: %s runs again, told on %s", alert_id, again.benchmark,
-                 open_issue.url)
+        tracker.comment(
+            open_issue.number, render_runs_again(run, again), key=f"runs-again-{run.id}"
+        )
+        log.info("alert %s: %s runs again, told on %s", alert_id, again.benchmark, open_issue.url)
         filed.append(open_issue)
     filed.extend(_tell_bisections(session, alert, tracker, settings))
     alert.status = AlertStatus.FILED
@@ -171,27 +190,41 @@ def file_failing_alert(session: Session, *, alert_id: int, settings: Settings,
 
 def render_runs_again(run: Run, failing: FailingBenchmark) -> str:
     """The comment telling a failing benchmark's issue that ``run`` measured it (Markdown)."""
-    return (f"**Runs again on {run.night}** (run {run.id}, build `{run.torch_spec}`, torch "
-            f"commit {_commit(run.torch_git_commit)}): `{failing.benchmark}` was measured on "
-            f"`{failing.queue}` after failing on {failing.nights} nights since {failing.since}. "
-            "Close this issue if that is the fix you expected; if it fails again on two nights, "
-            "a new issue is filed.\n")
+    return (
+        f"**Runs again on {run.night}** (run {run.id}, build `{run.torch_spec}`, torch "
+        f"commit {_commit(run.torch_git_commit)}): `{failing.benchmark}` was measured on "
+        f"`{failing.queue}` after failing on {failing.nights} nights since {failing.since}. "
+        "Close this issue if that is the fix you expected; if it fails again on two nights, "
+        "a new issue is filed.\n"
+    )
 
 
 def _nights(session: Session, failing: FailingBenchmark, until: date) -> list[tuple[Run, Job]]:
     """The benchmark's jobs that ended (done or error) on its machine class and their runs,
     nightly and posted, on nights up to ``until``, newest first (60 at most)."""
-    return list(session.execute(
-        select(Run, Job).join(Job, Job.run_id == Run.id).where(
-            Job.model == failing.model, Job.mode == failing.mode, Job.device == failing.device,
-            Job.compiler == failing.compiler, Job.queue == failing.queue,
-            Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)), Run.night <= until,
-            Job.status.in_((JobStatus.DONE, JobStatus.ERROR)))
-        .order_by(Run.night.desc(), Job.id.desc()).limit(60)).all())
+    return list(
+        session.execute(
+            select(Run, Job)
+            .join(Job, Job.run_id == Run.id)
+            .where(
+                Job.model == failing.model,
+                Job.mode == failing.mode,
+                Job.device == failing.device,
+                Job.compiler == failing.compiler,
+                Job.queue == failing.queue,
+                Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
+                Run.night <= until,
+                Job.status.in_((JobStatus.DONE, JobStatus.ERROR)),
+            )
+            .order_by(Run.night.desc(), Job.id.desc())
+            .limit(60)
+        ).all()
+    )
 
 
-def streak_ends(session: Session, failing: FailingBenchmark,
-                until: date) -> tuple[Run | None, Run | None]:
+def streak_ends(
+    session: Session, failing: FailingBenchmark, until: date
+) -> tuple[Run | None, Run | None]:
     """``(last good night, first failing night)`` of ``failing``'s streak as of ``until``: the
     runs whose builds bound the commit range that broke it (None where not found)."""
     rows = _nights(session, failing, until)
@@ -200,8 +233,9 @@ def streak_ends(session: Session, failing: FailingBenchmark,
     return good, (failed[-1] if failed else None)
 
 
-def _render(session: Session, run: Run, failing: FailingBenchmark,
-            settings: Settings, alert_id: int) -> RenderedIssue:
+def _render(
+    session: Session, run: Run, failing: FailingBenchmark, settings: Settings, alert_id: int
+) -> RenderedIssue:
     rows = _nights(session, failing, run.night)
     failed = [(r, j) for r, j in rows if r.night >= failing.since and j.status == JobStatus.ERROR]
     good = next(((r, j) for r, j in rows if j.status == JobStatus.DONE), None)
@@ -210,11 +244,15 @@ def _render(session: Session, run: Run, failing: FailingBenchmark,
     tail = "\n".join(last_error.strip().splitlines()[-ERROR_LINES:])
     table = "\n".join(
         f"| {r.night} | {r.id} | `{r.torch_spec}` | {_commit(r.torch_git_commit)} | "
-        f"{_cell(j.error)} |" for r, j in failed)
+        f"{_cell(j.error)} |"
+        for r, j in failed
+    )
     before, span = "", ""  # a benchmark counts as failing only after it ran: good is found
     if good is not None:
-        before = (f"It last ran on {good[0].night} (run {good[0].id}, build "
-                  f"`{good[0].torch_spec}`, torch commit {_commit(good[0].torch_git_commit)}).")
+        before = (
+            f"It last ran on {good[0].night} (run {good[0].id}, build "
+            f"`{good[0].torch_spec}`, torch commit {_commit(good[0].torch_git_commit)})."
+        )
         span = _range(settings, good[0].torch_git_commit, first_bad.torch_git_commit)
         span += _bisecting(session, alert_id, failing, settings)
     body = (
@@ -232,13 +270,20 @@ def _render(session: Session, run: Run, failing: FailingBenchmark,
         "---\n\n<sub>Filed by nightbench. Close this issue once the benchmark runs again; the "
         "status (`nightbench status`) lists it as a problem until it does.</sub>\n\n"
         f"{run_marker(run.id)}\n"
-        f"{marker(failing_fingerprint(failing.queue, failing.benchmark, failing.since))}\n")
+        f"{marker(failing_fingerprint(failing.queue, failing.benchmark, failing.since))}\n"
+    )
     error_line = error_summary(last_error)
-    title = textwrap.shorten(f"[perf] {failing.benchmark} fails on {failing.queue} since "
-                             f"{failing.since}: {error_line}", 200, placeholder="…")
-    return RenderedIssue(title=title, body=body, labels=failing_labels(settings),
-                         fingerprint=failing_fingerprint(failing.queue, failing.benchmark,
-                                                         failing.since))
+    title = textwrap.shorten(
+        f"[perf] {failing.benchmark} fails on {failing.queue} since {failing.since}: {error_line}",
+        200,
+        placeholder="…",
+    )
+    return RenderedIssue(
+        title=title,
+        body=body,
+        labels=failing_labels(settings),
+        fingerprint=failing_fingerprint(failing.queue, failing.benchmark, failing.since),
+    )
 
 
 def _commit(sha: str | None) -> str:
@@ -253,40 +298,55 @@ def _range(settings: Settings, good: str | None, bad: str | None) -> str:
     """`` The commit range: ...`` between the last good night's build and the first failing
     night's, with a compare link when the source repository is on GitHub."""
     if not good or not bad or good == bad:
-        return (" Its last good night and its first failing night ran the same torch commit: "
-                "look at what else changed (the suite, the environment)." if good and bad
-                else "")
+        return (
+            " Its last good night and its first failing night ran the same torch commit: "
+            "look at what else changed (the suite, the environment)."
+            if good and bad
+            else ""
+        )
     text = f" The commit range to search: `{good[:10]}..{bad[:10]}`"
     if settings.source_github_repository:
-        text += (f" ([compare](https://github.com/{settings.source_github_repository}/compare/"
-                 f"{good}...{bad}))")
+        text += (
+            f" ([compare](https://github.com/{settings.source_github_repository}/compare/"
+            f"{good}...{bad}))"
+        )
     return text + "."
 
 
 def failure_bisections(session: Session, alert_id: int) -> list[Bisection]:
     """The failure bisections started for the ``failing`` alert ``alert_id``, oldest first."""
-    return [b for b in session.scalars(select(Bisection).where(Bisection.alert_id == alert_id)
-                                       .order_by(Bisection.id))
-            if is_failure(b)]
+    return [
+        b
+        for b in session.scalars(
+            select(Bisection).where(Bisection.alert_id == alert_id).order_by(Bisection.id)
+        )
+        if is_failure(b)
+    ]
 
 
-def _bisecting(session: Session, alert_id: int, failing: FailingBenchmark,
-               settings: Settings) -> str:
+def _bisecting(
+    session: Session, alert_id: int, failing: FailingBenchmark, settings: Settings
+) -> str:
     """What the issue says of the search for the commit that broke the benchmark."""
     key = failing_fingerprint(failing.queue, failing.benchmark, failing.since)
     started = [b for b in failure_bisections(session, alert_id) if b.config.get("issue") == key]
     if started:
-        return (f" Bisection {started[-1].id} searches its {len(started[-1].commits) - 1} "
-                f"commit(s) on `{failing.queue}`; the first commit at which it fails will be "
-                "commented here.")
+        return (
+            f" Bisection {started[-1].id} searches its {len(started[-1].commits) - 1} "
+            f"commit(s) on `{failing.queue}`; the first commit at which it fails will be "
+            "commented here."
+        )
     if not settings.bisect_provider:
-        return (" Not bisected: no build provider is configured (`NIGHTBENCH_BISECT_PROVIDER`, "
-                "with `NIGHTBENCH_SOURCE_REPO_PATH` or a wheel URL).")
+        return (
+            " Not bisected: no build provider is configured (`NIGHTBENCH_BISECT_PROVIDER`, "
+            "with `NIGHTBENCH_SOURCE_REPO_PATH` or a wheel URL)."
+        )
     return ""
 
 
-def _tell_bisections(session: Session, alert: Alert, tracker: IssueTracker,
-                     settings: Settings) -> list[TrackedIssue]:
+def _tell_bisections(
+    session: Session, alert: Alert, tracker: IssueTracker, settings: Settings
+) -> list[TrackedIssue]:
     """Comment each finished failure bisection of ``alert`` on its open issue, once (a closed
     issue is not told)."""
     told = []
@@ -296,10 +356,16 @@ def _tell_bisections(session: Session, alert: Alert, tracker: IssueTracker,
         open_issue = tracker.find_open(bisection.config.get("issue", ""))
         if open_issue is None:
             continue
-        tracker.comment(open_issue.number, render_bisected(bisection, settings),
-                        key=f"bisected-{bisection.id}")
-        log.info("alert %s: bisection %s (%s) told on %s", alert.id, bisection.id,
-                 bisection.outcome, open_issue.url)
+        tracker.comment(
+            open_issue.number, render_bisected(bisection, settings), key=f"bisected-{bisection.id}"
+        )
+        log.info(
+            "alert %s: bisection %s (%s) told on %s",
+            alert.id,
+            bisection.id,
+            bisection.outcome,
+            open_issue.url,
+        )
         told.append(open_issue)
     return told
 
@@ -310,26 +376,40 @@ def render_bisected(bisection: Bisection, settings: Settings) -> str:
     (answer,) = result.get("benchmarks") or [{"range": [], "reason": "no answer"}]
     size = f"{result.get('builds')} builds, {result.get('rounds')} rounds"
     error = result.get("error")
-    quoted = ("\n\nIts error there:\n\n```\n"
-              + "\n".join(error.strip().splitlines()[-ERROR_LINES:]) + "\n```\n") if error else "\n"
+    quoted = (
+        (
+            "\n\nIts error there:\n\n```\n"
+            + "\n".join(error.strip().splitlines()[-ERROR_LINES:])
+            + "\n```\n"
+        )
+        if error
+        else "\n"
+    )
     quoted = _stepped_around(result, settings) + quoted
     if bisection.outcome == "culprit":
         (c,) = result["culprits"]
         pr = f" (#{c['pr_number']})" if c.get("pr_number") else ""
-        return (f"**Bisected: `{bisection.benchmarks[0]}` fails from "
-                f"{_commit_link(settings, c['sha'])} on**: \"{c.get('title') or ''}\"{pr} by "
-                f"{c.get('author') or 'unknown'}: {answer['reason']} (bisection "
-                f"{bisection.id}, {size}). To check by hand, build "
-                f"{_commit_link(settings, c['sha'])} and its parent and run the command under "
-                f"Reproduce with each.{quoted}")
+        return (
+            f"**Bisected: `{bisection.benchmarks[0]}` fails from "
+            f'{_commit_link(settings, c["sha"])} on**: "{c.get("title") or ""}"{pr} by '
+            f"{c.get('author') or 'unknown'}: {answer['reason']} (bisection "
+            f"{bisection.id}, {size}). To check by hand, build "
+            f"{_commit_link(settings, c['sha'])} and its parent and run the command under "
+            f"Reproduce with each.{quoted}"
+        )
     span = answer.get("range") or []
-    where = (f" The first failing commit lies in {_commit_link(settings, span[0])} .. "
-             f"{_commit_link(settings, span[-1])} ({len(span)} commits)."
-             if span and bisection.outcome == "inconclusive" else "")
-    what = ("did not reproduce the failure" if bisection.outcome == "not_reproduced"
-            else "could not name one commit")
-    return (f"**Bisection {bisection.id} {what}** ({size}): {answer['reason']}.{where}"
-            f"{quoted}")
+    where = (
+        f" The first failing commit lies in {_commit_link(settings, span[0])} .. "
+        f"{_commit_link(settings, span[-1])} ({len(span)} commits)."
+        if span and bisection.outcome == "inconclusive"
+        else ""
+    )
+    what = (
+        "did not reproduce the failure"
+        if bisection.outcome == "not_reproduced"
+        else "could not name one commit"
+    )
+    return f"**Bisection {bisection.id} {what}** ({size}): {answer['reason']}.{where}{quoted}"
 
 
 def _stepped_around(result: dict[str, Any], settings: Settings) -> str:
@@ -339,14 +419,17 @@ def _stepped_around(result: dict[str, Any], settings: Settings) -> str:
     if not other:
         return ""
     named = "; ".join(
-        f"{_commit_link(settings, o['sha'])} ({error_summary(o.get('error'))[:160]})"
-        for o in other)
-    return (f" Stepped around, failing differently from the nights: {named}; whether the "
-            "nights' failure is there too cannot be told.")
+        f"{_commit_link(settings, o['sha'])} ({error_summary(o.get('error'))[:160]})" for o in other
+    )
+    return (
+        f" Stepped around, failing differently from the nights: {named}; whether the "
+        "nights' failure is there too cannot be told."
+    )
 
 
 def _commit_link(settings: Settings, sha: str) -> str:
     if settings.source_github_repository:
-        return (f"[`{sha[:10]}`](https://github.com/{settings.source_github_repository}/commit/"
-                f"{sha})")
+        return (
+            f"[`{sha[:10]}`](https://github.com/{settings.source_github_repository}/commit/{sha})"
+        )
     return f"`{sha[:10]}`"

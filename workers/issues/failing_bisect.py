@@ -65,38 +65,74 @@ def bisect_failing(alert_id: int, *, settings: Settings | None = None) -> list[S
             key = failing_fingerprint(failing.queue, failing.benchmark, failing.since)
             if key in known:
                 continue
-            bisection = _start(session, failing, until=run.night, provider=dict(provider),
-                               alert_id=alert_id, settings=settings, key=key)
+            bisection = _start(
+                session,
+                failing,
+                until=run.night,
+                provider=dict(provider),
+                alert_id=alert_id,
+                settings=settings,
+                key=key,
+            )
             if bisection is not None:
                 started.append(bisection.id)
     return [s for bisection_id in started for s in celery_driver.step(bisection_id)]
 
 
-def _start(session: Session, failing: FailingBenchmark, *, until: date, provider: dict[str, Any],
-           alert_id: int, settings: Settings, key: str) -> Bisection | None:
+def _start(
+    session: Session,
+    failing: FailingBenchmark,
+    *,
+    until: date,
+    provider: dict[str, Any],
+    alert_id: int,
+    settings: Settings,
+    key: str,
+) -> Bisection | None:
     good, bad = streak_ends(session, failing, until)
     good_sha = good.torch_git_commit if good else None
     bad_sha = bad.torch_git_commit if bad else None
     if not good_sha or not bad_sha or good_sha == bad_sha:
-        log.info("%s: not bisected (last good build %s, first failing build %s)",
-                 failing.benchmark, good_sha, bad_sha)
+        log.info(
+            "%s: not bisected (last good build %s, first failing build %s)",
+            failing.benchmark,
+            good_sha,
+            bad_sha,
+        )
         return None
     try:
         commit_list = commits.commit_range(settings, good_sha, bad_sha)
     except Exception as exc:  # noqa: BLE001 - the issue is filed without it
-        log.warning("%s: commit range %s..%s unavailable: %s", failing.benchmark, good_sha[:10],
-                    bad_sha[:10], exc)
+        log.warning(
+            "%s: commit range %s..%s unavailable: %s",
+            failing.benchmark,
+            good_sha[:10],
+            bad_sha[:10],
+            exc,
+        )
         return None
     if not commit_list or len(commit_list) < 2:
         return None
     if provider["kind"] == "python-overlay":
         provider["base_sha"] = commit_list[0].sha
     bisection = create_failure_bisection(
-        session, commits=commit_list, benchmark=failing.benchmark, provider=provider,
-        alert_id=alert_id, queue=failing.queue, workers=settings.bisect_workers,
-        repo=provider.get("repo"), issue=key, error=failing.error)
-    log.warning("%s: bisecting %d commit(s) for the one that broke it, in bisection %s",
-                failing.benchmark, len(commit_list) - 1, bisection.id)
+        session,
+        commits=commit_list,
+        benchmark=failing.benchmark,
+        provider=provider,
+        alert_id=alert_id,
+        queue=failing.queue,
+        workers=settings.bisect_workers,
+        repo=provider.get("repo"),
+        issue=key,
+        error=failing.error,
+    )
+    log.warning(
+        "%s: bisecting %d commit(s) for the one that broke it, in bisection %s",
+        failing.benchmark,
+        len(commit_list) - 1,
+        bisection.id,
+    )
     return bisection
 
 

@@ -112,16 +112,28 @@ def file_alert(
     tracker = tracker or make_tracker(settings)
     # A filed alert made pending again has news for its issues, nothing more to file: filing
     # its groups again would file a fresh issue for one closed since.
-    filed = [] if alert.status == AlertStatus.FILED else [
-        _file_group(session, tracker=tracker, run=run, alert=alert, group=group, report=report)
-        for group, report in _reports(session, alert, run, regressions, bisection, settings)
-    ]
+    filed = (
+        []
+        if alert.status == AlertStatus.FILED
+        else [
+            _file_group(session, tracker=tracker, run=run, alert=alert, group=group, report=report)
+            for group, report in _reports(session, alert, run, regressions, bisection, settings)
+        ]
+    )
     alert.status = AlertStatus.FILED
     told = back.tell_back(session, tracker=tracker, regressions=regressions)
     session.flush()
-    return filed + [FiledIssue(record_id=record.id, number=record.number, url=record.url,
-                               action="told", fingerprint=record.fingerprint,
-                               regression_ids=(regression.id,)) for record, regression in told]
+    return filed + [
+        FiledIssue(
+            record_id=record.id,
+            number=record.number,
+            url=record.url,
+            action="told",
+            fingerprint=record.fingerprint,
+            regression_ids=(regression.id,),
+        )
+        for record, regression in told
+    ]
 
 
 def render_alert(

@@ -44,8 +44,9 @@ def missing_data_labels(settings: Settings) -> tuple[str, ...]:
     return searchable_labels(settings, LABELS)
 
 
-def render_missing_data(run: Run, jobs: list[Job], *,
-                        labels: Sequence[str] = LABELS) -> list[RenderedIssue]:
+def render_missing_data(
+    run: Run, jobs: list[Job], *, labels: Sequence[str] = LABELS
+) -> list[RenderedIssue]:
     """One issue per machine class (queue) of ``jobs``, the run's jobs that never reported.
 
     Args:
@@ -66,7 +67,9 @@ def render_missing_data(run: Run, jobs: list[Job], *,
         fp = missing_data_fingerprint(queue, str(run.night))
         rows = "\n".join(
             f"| `{j.benchmark}` | {j.worker or 'never taken'} | {j.attempts} | "
-            f"{(j.error or '').splitlines()[0] if j.error else ''} |" for j in missing)
+            f"{(j.error or '').splitlines()[0] if j.error else ''} |"
+            for j in missing
+        )
         body = (
             f"**{len(missing)} benchmark(s) of night {run.night} on `{queue}` never reported** "
             f"by the run's deadline ({run.deadline_at:%Y-%m-%d %H:%M} UTC, run {run.id}, "
@@ -78,16 +81,19 @@ def render_missing_data(run: Run, jobs: list[Job], *,
             f"workers seen in the last hour), then measure these again with `nightbench "
             f"dispatch --date {run.night} --torch '{run.torch_spec}' --models "
             f"{','.join(sorted({j.model for j in missing}))}`.\n\n"
-            f"{marker(fp)}\n{run_marker(run.id)}\n")
-        title = (f"Missing data: {len(missing)} benchmark(s) of night {run.night} on {queue} "
-                 f"never reported")
-        issues.append(RenderedIssue(title=title, body=body, labels=tuple(labels),
-                                    fingerprint=fp))
+            f"{marker(fp)}\n{run_marker(run.id)}\n"
+        )
+        title = (
+            f"Missing data: {len(missing)} benchmark(s) of night {run.night} on {queue} "
+            f"never reported"
+        )
+        issues.append(RenderedIssue(title=title, body=body, labels=tuple(labels), fingerprint=fp))
     return issues
 
 
-def render_missing_alert(session: Session, *, alert_id: int,
-                         settings: Settings) -> list[RenderedIssue]:
+def render_missing_alert(
+    session: Session, *, alert_id: int, settings: Settings
+) -> list[RenderedIssue]:
     """The issues the missing-data alert ``alert_id`` files, rendered, filing nothing.
 
     What the outbox keeps while the tracker cannot be reached: empty once the alert's issues
@@ -100,13 +106,19 @@ def render_missing_alert(session: Session, *, alert_id: int,
     alert, run = alert_and_run(session, alert_id, "missing_data")
     if alert.status == AlertStatus.FILED:
         return []
-    jobs = list(session.scalars(select(Job).where(
-        Job.run_id == run.id, Job.status == JobStatus.MISSING).order_by(Job.id)))
+    jobs = list(
+        session.scalars(
+            select(Job)
+            .where(Job.run_id == run.id, Job.status == JobStatus.MISSING)
+            .order_by(Job.id)
+        )
+    )
     return render_missing_data(run, jobs, labels=missing_data_labels(settings)) if jobs else []
 
 
-def file_missing_alert(session: Session, *, alert_id: int, settings: Settings,
-                       tracker: IssueTracker) -> list[TrackedIssue]:
+def file_missing_alert(
+    session: Session, *, alert_id: int, settings: Settings, tracker: IssueTracker
+) -> list[TrackedIssue]:
     """File the missing-data alert ``alert_id``: its issues, then what came since, told once.
 
     The first filing creates one issue per machine class with missing jobs (the tracker returns
@@ -138,11 +150,19 @@ def file_missing_alert(session: Session, *, alert_id: int, settings: Settings,
         issue = (done.get(fp) or tracker.find_open(fp)) if names else None
         if issue is None:  # nothing came, or no open issue to tell
             continue
-        still = sorted(j.benchmark for j in session.scalars(select(Job).where(
-            Job.run_id == run.id, Job.queue == queue, Job.status == JobStatus.MISSING))
-            if j.benchmark not in came[queue])
-        key = "arrived-" + hashlib.sha256(
-            "\0".join([str(alert.id), *names]).encode()).hexdigest()[:12]
+        still = sorted(
+            j.benchmark
+            for j in session.scalars(
+                select(Job).where(
+                    Job.run_id == run.id, Job.queue == queue, Job.status == JobStatus.MISSING
+                )
+            )
+            if j.benchmark not in came[queue]
+        )
+        key = (
+            "arrived-"
+            + hashlib.sha256("\0".join([str(alert.id), *names]).encode()).hexdigest()[:12]
+        )
         tracker.comment(issue.number, render_arrival(run.night, queue, names, still), key=key)
         done[fp] = issue
         log.info("run %s: data came for %s, told on %s", run.id, ", ".join(names), issue.url)
@@ -171,18 +191,39 @@ def arrived_benchmarks(session: Session, run: Run, *, alert: Alert) -> dict[str,
         ``{queue: [benchmark, ...]}`` (sorted names; queues with nothing arrived left out).
     """
     jobs = list(session.scalars(select(Job).where(Job.run_id == run.id)))
-    missed = [j for j in jobs if j.status == JobStatus.MISSING
-              or (j.status == JobStatus.DONE and j.finished_at is not None
-                  and _aware(j.finished_at) > _aware(alert.created_at))]
+    missed = [
+        j
+        for j in jobs
+        if j.status == JobStatus.MISSING
+        or (
+            j.status == JobStatus.DONE
+            and j.finished_at is not None
+            and _aware(j.finished_at) > _aware(alert.created_at)
+        )
+    ]
     if not missed:
         return {}
-    elsewhere = set(session.scalars(
-        select(Job.id).join(Run, Run.id == Job.run_id).where(
-            Run.night == run.night, Run.id != run.id, Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
-            Job.status == JobStatus.DONE)
-        .where(Job.model.in_({j.model for j in missed}))))
-    done_elsewhere = {(j.model, j.mode, j.device, j.compiler) for j in session.scalars(
-        select(Job).where(Job.id.in_(elsewhere)))} if elsewhere else set()
+    elsewhere = set(
+        session.scalars(
+            select(Job.id)
+            .join(Run, Run.id == Job.run_id)
+            .where(
+                Run.night == run.night,
+                Run.id != run.id,
+                Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
+                Job.status == JobStatus.DONE,
+            )
+            .where(Job.model.in_({j.model for j in missed}))
+        )
+    )
+    done_elsewhere = (
+        {
+            (j.model, j.mode, j.device, j.compiler)
+            for j in session.scalars(select(Job).where(Job.id.in_(elsewhere)))
+        }
+        if elsewhere
+        else set()
+    )
     out: dict[str, list[str]] = {}
     for j in missed:
         if j.status == JobStatus.DONE or (j.model, j.mode, j.device, j.compiler) in done_elsewhere:
@@ -193,11 +234,16 @@ def arrived_benchmarks(session: Session, run: Run, *, alert: Alert) -> dict[str,
 def render_arrival(night: date, queue: str, arrived: Sequence[str], still: Sequence[str]) -> str:
     """The comment telling a missing-data issue that data came (Markdown)."""
     listed = ", ".join(f"`{b}`" for b in arrived)
-    rest = (f" Still missing: {', '.join(f'`{b}`' for b in still)}." if still
-            else " Nothing of this night on this machine class is missing any more.")
-    return (f"**Data arrived** for {len(arrived)} benchmark(s) of night {night} on `{queue}`: "
-            f"{listed}. Stored for their series; the night was judged without them, so a "
-            f"regression in them shows from the next night on.{rest}")
+    rest = (
+        f" Still missing: {', '.join(f'`{b}`' for b in still)}."
+        if still
+        else " Nothing of this night on this machine class is missing any more."
+    )
+    return (
+        f"**Data arrived** for {len(arrived)} benchmark(s) of night {night} on `{queue}`: "
+        f"{listed}. Stored for their series; the night was judged without them, so a "
+        f"regression in them shows from the next night on.{rest}"
+    )
 
 
 def note_arrivals(*, today: date | None = None, now: datetime | None = None) -> list[int]:
@@ -216,17 +262,29 @@ def note_arrivals(*, today: date | None = None, now: datetime | None = None) -> 
     since = (today or date.today()) - timedelta(days=ARRIVALS_LOOKBACK_DAYS)
     reopened: list[int] = []
     with session_scope() as session:
-        alerts = list(session.scalars(select(Alert).join(Run, Run.id == Alert.run_id).where(
-            Alert.kind == "missing_data", Alert.filing_state == FilingState.FILED,
-            Run.night >= since).order_by(Alert.id)))
+        alerts = list(
+            session.scalars(
+                select(Alert)
+                .join(Run, Run.id == Alert.run_id)
+                .where(
+                    Alert.kind == "missing_data",
+                    Alert.filing_state == FilingState.FILED,
+                    Run.night >= since,
+                )
+                .order_by(Alert.id)
+            )
+        )
         for alert in alerts:
             run = session.get(Run, alert.run_id)
             came = arrived_benchmarks(session, run, alert=alert) if run is not None else {}
             known = set(alert.arrived or [])
             if any(b not in known for names in came.values() for b in names) and reopen(
-                    alert, now=now):
+                alert, now=now
+            ):
                 reopened.append(alert.id)
     if reopened:
-        log.info("missing data came for alert(s) %s: to be told on their issues",
-                 ", ".join(map(str, reopened)))
+        log.info(
+            "missing data came for alert(s) %s: to be told on their issues",
+            ", ".join(map(str, reopened)),
+        )
     return reopened

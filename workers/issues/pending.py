@@ -45,8 +45,19 @@ from workers.issues.tracker import IssueTracker, make_tracker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BACKOFF_FIRST", "BACKOFF_MAX", "FilingAttempt", "any_due", "backoff", "due_alert_ids",
-           "file_durably", "file_missing_data", "mark_pending", "retry_due", "retry_pending"]
+__all__ = [
+    "BACKOFF_FIRST",
+    "BACKOFF_MAX",
+    "FilingAttempt",
+    "any_due",
+    "backoff",
+    "due_alert_ids",
+    "file_durably",
+    "file_missing_data",
+    "mark_pending",
+    "retry_due",
+    "retry_pending",
+]
 
 
 @dataclass(frozen=True)
@@ -142,7 +153,9 @@ def _failed(
     session.flush()
     kept = f"kept in the outbox ({', '.join(paths)})" if paths else "nothing to keep"
     # One line, no traceback: the message says what failed and, for a refusal, what to fix.
-    level = logging.ERROR if isinstance(exc, TrackerAccessDenied | InvalidInput) else logging.WARNING
+    level = (
+        logging.ERROR if isinstance(exc, TrackerAccessDenied | InvalidInput) else logging.WARNING
+    )
     log.log(
         level,
         "alert %s: filing failed (attempt %d, next at %s): %s; %s",
@@ -164,8 +177,12 @@ def _to_outbox(
         outbox = OutboxTracker(settings.effective_outbox_dir)
         return [outbox.create(issue).url for issue in rendered]
     except OSError as exc:
-        log.error("alert %s: could not write the outbox %s: %s", alert_id,
-                  settings.effective_outbox_dir, exc)
+        log.error(
+            "alert %s: could not write the outbox %s: %s",
+            alert_id,
+            settings.effective_outbox_dir,
+            exc,
+        )
         return []
 
 
@@ -196,12 +213,14 @@ def _file(
         InfrastructureError, InvalidInput: the tracker failed (the caller's savepoint undoes it).
     """
     if alert.kind in (MISSING_DATA, failing.FAILING):
-        file_kind = (missing.file_missing_alert if alert.kind == MISSING_DATA
-                     else failing.file_failing_alert)
+        file_kind = (
+            missing.file_missing_alert if alert.kind == MISSING_DATA else failing.file_failing_alert
+        )
         issues = file_kind(session, alert_id=alert.id, settings=settings, tracker=tracker)
         return [_Filed(str(i.fingerprint), i.url) for i in issues]
     filed = filing.file_alert(
-        session, alert_id=alert.id, settings=settings, tracker=tracker, bisection=bisection)
+        session, alert_id=alert.id, settings=settings, tracker=tracker, bisection=bisection
+    )
     return [_Filed(f.fingerprint, f.url) for f in filed]
 
 
@@ -228,7 +247,9 @@ def _mark_outbox_filed(settings: Settings, urls: dict[str, str]) -> None:
             outbox.mark_filed(kept.number, url)
 
 
-def due_alert_ids(session: Session, *, now: datetime | None = None, force: bool = False) -> list[int]:
+def due_alert_ids(
+    session: Session, *, now: datetime | None = None, force: bool = False
+) -> list[int]:
     """Alerts whose filing is pending or failed and due at ``now`` (all of them with ``force``).
 
     Args:
@@ -294,9 +315,7 @@ def retry_pending(
     attempts = []
     for alert_id in ids:
         with session_scope() as session:
-            attempts.append(
-                file_durably(session, alert_id=alert_id, settings=settings, now=now)
-            )
+            attempts.append(file_durably(session, alert_id=alert_id, settings=settings, now=now))
     return attempts
 
 
@@ -318,12 +337,14 @@ def file_missing_data(
     """
     settings = settings or get_settings()
     with session_scope() as session:
-        alert_id = session.scalar(select(Alert.id).where(
-            Alert.run_id == run_id, Alert.kind == MISSING_DATA, Alert.filing_state.is_not(None)))
+        alert_id = session.scalar(
+            select(Alert.id).where(
+                Alert.run_id == run_id, Alert.kind == MISSING_DATA, Alert.filing_state.is_not(None)
+            )
+        )
         if alert_id is None:
             return None
-        return file_durably(session, alert_id=alert_id, settings=settings, tracker=tracker,
-                            now=now)
+        return file_durably(session, alert_id=alert_id, settings=settings, tracker=tracker, now=now)
 
 
 def any_due(*, now: datetime | None = None) -> bool:

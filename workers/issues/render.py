@@ -163,8 +163,11 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
         lines.append(
             f"The bisection left the cause in the range {_range_link(report, bisection)} "
             "without singling out one commit: "
-            + (f"{bisection.reason}." if bisection.reason
-               else "the measurements there were too close to call.")
+            + (
+                f"{bisection.reason}."
+                if bisection.reason
+                else "the measurements there were too close to call."
+            )
         )
     elif bisection.outcome == "not_reproduced":
         lines.append(
@@ -174,7 +177,7 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
             + "That does not clear the nights above: a bisection measures each endpoint in a "
             "few processes, and a real step of the threshold's size still ends so in 3 to 24 "
             "nightly bisections in a hundred, by the benchmark's noise (docs/benchmarks.md, "
-            "\"The endpoint check under process noise\")."
+            '"The endpoint check under process noise").'
         )
     else:
         lines.append(
@@ -237,9 +240,11 @@ def _culprit_section(report: IssueReport) -> str:
         text = (
             "## Commit range\n\n"
             f"No single culprit: the cause lies in {_range_link(report, bisection)}"
-            + (f" ({bisection.reason})." if bisection.reason
-               else ", where the probes could not tell the commits apart even with extra "
-               "samples.")
+            + (
+                f" ({bisection.reason})."
+                if bisection.reason
+                else ", where the probes could not tell the commits apart even with extra samples."
+            )
         )
         if bisection.suspects:
             text += " The commits to read:\n\n" + _commit_table(report, bisection.suspects)

@@ -43,8 +43,9 @@ from workers.issues.causes import (
 from workers.issues.model import Change, Checks, Environment, IssueReport
 
 RECENT_NIGHTS = 14
-BUILD_MOVED = ("the build changed too, so part of the change may be the environment's, not a "
-               "commit's")
+BUILD_MOVED = (
+    "the build changed too, so part of the change may be the environment's, not a commit's"
+)
 
 
 def build_report(
@@ -115,8 +116,10 @@ def _baseline(
         return None, tuple(changes)
     before = session.get(Run, history[-1].run_id)
     changes += environment_changes(history[-1].environment, first.environment, meaning=BUILD_MOVED)
-    return (_environment(history[-1].environment, before.torch_git_commit if before else None),
-            tuple(dict.fromkeys(changes)))
+    return (
+        _environment(history[-1].environment, before.torch_git_commit if before else None),
+        tuple(dict.fromkeys(changes)),
+    )
 
 
 def _change(
@@ -170,8 +173,13 @@ def _change(
         chart_url=chart_url,
         history_url=history_url,
         recent=recent,
-        since=(regression.first_night if result is not None and regression.first_night
-               and regression.first_night < result.night else None),
+        since=(
+            regression.first_night
+            if result is not None
+            and regression.first_night
+            and regression.first_night < result.night
+            else None
+        ),
         noise=_noise(session, regression) if full else None,
     )
 
@@ -180,8 +188,13 @@ def _noise(session: Session, regression: Regression) -> str | None:
     """The sentence on a latency regression of a benchmark marked unstable (``Change.noise``),
     None otherwise (the verdict judges latency; peak memory alerts as on any benchmark)."""
     result = session.get(Result, regression.result_id)
-    key = (regression.model, regression.mode, regression.device, regression.compiler,
-           result.machine_id if result is not None else None)
+    key = (
+        regression.model,
+        regression.mode,
+        regression.device,
+        regression.compiler,
+        result.machine_id if result is not None else None,
+    )
     spreads = unstable_spreads(session, by_machine=True) if regression.metric == "latency" else {}
     if key not in spreads:
         return None
@@ -189,11 +202,15 @@ def _noise(session: Session, regression: Regression) -> str | None:
     bar = alerts_from(spread, regression.threshold)
     if spread is None or bar is None:
         return "The benchmark is marked unstable (its processes spread too far to alert on)."
-    cleared = (f"which this change ({regression.change:+.1%}) cleared"
-               if regression.change >= bar else
-               f"which this change ({regression.change:+.1%}, raised before the verdict) did not")
-    return (f"The benchmark is marked unstable: its processes' medians spread {spread:.1%}, so "
-            f"it alerts only from {bar:+.1%} ({beyond:g} times that spread), {cleared}.")
+    cleared = (
+        f"which this change ({regression.change:+.1%}) cleared"
+        if regression.change >= bar
+        else f"which this change ({regression.change:+.1%}, raised before the verdict) did not"
+    )
+    return (
+        f"The benchmark is marked unstable: its processes' medians spread {spread:.1%}, so "
+        f"it alerts only from {bar:+.1%} ({beyond:g} times that spread), {cleared}."
+    )
 
 
 def _environment(env: Mapping[str, Any], torch_commit: str | None) -> Environment:
@@ -269,12 +286,17 @@ def _confidence(
     if rerun is not None and history:
         # Judged as the confirmation judged it: beside the previous night's build when paired.
         again, _ = paired.judged_rerun(
-            session, confirm_run=confirm_run, regression=regression,  # type: ignore[arg-type]
+            session,
+            confirm_run=confirm_run,
+            regression=regression,  # type: ignore[arg-type]
             rerun=result_night(session, result=rerun, position=len(history) + 1, rerun=True),
-            processes=process_count(session, result=rerun))
+            processes=process_count(session, result=rerun),
+        )
         try:
             verdict = confirm(
-                history, result_night(session, result=result, position=len(history)), again,
+                history,
+                result_night(session, result=result, position=len(history)),
+                again,
                 metric=regression.metric,
                 threshold=regression.threshold,
             )
@@ -298,16 +320,25 @@ def _checks(session: Session, run: Run, regressions: Sequence[Regression]) -> Ch
             continue
         level = statistics.median(rerun.samples)
         change = (level - g.baseline) / g.baseline
-        beside = (paired.previous_build_level(session, confirm_run=confirm_run, regression=g)
-                  if g.metric == "latency" else None)
+        beside = (
+            paired.previous_build_level(session, confirm_run=confirm_run, regression=g)
+            if g.metric == "latency"
+            else None
+        )
         if beside:  # both builds as the confirmation judged them: medians of process medians
             tonight = statistics.median(
-                result_night(session, result=rerun, position=0, rerun=True).samples)
+                result_night(session, result=rerun, position=0, rerun=True).samples
+            )
         parts.append(
             f"{g.model} {g.mode} {g.device} {g.metric} {change * 100:+.1f}% "
             f"({len(rerun.samples)} samples"
-            + (f"; {(tonight / beside[0] - 1) * 100:+.1f}% against the previous night's build "
-               f"measured beside it, {beside[1]} process(es)" if beside else "") + ")"
+            + (
+                f"; {(tonight / beside[0] - 1) * 100:+.1f}% against the previous night's build "
+                f"measured beside it, {beside[1]} process(es)"
+                if beside
+                else ""
+            )
+            + ")"
         )
     reproduced = all(g.confirmation == Confirmation.REPRODUCED for g in regressions)
     text = (

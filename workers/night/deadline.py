@@ -48,11 +48,20 @@ def sweep_deadlines(now: datetime | None = None) -> list[int]:
 
     now = now or utcnow()
     with session_scope() as session:
-        due = list(session.scalars(select(Run.id).where(
-            Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)), Run.deadline_at.is_not(None), Run.deadline_at < now,
-        )))
-        posted = list(session.scalars(select(Run.id).where(
-            Run.kind == RunKind.INGEST, Run.status == RunStatus.DETECTING)))
+        due = list(
+            session.scalars(
+                select(Run.id).where(
+                    Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)),
+                    Run.deadline_at.is_not(None),
+                    Run.deadline_at < now,
+                )
+            )
+        )
+        posted = list(
+            session.scalars(
+                select(Run.id).where(Run.kind == RunKind.INGEST, Run.status == RunStatus.DETECTING)
+            )
+        )
     steps = requeue_lost(now=now)
     steps += [step for run_id in due for step in check_deadline(run_id, now=now)]
     # Runs whose results were posted to the API, every benchmark in: detection is next.
@@ -94,15 +103,24 @@ def requeue_lost(now: datetime | None = None) -> list[Step]:
             if job.attempts >= settings.job_max_worker_losses:
                 given_up.append((job.id, job.attempts, job.worker))
                 continue
-            log.warning("job %s (%s): no heartbeat from %s since %s; queued again", job.id,
-                        job.benchmark, job.worker, runs.last_sign_of_life(job))
+            log.warning(
+                "job %s (%s): no heartbeat from %s since %s; queued again",
+                job.id,
+                job.benchmark,
+                job.worker,
+                runs.last_sign_of_life(job),
+            )
             job.status = JobStatus.QUEUED
             steps.append(Step("bench.run", (job.id,), job.queue))
     for job_id, lost, worker in given_up:
-        run_id = fail_job(job_id, reason=(
-            f"not measured: its worker fell silent {lost} times while running it (last "
-            f"{worker}); a benchmark that kills its worker host is not started again "
-            f"(NIGHTBENCH_JOB_MAX_WORKER_LOSSES={settings.job_max_worker_losses})"))
+        run_id = fail_job(
+            job_id,
+            reason=(
+                f"not measured: its worker fell silent {lost} times while running it (last "
+                f"{worker}); a benchmark that kills its worker host is not started again "
+                f"(NIGHTBENCH_JOB_MAX_WORKER_LOSSES={settings.job_max_worker_losses})"
+            ),
+        )
         if run_id is not None:
             steps.append(Step("night.finish", (run_id,)))
     return steps

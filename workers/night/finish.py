@@ -62,8 +62,12 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
     with session_scope() as session:
         run = runs.get_run(session, run_id)
         kind, parent_id = run.kind, run.parent_run_id
-        round_of = parent_id if kind == RunKind.REPLICATE and (
-            is_night_round(run.options) or is_paired_round(run.options)) else None
+        round_of = (
+            parent_id
+            if kind == RunKind.REPLICATE
+            and (is_night_round(run.options) or is_paired_round(run.options))
+            else None
+        )
         if round_of is not None:
             runs.finish_run(session, run=run)
     if round_of is not None:
@@ -94,18 +98,26 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
         run = rounds.lock_run(session, run_id=run_id)
         kind, parent_id = run.kind, run.parent_run_id
         wanted = (run.options or {}).get("processes") or settings.processes_for(
-            rounds.run_queue(session, run_id=run_id))
+            rounds.run_queue(session, run_id=run_id)
+        )
         left = rounds.rounds_left(session, run_id=run_id, processes=wanted)
         if left is None:
             return []
         if left > 0:
-            created.append(rounds.create_round(session, parent=run, rounds=wanted,
-                                               deadline_s=settings.night_deadline_s).id)
+            created.append(
+                rounds.create_round(
+                    session, parent=run, rounds=wanted, deadline_s=settings.night_deadline_s
+                ).id
+            )
             paired_spec = (run.options or {}).get("paired_spec")
             if paired_spec:
                 paired = rounds.create_paired_round(
-                    session, parent=run, torch_spec=paired_spec, rounds=wanted,
-                    deadline_s=settings.night_deadline_s)
+                    session,
+                    parent=run,
+                    torch_spec=paired_spec,
+                    rounds=wanted,
+                    deadline_s=settings.night_deadline_s,
+                )
                 created.append(paired.id)
                 swap = paired.options["round"] % 2 == 0
         else:
@@ -126,11 +138,15 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
     with session_scope() as session:
         run = runs.get_run(session, run_id)
         assessed = regressions.assess_run(
-            session, run=run, threshold_for=threshold_for(settings),
-            baseline_nights=settings.baseline_nights, unstable=unstable_benchmarks(session),
+            session,
+            run=run,
+            threshold_for=threshold_for(settings),
+            baseline_nights=settings.baseline_nights,
+            unstable=unstable_benchmarks(session),
         )
-        regressions.record_regressions(session, run=run, assessed=assessed,
-                                       threshold_for=threshold_for(settings))
+        regressions.record_regressions(
+            session, run=run, assessed=assessed, threshold_for=threshold_for(settings)
+        )
         # News for filed issues (a series back), or a benchmark failing night after night:
         # the filing retry tells or files it now.
         file_now = bool(_note_back(session, run=run, assessed=assessed))
@@ -152,10 +168,14 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
             for model, mode, device, compiler in benchmarks:
                 spec = BenchmarkSpec(model=model, mode=mode, device=device, compiler=compiler)
                 queue = jobs[spec.name].queue if spec.name in jobs else queue_for(device)
-                specs.append(BenchmarkSpec(model=model, mode=mode, device=device, compiler=compiler,
-                                           queue=queue))
-            confirm_id, paired_id = _create_confirmation(session, run=run, specs=specs,
-                                                         settings=settings)
+                specs.append(
+                    BenchmarkSpec(
+                        model=model, mode=mode, device=device, compiler=compiler, queue=queue
+                    )
+                )
+            confirm_id, paired_id = _create_confirmation(
+                session, run=run, specs=specs, settings=settings
+            )
         else:  # nothing to re-run: the night is settled
             recheck_run(session, run=run, settings=settings)
             if not persisted:
@@ -164,9 +184,13 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
     if failing_alert is not None:  # the commits that broke them, searched beside
         tell_steps.insert(0, Step("issues.bisect_failing", (failing_alert.id,)))
     if confirm_id is not None:
-        log.info("run %s: %d benchmark(s) flagged; confirming in run %s%s", run_id,
-                 len(benchmarks), confirm_id,
-                 f", paired with the previous night's build in run {paired_id}" if paired_id else "")
+        log.info(
+            "run %s: %d benchmark(s) flagged; confirming in run %s%s",
+            run_id,
+            len(benchmarks),
+            confirm_id,
+            f", paired with the previous night's build in run {paired_id}" if paired_id else "",
+        )
         if paired_id is None:
             return job_steps(confirm_id) + tell_steps
         return interleaved(job_steps(confirm_id), job_steps(paired_id)) + tell_steps
@@ -182,16 +206,22 @@ def _note_back(session: Session, *, run: Run, assessed: list[regressions.Assesse
     (:func:`workers.issues.filing_state.reopen`). Returns the alerts made pending."""
     reopened = []
     for regression in back.note_back(session, run=run, assessed=assessed):
-        log.info("run %s: %s %s is back at its level from before the regression of %s",
-                 run.id, regression.benchmark, regression.metric, regression.first_night)
+        log.info(
+            "run %s: %s %s is back at its level from before the regression of %s",
+            run.id,
+            regression.benchmark,
+            regression.metric,
+            regression.first_night,
+        )
         alert = session.get(Alert, regression.alert_id) if regression.alert_id else None
         if alert is not None and reopen(alert):
             reopened.append(alert.id)
     return reopened
 
 
-def _create_confirmation(session: Session, *, run: Run, specs: list[BenchmarkSpec],
-                         settings: Settings) -> tuple[int, int | None]:
+def _create_confirmation(
+    session: Session, *, run: Run, specs: list[BenchmarkSpec], settings: Settings
+) -> tuple[int, int | None]:
     """The confirmation run of ``run``'s candidates ``specs``, and its first paired round (None
     when unpaired: :func:`paired_build`). A paired one is measured in at least
     ``settings.paired_confirmation_processes`` rounds a build (``options["processes"]``)."""
@@ -202,12 +232,24 @@ def _create_confirmation(session: Session, *, run: Run, specs: list[BenchmarkSpe
         processes = max(processes, settings.paired_confirmation_processes)
         options = {"paired_spec": paired_spec, "processes": processes}
     confirm = runs.create_run(
-        session, night=run.night, benchmarks=specs, torch_spec=run.torch_spec, kind="confirm",
-        parent_run_id=run.id, deadline_s=settings.night_deadline_s, options=options)
+        session,
+        night=run.night,
+        benchmarks=specs,
+        torch_spec=run.torch_spec,
+        kind="confirm",
+        parent_run_id=run.id,
+        deadline_s=settings.night_deadline_s,
+        options=options,
+    )
     if not paired_spec:
         return confirm.id, None
-    paired = rounds.create_paired_round(session, parent=confirm, torch_spec=paired_spec,
-                                        rounds=processes, deadline_s=settings.night_deadline_s)
+    paired = rounds.create_paired_round(
+        session,
+        parent=confirm,
+        torch_spec=paired_spec,
+        rounds=processes,
+        deadline_s=settings.night_deadline_s,
+    )
     return confirm.id, paired.id
 
 
@@ -242,7 +284,10 @@ def _after_confirmation(parent_id: int, confirm_id: int, settings: Settings) -> 
         parent = runs.get_run(session, parent_id)
         confirm_run = runs.get_run(session, confirm_id)
         regressions.apply_confirmation(
-            session, parent=parent, confirm_run=confirm_run, threshold_for=threshold_for(settings),
+            session,
+            parent=parent,
+            confirm_run=confirm_run,
+            threshold_for=threshold_for(settings),
             baseline_nights=settings.baseline_nights,
         )
         runs.finish_run(session, run=confirm_run)
@@ -265,5 +310,7 @@ def unstable_benchmarks(  # type: ignore[no-untyped-def]
     machine's verdict says unstable; the same benchmark on another machine alerts as any."""
     from service.regressions.service import unstable_spreads
 
-    return {(benchmark_name(*key[:4]), key[4]): spread
-            for key, spread in unstable_spreads(session, by_machine=True).items()}
+    return {
+        (benchmark_name(*key[:4]), key[4]): spread
+        for key, spread in unstable_spreads(session, by_machine=True).items()
+    }

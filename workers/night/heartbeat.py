@@ -92,6 +92,5 @@ def wait_while_alive(job_id: int) -> bool:
             if not alive(job) or time.monotonic() > deadline:
                 return False
             worker = job.worker
-        log.info("job %s: %s is measuring it; waiting for it to end or fall silent",
-                 job_id, worker)
+        log.info("job %s: %s is measuring it; waiting for it to end or fall silent", job_id, worker)
         time.sleep(min(settings.job_heartbeat_s, 5.0))

@@ -45,8 +45,9 @@ def command_for(env: environments.Environment) -> SuiteCommand:
     The working directory is the environment's suite path, which holds only the suite, so that
     nothing else from this checkout sits first on the build's ``sys.path``.
     """
-    return SuiteCommand(python=str(env.python), env=tuple(env.subprocess_env().items()),
-                        cwd=str(env.suite_path))
+    return SuiteCommand(
+        python=str(env.python), env=tuple(env.subprocess_env().items()), cwd=str(env.suite_path)
+    )
 
 
 def suite_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -73,10 +74,15 @@ def list_suite(command: SuiteCommand | None = None, timeout_s: float = 300) -> l
     command = command or SuiteCommand()
     torchbench = get_settings().torchbench_path
     args = ["list", "--json"] + (
-        ["--suite", "all", "--torchbench", str(torchbench)] if torchbench else [])
+        ["--suite", "all", "--torchbench", str(torchbench)] if torchbench else []
+    )
     outcome = runner.run_suite(
-        command.python, args, timeout_s=timeout_s, cwd=ROOT,
-        env=suite_environment(dict(command.env)), record=False,
+        command.python,
+        args,
+        timeout_s=timeout_s,
+        cwd=ROOT,
+        env=suite_environment(dict(command.env)),
+        record=False,
     )
     if outcome.timed_out:
         raise RuntimeError(f"python -m suite list failed: {outcome.error}")
@@ -86,8 +92,14 @@ def list_suite(command: SuiteCommand | None = None, timeout_s: float = 300) -> l
 
 
 def run_suite(
-    *, model: str, mode: str, device: str, compiler: str = "eager", batch_size: int | None = None,
-    settings: Settings | None = None, command: SuiteCommand | None = None,
+    *,
+    model: str,
+    mode: str,
+    device: str,
+    compiler: str = "eager",
+    batch_size: int | None = None,
+    settings: Settings | None = None,
+    command: SuiteCommand | None = None,
 ) -> dict[str, Any]:
     """Measure one benchmark in a subprocess and return its record (see ``suite/records.py``).
 
@@ -99,18 +111,39 @@ def run_suite(
     """
     settings = settings or get_settings()
     command = command or SuiteCommand()
-    base: dict[str, Any] = {"model": model, "mode": mode, "device": device, "compiler": compiler,
-            "batch_size": batch_size, "metrics": [], "environment": {}}
+    base: dict[str, Any] = {
+        "model": model,
+        "mode": mode,
+        "device": device,
+        "compiler": compiler,
+        "batch_size": batch_size,
+        "metrics": [],
+        "environment": {},
+    }
     args = [
-        "run", "--model", model, "--mode", mode, "--device", device, "--compiler", compiler,
-        "--iterations", str(settings.suite_iterations),
-        "--min-seconds", str(settings.suite_min_seconds),
-        "--threads", str(settings.suite_threads),
+        "run",
+        "--model",
+        model,
+        "--mode",
+        mode,
+        "--device",
+        device,
+        "--compiler",
+        compiler,
+        "--iterations",
+        str(settings.suite_iterations),
+        "--min-seconds",
+        str(settings.suite_min_seconds),
+        "--threads",
+        str(settings.suite_threads),
     ]
     if batch_size:
         args += ["--batch-size", str(batch_size)]
     outcome = runner.run_suite(
-        command.python, args, timeout_s=settings.suite_timeout_s, cwd=command.cwd or ROOT,
+        command.python,
+        args,
+        timeout_s=settings.suite_timeout_s,
+        cwd=command.cwd or ROOT,
         env=suite_environment(dict(command.env)),
     )
     if outcome.record is None:  # timed out, no record, or an unreadable one
@@ -137,14 +170,16 @@ def _run_in_build(
         with environments.use_environment(torch_spec) as env:
             record = run_suite(**spec, command=command_for(env))
     except environments.InvalidTorchSpec as exc:
-        return {**spec, "metrics": [], "environment": {},
-                "error": f"build under test {torch_spec!r}: {exc.message}"}
+        return {
+            **spec,
+            "metrics": [],
+            "environment": {},
+            "error": f"build under test {torch_spec!r}: {exc.message}",
+        }
     return with_build(record, env.build)
 
 
-def with_build(
-    record: dict[str, Any], build: environments.ResolvedBuild | None
-) -> dict[str, Any]:
+def with_build(record: dict[str, Any], build: environments.ResolvedBuild | None) -> dict[str, Any]:
     """The record with what its venv resolved to in its environment (variant, requirements).
 
     Args:
@@ -191,16 +226,25 @@ def measure_job(job_id: int, *, worker: str, command: SuiteCommand | None = None
         lost = job.attempts if job.status == JobStatus.RUNNING else 0
         if lost < limit:
             runs.start_job(session, job=job, worker=worker)
-        spec = dict(model=job.model, mode=job.mode, device=job.device, compiler=job.compiler,
-                    batch_size=job.batch_size)
+        spec = dict(
+            model=job.model,
+            mode=job.mode,
+            device=job.device,
+            compiler=job.compiler,
+            batch_size=job.batch_size,
+        )
         run_id, last_worker = job.run_id, job.worker
         torch_spec = runs.get_run(session, run_id).torch_spec
     if lost >= limit:
         log.warning("job %s: its worker died %d times; ending it as an error", job_id, lost)
-        return fail_job(job_id, reason=(
-            f"not measured: its worker died {lost} times while running it (last {last_worker}); "
-            f"a benchmark that kills its worker (out of memory, a crash) is not started again "
-            f"(NIGHTBENCH_JOB_MAX_WORKER_LOSSES={limit})"))
+        return fail_job(
+            job_id,
+            reason=(
+                f"not measured: its worker died {lost} times while running it (last {last_worker}); "
+                f"a benchmark that kills its worker (out of memory, a crash) is not started again "
+                f"(NIGHTBENCH_JOB_MAX_WORKER_LOSSES={limit})"
+            ),
+        )
     try:
         with heartbeat.heartbeat(job_id, worker=worker):
             record = _run_in_build(spec, torch_spec=torch_spec, command=command)
@@ -246,8 +290,14 @@ def fail_job(job_id: int, *, reason: str) -> int | None:
         if job.status in JOB_ENDED:
             return None
         run = runs.get_run(session, job.run_id)
-        record = {"model": job.model, "mode": job.mode, "device": job.device,
-                  "compiler": job.compiler, "batch_size": job.batch_size, "error": reason}
+        record = {
+            "model": job.model,
+            "mode": job.mode,
+            "device": job.device,
+            "compiler": job.compiler,
+            "batch_size": job.batch_size,
+            "error": reason,
+        }
         results.store_record(session, run=run, job=job, record=record)
         runs.end_job(session, job=job, error=reason)
         run_id = run.id

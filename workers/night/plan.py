@@ -50,16 +50,24 @@ def _selected(by_name: dict[str, dict], models: Sequence[str] | None) -> list[st
         if not matched:
             unknown.append(pattern)
     if unknown:
-        hint = [TORCHBENCH_PREFIX + u for u in unknown
-                if fnmatch.filter(by_name, TORCHBENCH_PREFIX + u)]
-        raise InvalidInput(f"unknown model(s): {', '.join(unknown)}; see `python -m suite list`"
-                           + (f" (TorchBench's are named {', '.join(hint)})" if hint else ""))
+        hint = [
+            TORCHBENCH_PREFIX + u for u in unknown if fnmatch.filter(by_name, TORCHBENCH_PREFIX + u)
+        ]
+        raise InvalidInput(
+            f"unknown model(s): {', '.join(unknown)}; see `python -m suite list`"
+            + (f" (TorchBench's are named {', '.join(hint)})" if hint else "")
+        )
     return names
 
 
 def plan(
-    catalog: Sequence[dict], *, models: Sequence[str] | None = None, modes: Sequence[str] = ("train", "eval"),
-    devices: Sequence[str] = ("cpu",), compilers: Sequence[str] = ("eager",), device_class: str | None = None,
+    catalog: Sequence[dict],
+    *,
+    models: Sequence[str] | None = None,
+    modes: Sequence[str] = ("train", "eval"),
+    devices: Sequence[str] = ("cpu",),
+    compilers: Sequence[str] = ("eager",),
+    device_class: str | None = None,
 ) -> list[BenchmarkSpec]:
     """The benchmarks of a night from the suite catalogue (``python -m suite list --json``).
 
@@ -90,31 +98,51 @@ def plan(
                 for compiler in compilers:
                     if compiler not in info.get("compilers", ["eager", "inductor"]):
                         continue  # e.g. an eager-only TorchScript or quantized model
-                    specs.append(BenchmarkSpec(model=name, mode=mode, device=device, compiler=compiler,
-                                               queue=queue_for(device, device_class)))
+                    specs.append(
+                        BenchmarkSpec(
+                            model=name,
+                            mode=mode,
+                            device=device,
+                            compiler=compiler,
+                            queue=queue_for(device, device_class),
+                        )
+                    )
     if not specs:
-        raise InvalidInput("no benchmark matches the requested models, modes, devices and "
-                           "compilers")
+        raise InvalidInput(
+            "no benchmark matches the requested models, modes, devices and compilers"
+        )
     return specs
 
 
 def create_night(
-    *, night: date, benchmarks: Sequence[BenchmarkSpec], torch_spec: str = "current",
-    commit_range: list[dict] | None = None, settings: Settings | None = None,
+    *,
+    night: date,
+    benchmarks: Sequence[BenchmarkSpec],
+    torch_spec: str = "current",
+    commit_range: list[dict] | None = None,
+    settings: Settings | None = None,
 ) -> int:
     """Create the night's run and its jobs (committed); returns the run id."""
     settings = settings or get_settings()
     with session_scope() as session:
         run = runs.create_run(
-            session, night=night, benchmarks=benchmarks, torch_spec=torch_spec,
-            deadline_s=settings.night_deadline_s, commit_range=commit_range,
+            session,
+            night=night,
+            benchmarks=benchmarks,
+            torch_spec=torch_spec,
+            deadline_s=settings.night_deadline_s,
+            commit_range=commit_range,
         )
         return run.id
 
 
 def create_nights(
-    *, night: date, torch_spec: str = "current", models: Sequence[str] | None = None,
-    modes: Sequence[str] = ("train", "eval"), compilers: Sequence[str] = ("eager",),
+    *,
+    night: date,
+    torch_spec: str = "current",
+    models: Sequence[str] | None = None,
+    modes: Sequence[str] = ("train", "eval"),
+    compilers: Sequence[str] = ("eager",),
     device_classes: Sequence[str] = ("cpu",),
 ) -> list[tuple[int, int]]:
     """Create one run per device class (``cpu`` or a GPU class such as ``h100``).
@@ -133,8 +161,14 @@ def create_nights(
     created = []
     for device_class in device_classes:
         device = "cpu" if device_class == "cpu" else "cuda"
-        specs = plan(catalog, models=models, modes=modes, devices=[device], compilers=compilers,
-                     device_class=None if device == "cpu" else device_class)
+        specs = plan(
+            catalog,
+            models=models,
+            modes=modes,
+            devices=[device],
+            compilers=compilers,
+            device_class=None if device == "cpu" else device_class,
+        )
         created.append((create_night(night=night, benchmarks=specs, torch_spec=spec), len(specs)))
     return created
 
@@ -144,8 +178,10 @@ def dispatch_scheduled(*, night: date | None = None, settings: Settings | None =
     ``schedule_*`` settings. Returns the run ids."""
     settings = settings or get_settings()
     created = create_nights(
-        night=night or utcnow().date(), torch_spec=settings.schedule_torch_spec,
-        models=settings.schedule_models or None, modes=settings.schedule_modes,
+        night=night or utcnow().date(),
+        torch_spec=settings.schedule_torch_spec,
+        models=settings.schedule_models or None,
+        modes=settings.schedule_modes,
         device_classes=settings.schedule_device_classes,
     )
     for run_id, _ in created:
@@ -156,8 +192,11 @@ def dispatch_scheduled(*, night: date | None = None, settings: Settings | None =
 def queued_jobs(run_id: int) -> list[tuple[int, str, str]]:
     """``(job_id, queue, benchmark)`` of the run's jobs still queued, in id order."""
     with session_scope() as session:
-        return [(j.id, j.queue, j.benchmark) for j in runs.list_jobs(session, run_id=run_id)
-                if j.status == JobStatus.QUEUED]
+        return [
+            (j.id, j.queue, j.benchmark)
+            for j in runs.list_jobs(session, run_id=run_id)
+            if j.status == JobStatus.QUEUED
+        ]
 
 
 def job_step(job_id: int, queue: str) -> Step:

@@ -72,12 +72,19 @@ class RecheckVerdict:
 
     def line(self) -> str:
         """One line for the run's note: ``"stability of X: unstable → stable (source, ...)"``."""
-        return (f"stability of {self.benchmark}: {_WORDS[self.previous]} → "
-                f"{_WORDS[self.unstable]} ({self.source}; CV {100 * (self.cv or 0):.1f}%)")
+        return (
+            f"stability of {self.benchmark}: {_WORDS[self.previous]} → "
+            f"{_WORDS[self.unstable]} ({self.source}; CV {100 * (self.cv or 0):.1f}%)"
+        )
 
 
-def judge(window: store.RecheckWindow, previous: bool | None, *, min_processes: int,
-          threshold: float = UNSTABLE_SPREAD) -> RecheckVerdict:
+def judge(
+    window: store.RecheckWindow,
+    previous: bool | None,
+    *,
+    min_processes: int,
+    threshold: float = UNSTABLE_SPREAD,
+) -> RecheckVerdict:
     """Judge one window against the verdict in force (pure; the rule of the module docstring).
 
     Args:
@@ -101,20 +108,40 @@ def judge(window: store.RecheckWindow, previous: bool | None, *, min_processes: 
     medians = window.medians(settled_only=settled_only)
     source = window.describe(settled_only=settled_only)
     if len(medians) < min_processes:
-        return RecheckVerdict(window.benchmark, previous, None, False, tuple(medians), None, None,
-                              None, f"{source}: fewer than {min_processes}, verdict kept")
+        return RecheckVerdict(
+            window.benchmark,
+            previous,
+            None,
+            False,
+            tuple(medians),
+            None,
+            None,
+            None,
+            f"{source}: fewer than {min_processes}, verdict kept",
+        )
     allowed = allowed_spread(len(medians), threshold)
     cv, spread, unstable = summarize(medians, allowed)
     changed = unstable is not None and bool(unstable) != bool(previous)
-    return RecheckVerdict(window.benchmark, previous, unstable, changed, tuple(medians), cv,
-                          spread, allowed, f"{source}: {spread_text(spread, allowed, len(medians))}")
+    return RecheckVerdict(
+        window.benchmark,
+        previous,
+        unstable,
+        changed,
+        tuple(medians),
+        cv,
+        spread,
+        allowed,
+        f"{source}: {spread_text(spread, allowed, len(medians))}",
+    )
 
 
 def spread_text(spread: float | None, allowed: float, processes: int) -> str:
     """``"spread 8.1% < 9.3% allowed for 10 processes"`` (``>=`` when unstable)."""
     sign = ">=" if spread is not None and spread >= allowed else "<"
-    return (f"spread {100 * (spread or 0):.1f}% {sign} {100 * allowed:.1f}% allowed for "
-            f"{processes} processes")
+    return (
+        f"spread {100 * (spread or 0):.1f}% {sign} {100 * allowed:.1f}% allowed for "
+        f"{processes} processes"
+    )
 
 
 def recheck_run(session: Session, *, run: Run, settings: Settings) -> list[RecheckVerdict]:
@@ -135,28 +162,52 @@ def recheck_run(session: Session, *, run: Run, settings: Settings) -> list[Reche
     """
     if not settings.stability_recheck:
         return []
-    run_ids = [run.id, *session.scalars(
-        select(Run.id).where(Run.parent_run_id == run.id, Run.kind == "confirm"))]
-    results = session.scalars(select(Result).where(
-        Result.run_id == run.id, Result.metric == "latency", Result.error.is_(None),
-    ).order_by(Result.model, Result.mode, Result.device, Result.compiler))
+    run_ids = [
+        run.id,
+        *session.scalars(select(Run.id).where(Run.parent_run_id == run.id, Run.kind == "confirm")),
+    ]
+    results = session.scalars(
+        select(Result)
+        .where(
+            Result.run_id == run.id,
+            Result.metric == "latency",
+            Result.error.is_(None),
+        )
+        .order_by(Result.model, Result.mode, Result.device, Result.compiler)
+    )
     out: list[RecheckVerdict] = []
     for result in results:
         window = store.recheck_window(
-            session, result=result, run_ids=run_ids, nights=settings.stability_recheck_nights,
-            settle_nights=DEFAULT_PARAMS.max_run)
+            session,
+            result=result,
+            run_ids=run_ids,
+            nights=settings.stability_recheck_nights,
+            settle_nights=DEFAULT_PARAMS.max_run,
+        )
         if window is None:
             continue
         row = store.stored_verdict(session, window)
         threshold = row.threshold if row is not None and row.threshold else UNSTABLE_SPREAD
-        verdict = judge(window, None if row is None else row.unstable,
-                        min_processes=settings.stability_recheck_min_processes,
-                        threshold=threshold)
+        verdict = judge(
+            window,
+            None if row is None else row.unstable,
+            min_processes=settings.stability_recheck_min_processes,
+            threshold=threshold,
+        )
         store.record_recheck(
-            session, window=window, run=run, medians_ms=verdict.medians_ms, cv=verdict.cv,
-            spread=verdict.spread, unstable=verdict.unstable, threshold=threshold,
-            allowed=verdict.allowed, source=verdict.source, applied=verdict.changed,
-            setups=[full_setup_label(result.environment or {})])
+            session,
+            window=window,
+            run=run,
+            medians_ms=verdict.medians_ms,
+            cv=verdict.cv,
+            spread=verdict.spread,
+            unstable=verdict.unstable,
+            threshold=threshold,
+            allowed=verdict.allowed,
+            source=verdict.source,
+            applied=verdict.changed,
+            setups=[full_setup_label(result.environment or {})],
+        )
         if verdict.changed:
             log.info("run %s: %s", run.id, verdict.line())
             run.note = f"{run.note}\n{verdict.line()}" if run.note else verdict.line()

@@ -23,7 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def request_processes(
-    run_ids: list[int], *, processes: int, settings: Settings | None = None,
+    run_ids: list[int],
+    *,
+    processes: int,
+    settings: Settings | None = None,
 ) -> list[service.ProcessRequest]:
     """Ask each run of ``run_ids`` for ``processes`` processes per benchmark (committed).
 
@@ -35,9 +38,12 @@ def request_processes(
     """
     settings = settings or get_settings()
     with session_scope() as session:
-        return [service.request_processes(session, run_id=run_id, processes=processes,
-                                          deadline_s=settings.night_deadline_s)
-                for run_id in dict.fromkeys(run_ids)]
+        return [
+            service.request_processes(
+                session, run_id=run_id, processes=processes, deadline_s=settings.night_deadline_s
+            )
+            for run_id in dict.fromkeys(run_ids)
+        ]
 
 
 def claim_steps(parent_ids: list[int] | None = None) -> list[Step]:

@@ -15,8 +15,12 @@ from suite import stability as st
 
 
 def select_benchmarks(
-    listing: Sequence[dict[str, Any]], *, models: Sequence[str] | None, modes: Sequence[str],
-    device: str, compiler: str,
+    listing: Sequence[dict[str, Any]],
+    *,
+    models: Sequence[str] | None,
+    modes: Sequence[str],
+    device: str,
+    compiler: str,
 ) -> list[st.StabilityBenchmark]:
     """The benchmarks of ``listing`` (``python -m suite list --json``) to measure.
 
@@ -31,8 +35,9 @@ def select_benchmarks(
     if models:
         unknown = sorted(set(models) - known)
         if unknown:
-            raise InvalidInput(f"unknown model(s) {', '.join(unknown)}; "
-                               f"known: {', '.join(sorted(known))}")
+            raise InvalidInput(
+                f"unknown model(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         listing = [m for m in listing if m["name"] in set(models)]
     specs = st.benchmarks_for(listing, device=device, modes=modes, compiler=compiler)
     if not specs:
@@ -41,8 +46,12 @@ def select_benchmarks(
 
 
 def measure(
-    specs: Sequence[st.StabilityBenchmark], *, repeats: int, run_args: Sequence[str],
-    threshold: float, on_record: Callable[[st.StabilityBenchmark, int, dict[str, Any]], None] | None,
+    specs: Sequence[st.StabilityBenchmark],
+    *,
+    repeats: int,
+    run_args: Sequence[str],
+    threshold: float,
+    on_record: Callable[[st.StabilityBenchmark, int, dict[str, Any]], None] | None,
 ) -> list[st.StabilityResult]:
     """Run :func:`suite.stability.measure_stability` (see there).
 
@@ -51,8 +60,9 @@ def measure(
     """
     if repeats < 2:
         raise InvalidInput(f"--repeats must be at least 2, got {repeats}")
-    return st.measure_stability(specs, repeats, run_args=run_args, threshold=threshold,
-                                on_record=on_record)
+    return st.measure_stability(
+        specs, repeats, run_args=run_args, threshold=threshold, on_record=on_record
+    )
 
 
 def check_store() -> None:
@@ -120,13 +130,22 @@ def stored_verdicts() -> list[dict[str, Any]]:
         for row in list_stability(session):
             details = row.details or {}
             machine = machines.get(row.machine_id)
-            out.append({
-                "benchmark": benchmark_name(row.model, row.mode, row.device, row.compiler),
-                "machine": (machine.gpu_name or machine.cpu_model) if machine else None,
-                "setups": list(details.get("setups") or []), "cv": row.cv, "spread": row.spread,
-                "unstable": row.unstable, "source": details.get("source", "measured"),
-                "source_text": details.get("source_text"), "recheck": details.get("recheck"),
-                "alerts_from": alerts_from(row.spread, settings.threshold_for(
-                    "latency", f"{row.model}:{row.mode}")) if row.unstable else None,
-            })
+            out.append(
+                {
+                    "benchmark": benchmark_name(row.model, row.mode, row.device, row.compiler),
+                    "machine": (machine.gpu_name or machine.cpu_model) if machine else None,
+                    "setups": list(details.get("setups") or []),
+                    "cv": row.cv,
+                    "spread": row.spread,
+                    "unstable": row.unstable,
+                    "source": details.get("source", "measured"),
+                    "source_text": details.get("source_text"),
+                    "recheck": details.get("recheck"),
+                    "alerts_from": alerts_from(
+                        row.spread, settings.threshold_for("latency", f"{row.model}:{row.mode}")
+                    )
+                    if row.unstable
+                    else None,
+                }
+            )
     return out

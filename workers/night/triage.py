@@ -41,11 +41,21 @@ def resolve_commit_range(run_id: int, *, settings: Settings | None = None) -> li
         good = previous.torch_git_commit if previous else None
         bad = run.torch_git_commit
         if previous is not None and previous.id != run.previous_run_id:
-            _note_in(run, f"commit range starts at night {previous.night}: a step raised "
-                          "tonight began on an earlier night")
+            _note_in(
+                run,
+                f"commit range starts at night {previous.night}: a step raised "
+                "tonight began on an earlier night",
+            )
     if not good or not bad or good == bad:
-        reason = "no earlier night with a known commit" if not good else (
-            "tonight's build has no git commit" if not bad else "same commit as the previous night")
+        reason = (
+            "no earlier night with a known commit"
+            if not good
+            else (
+                "tonight's build has no git commit"
+                if not bad
+                else "same commit as the previous night"
+            )
+        )
         _note(run_id, f"commit range: none ({reason})")
         return None
     try:
@@ -100,9 +110,7 @@ def file_night(run_id: int, *, settings: Settings | None = None) -> None:
         alert_id = _regression_alert_id(session, run)
         if alert_id is not None:
             bisection = causes.night_bisection_input(session, run_id=run_id)
-            pending.file_durably(
-                session, alert_id=alert_id, settings=settings, bisection=bisection
-            )
+            pending.file_durably(session, alert_id=alert_id, settings=settings, bisection=bisection)
         runs.finish_run(session, run=run)
     pending.retry_pending(settings=settings)
 
@@ -113,7 +121,12 @@ def _regression_alert_id(session, run: Run) -> int | None:  # type: ignore[no-un
     from service.models import Alert, Regression
 
     return session.scalar(
-        select(Alert.id).join(Regression, Regression.alert_id == Alert.id).where(
-            Alert.run_id == run.id, Alert.kind == "regression", Regression.confirmation == Confirmation.REPRODUCED,
-        ).limit(1)
+        select(Alert.id)
+        .join(Regression, Regression.alert_id == Alert.id)
+        .where(
+            Alert.run_id == run.id,
+            Alert.kind == "regression",
+            Regression.confirmation == Confirmation.REPRODUCED,
+        )
+        .limit(1)
     )

@@ -36,8 +36,11 @@ class Model(BenchmarkModel):
         words = int(self.setting("words_per_text", device, 150))
         self.texts = [minitok.sample_text(words=words, seed=i) for i in range(self.batch_size)]
         vocab_size = len(self.tokenizer.vocab)
-        self.model = BagOfTokens(vocab_size, int(self.setting("embedding_dim", device, 32)),
-                                 int(self.setting("classes", device, 4))).to(device)
+        self.model = BagOfTokens(
+            vocab_size,
+            int(self.setting("embedding_dim", device, 32)),
+            int(self.setting("classes", device, 4)),
+        ).to(device)
         self.labels = torch.arange(self.batch_size, device=device) % self.model.out.out_features
         self.example_inputs = self._inputs()
         if test == "train":
@@ -53,8 +56,7 @@ class Model(BenchmarkModel):
         for text in self.texts:
             offsets.append(len(ids))
             ids.extend(self.tokenizer.encode(text))
-        return (torch.tensor(ids, device=self.device),
-                torch.tensor(offsets, device=self.device))
+        return (torch.tensor(ids, device=self.device), torch.tensor(offsets, device=self.device))
 
     def train(self) -> None:
         assert self.optimizer is not None

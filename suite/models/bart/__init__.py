@@ -17,10 +17,20 @@ class Model(BenchmarkModel):
         src = int(self.setting("source_len", device, 64))
         tgt = int(self.setting("target_len", device, 16))
         config = BartConfig(
-            vocab_size=vocab, d_model=256, encoder_layers=3, decoder_layers=3,
-            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=1024,
-            decoder_ffn_dim=1024, max_position_embeddings=max(512, src), use_cache=False,
-            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+            vocab_size=vocab,
+            d_model=256,
+            encoder_layers=3,
+            decoder_layers=3,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=1024,
+            decoder_ffn_dim=1024,
+            max_position_embeddings=max(512, src),
+            use_cache=False,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=2,
         )
         self.model = BartForConditionalGeneration(config).to(device)
         self.example_inputs = (torch.randint(3, vocab, (self.batch_size, src), device=device),)

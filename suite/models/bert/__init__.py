@@ -16,8 +16,12 @@ class Model(BenchmarkModel):
         seq = int(self.setting("seq_len", device, 64))
         vocab = int(self.setting("vocab_size", device, 4096))
         config = BertConfig(
-            vocab_size=vocab, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-            intermediate_size=1024, max_position_embeddings=max(512, seq),
+            vocab_size=vocab,
+            hidden_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=1024,
+            max_position_embeddings=max(512, seq),
         )
         self.model = BertForMaskedLM(config).to(device)
         ids = torch.randint(0, vocab, (self.batch_size, seq), device=device)

@@ -18,8 +18,9 @@ STRIDE = 4
 
 
 def conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout),
-                         nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+    )
 
 
 class CenterNet(nn.Module):
@@ -27,17 +28,28 @@ class CenterNet(nn.Module):
         super().__init__()
         # Backbone down to stride 16, neck back up to stride 4 (the paper's output stride).
         self.backbone = nn.Sequential(
-            conv_bn(3, 32, 2), conv_bn(32, 32), conv_bn(32, 64, 2), conv_bn(64, 64),
-            conv_bn(64, 128, 2), conv_bn(128, 128), conv_bn(128, 256, 2), conv_bn(256, 256),
+            conv_bn(3, 32, 2),
+            conv_bn(32, 32),
+            conv_bn(32, 64, 2),
+            conv_bn(64, 64),
+            conv_bn(64, 128, 2),
+            conv_bn(128, 128),
+            conv_bn(128, 256, 2),
+            conv_bn(256, 256),
         )
         self.neck = nn.Sequential(
-            nn.ConvTranspose2d(256, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU(True),
-            nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(True),
+            nn.ConvTranspose2d(256, 128, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(128),
+            nn.ReLU(True),
+            nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(True),
         )
 
         def head(out: int) -> nn.Sequential:
-            return nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(True),
-                                 nn.Conv2d(64, out, 1))
+            return nn.Sequential(
+                nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(True), nn.Conv2d(64, out, 1)
+            )
 
         self.heatmap = head(num_classes)
         self.size = head(2)
@@ -67,8 +79,9 @@ def gather_at(feature: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return flat.gather(2, index.unsqueeze(1).expand(b, c, index.shape[1])).permute(0, 2, 1)
 
 
-def make_targets(batch: int, classes: int, out: int, objects: int, device: str,
-                 generator: torch.Generator) -> dict[str, torch.Tensor]:
+def make_targets(
+    batch: int, classes: int, out: int, objects: int, device: str, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
     """Random boxes rendered as the paper's targets: Gaussian peaks, sizes and offsets."""
     centers = torch.rand(batch, objects, 2, generator=generator) * (out - 1)
     sizes = torch.rand(batch, objects, 2, generator=generator) * out / 3 + 2
@@ -84,8 +97,10 @@ def make_targets(batch: int, classes: int, out: int, objects: int, device: str,
             heat[b, labels[b, k]] = torch.maximum(heat[b, labels[b, k]], g)
     index = (ints[..., 1] * out + ints[..., 0]).long()
     return {
-        "heatmap": heat.to(device), "index": index.to(device),
-        "size": sizes.to(device), "offset": (centers - ints).to(device),
+        "heatmap": heat.to(device),
+        "index": index.to(device),
+        "size": sizes.to(device),
+        "offset": (centers - ints).to(device),
     }
 
 
@@ -98,8 +113,9 @@ class Model(BenchmarkModel):
         self.model = CenterNet(classes).to(device)
         self.example_inputs = (torch.randn(self.batch_size, 3, size, size, device=device),)
         gen = torch.Generator().manual_seed(0)
-        self.targets = make_targets(self.batch_size, classes, size // STRIDE, self.top_k, device,
-                                    gen)
+        self.targets = make_targets(
+            self.batch_size, classes, size // STRIDE, self.top_k, device, gen
+        )
         if test == "train":
             self.model.train()
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1.25e-4)
@@ -111,9 +127,11 @@ class Model(BenchmarkModel):
         self.optimizer.zero_grad(set_to_none=True)
         heat, size, offset = self.model(*self.example_inputs)
         t = self.targets
-        loss = (focal_loss(heat, t["heatmap"])
-                + 0.1 * F.l1_loss(gather_at(size, t["index"]), t["size"])
-                + F.l1_loss(gather_at(offset, t["index"]), t["offset"]))
+        loss = (
+            focal_loss(heat, t["heatmap"])
+            + 0.1 * F.l1_loss(gather_at(size, t["index"]), t["size"])
+            + F.l1_loss(gather_at(offset, t["index"]), t["offset"])
+        )
         loss.backward()
         self.optimizer.step()
 
@@ -131,6 +149,16 @@ class Model(BenchmarkModel):
             wh = gather_at(size, index)
             off = gather_at(offset, index)
             cx, cy = xs + off[..., 0], ys + off[..., 1]
-            boxes = torch.stack([cx - wh[..., 0] / 2, cy - wh[..., 1] / 2,
-                                 cx + wh[..., 0] / 2, cy + wh[..., 1] / 2], -1) * STRIDE
+            boxes = (
+                torch.stack(
+                    [
+                        cx - wh[..., 0] / 2,
+                        cy - wh[..., 1] / 2,
+                        cx + wh[..., 0] / 2,
+                        cy + wh[..., 1] / 2,
+                    ],
+                    -1,
+                )
+                * STRIDE
+            )
             return boxes, scores, labels

@@ -21,8 +21,14 @@ SUB_CHANNELS = 32  # channels of the 4x convolutional subsampling
 class FeedForward(nn.Module):
     def __init__(self, d: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.SiLU(), nn.Dropout(0.1),
-                                 nn.Linear(4 * d, d), nn.Dropout(0.1))
+        self.net = nn.Sequential(
+            nn.LayerNorm(d),
+            nn.Linear(d, 4 * d),
+            nn.SiLU(),
+            nn.Dropout(0.1),
+            nn.Linear(4 * d, d),
+            nn.Dropout(0.1),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -64,11 +70,16 @@ class ConformerBlock(nn.Module):
 
 
 class Conformer(nn.Module):
-    def __init__(self, vocab: int, d: int = 144, heads: int = 4, layers: int = 4,
-                 kernel: int = 15) -> None:
+    def __init__(
+        self, vocab: int, d: int = 144, heads: int = 4, layers: int = 4, kernel: int = 15
+    ) -> None:
         super().__init__()
-        self.subsample = nn.Sequential(nn.Conv2d(1, SUB_CHANNELS, 3, 2), nn.ReLU(),
-                                       nn.Conv2d(SUB_CHANNELS, SUB_CHANNELS, 3, 2), nn.ReLU())
+        self.subsample = nn.Sequential(
+            nn.Conv2d(1, SUB_CHANNELS, 3, 2),
+            nn.ReLU(),
+            nn.Conv2d(SUB_CHANNELS, SUB_CHANNELS, 3, 2),
+            nn.ReLU(),
+        )
         freq = ((MEL_BINS - 1) // 2 - 1) // 2
         self.proj = nn.Linear(SUB_CHANNELS * freq, d)
         self.blocks = nn.Sequential(*(ConformerBlock(d, heads, kernel) for _ in range(layers)))
@@ -104,8 +115,14 @@ class Model(BenchmarkModel):
         assert self.optimizer is not None
         self.optimizer.zero_grad(set_to_none=True)
         log_probs = self.model(*self.example_inputs)
-        loss = F.ctc_loss(log_probs.transpose(0, 1), self.targets, self.input_lengths,
-                          self.target_lengths, blank=0, zero_infinity=True)
+        loss = F.ctc_loss(
+            log_probs.transpose(0, 1),
+            self.targets,
+            self.input_lengths,
+            self.target_lengths,
+            blank=0,
+            zero_infinity=True,
+        )
         loss.backward()
         self.optimizer.step()
 
@@ -113,6 +130,7 @@ class Model(BenchmarkModel):
         with torch.no_grad():
             best = self.model(*self.example_inputs).argmax(-1)
             # Greedy CTC decoding: keep a frame's label when it is not blank and not a repeat.
-            keep = (best != 0) & torch.cat([torch.ones_like(best[:, :1], dtype=torch.bool),
-                                            best[:, 1:] != best[:, :-1]], dim=1)
+            keep = (best != 0) & torch.cat(
+                [torch.ones_like(best[:, :1], dtype=torch.bool), best[:, 1:] != best[:, :-1]], dim=1
+            )
             return best, keep

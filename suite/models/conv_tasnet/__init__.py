@@ -36,9 +36,13 @@ class TCNBlock(nn.Module):
     def __init__(self, b: int, h: int, p: int, dilation: int) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Conv1d(b, h, 1), nn.PReLU(), GlobalLayerNorm(h),
+            nn.Conv1d(b, h, 1),
+            nn.PReLU(),
+            GlobalLayerNorm(h),
             nn.Conv1d(h, h, p, padding=dilation * (p - 1) // 2, dilation=dilation, groups=h),
-            nn.PReLU(), GlobalLayerNorm(h), nn.Conv1d(h, b, 1),
+            nn.PReLU(),
+            GlobalLayerNorm(h),
+            nn.Conv1d(h, b, 1),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -46,15 +50,26 @@ class TCNBlock(nn.Module):
 
 
 class ConvTasNet(nn.Module):
-    def __init__(self, speakers: int = 2, n: int = 128, length: int = 16, b: int = 64,
-                 h: int = 128, p: int = 3, x: int = 6, r: int = 2) -> None:
+    def __init__(
+        self,
+        speakers: int = 2,
+        n: int = 128,
+        length: int = 16,
+        b: int = 64,
+        h: int = 128,
+        p: int = 3,
+        x: int = 6,
+        r: int = 2,
+    ) -> None:
         super().__init__()
         self.speakers, self.n = speakers, n
         self.encoder = nn.Conv1d(1, n, length, stride=length // 2, bias=False)
         self.separator = nn.Sequential(
-            GlobalLayerNorm(n), nn.Conv1d(n, b, 1),
+            GlobalLayerNorm(n),
+            nn.Conv1d(n, b, 1),
             *(TCNBlock(b, h, p, 2**i) for _ in range(r) for i in range(x)),
-            nn.PReLU(), nn.Conv1d(b, speakers * n, 1),
+            nn.PReLU(),
+            nn.Conv1d(b, speakers * n, 1),
         )
         self.decoder = nn.ConvTranspose1d(n, 1, length, stride=length // 2, bias=False)
 
@@ -78,10 +93,13 @@ def si_snr(estimate: torch.Tensor, target: torch.Tensor, eps: float = 1e-8) -> t
 def pit_si_snr_loss(estimates: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
     """Negative SI-SNR under the best permutation of speakers, per utterance, averaged."""
     c = sources.shape[1]
-    per_perm = torch.stack([
-        si_snr(estimates[:, list(perm)], sources).mean(1)
-        for perm in itertools.permutations(range(c))
-    ], dim=1)
+    per_perm = torch.stack(
+        [
+            si_snr(estimates[:, list(perm)], sources).mean(1)
+            for perm in itertools.permutations(range(c))
+        ],
+        dim=1,
+    )
     return -per_perm.max(1).values.mean()
 
 

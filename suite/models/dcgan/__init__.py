@@ -24,11 +24,17 @@ class Generator(nn.Module):
     def __init__(self, nz: int, ngf: int) -> None:
         super().__init__()
         chans = [ngf * 8, ngf * 4, ngf * 2, ngf]
-        layers: list[nn.Module] = [nn.ConvTranspose2d(nz, chans[0], 4, 1, 0, bias=False),
-                                   nn.BatchNorm2d(chans[0]), nn.ReLU(True)]
+        layers: list[nn.Module] = [
+            nn.ConvTranspose2d(nz, chans[0], 4, 1, 0, bias=False),
+            nn.BatchNorm2d(chans[0]),
+            nn.ReLU(True),
+        ]
         for cin, cout in zip(chans, chans[1:], strict=False):
-            layers += [nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False),
-                       nn.BatchNorm2d(cout), nn.ReLU(True)]
+            layers += [
+                nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(True),
+            ]
         layers += [nn.ConvTranspose2d(ngf, 3, 4, 2, 1, bias=False), nn.Tanh()]
         self.net = nn.Sequential(*layers)
 
@@ -42,8 +48,11 @@ class Discriminator(nn.Module):
         chans = [ndf, ndf * 2, ndf * 4, ndf * 8]
         layers: list[nn.Module] = [nn.Conv2d(3, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)]
         for cin, cout in zip(chans, chans[1:], strict=False):
-            layers += [nn.Conv2d(cin, cout, 4, 2, 1, bias=False), nn.BatchNorm2d(cout),
-                       nn.LeakyReLU(0.2, True)]
+            layers += [
+                nn.Conv2d(cin, cout, 4, 2, 1, bias=False),
+                nn.BatchNorm2d(cout),
+                nn.LeakyReLU(0.2, True),
+            ]
         layers += [nn.Conv2d(chans[-1], 1, 4, 1, 0, bias=False)]
         self.net = nn.Sequential(*layers)
 
@@ -68,8 +77,9 @@ class Model(BenchmarkModel):
             self.discriminator.train()
             betas = (0.5, 0.999)
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=2e-4, betas=betas)
-            self.optimizer_d = torch.optim.Adam(self.discriminator.parameters(), lr=2e-4,
-                                                betas=betas)
+            self.optimizer_d = torch.optim.Adam(
+                self.discriminator.parameters(), lr=2e-4, betas=betas
+            )
         else:
             self.model.eval()
 
@@ -85,8 +95,9 @@ class Model(BenchmarkModel):
         fake = self.model(self.noise)
         # Discriminator: real images towards 1, generated ones towards 0.
         self.optimizer_d.zero_grad(set_to_none=True)
-        loss_d = (F.binary_cross_entropy_with_logits(self.discriminator(self.real), ones)
-                  + F.binary_cross_entropy_with_logits(self.discriminator(fake.detach()), zeros))
+        loss_d = F.binary_cross_entropy_with_logits(
+            self.discriminator(self.real), ones
+        ) + F.binary_cross_entropy_with_logits(self.discriminator(fake.detach()), zeros)
         loss_d.backward()
         self.optimizer_d.step()
         # Generator: the non-saturating loss, generated images towards 1.

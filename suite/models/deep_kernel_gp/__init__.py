@@ -33,9 +33,13 @@ def target_function(x: torch.Tensor) -> torch.Tensor:
 class DeepKernelGP(nn.Module):
     def __init__(self, inputs: int, hidden: int, features: int) -> None:
         super().__init__()
-        self.features = nn.Sequential(nn.Linear(inputs, hidden), nn.Tanh(),
-                                      nn.Linear(hidden, hidden), nn.Tanh(),
-                                      nn.Linear(hidden, features))
+        self.features = nn.Sequential(
+            nn.Linear(inputs, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, features),
+        )
         self.raw_lengthscale = nn.Parameter(torch.zeros(()))
         self.raw_outputscale = nn.Parameter(torch.zeros(()))
         self.raw_noise = nn.Parameter(torch.tensor(-2.0))
@@ -44,8 +48,9 @@ class DeepKernelGP(nn.Module):
         """RBF kernel (N, M) between feature rows ``a`` (N, F) and ``b`` (M, F)."""
         lengthscale = F.softplus(self.raw_lengthscale)
         # exact pairwise distances: the matrix-product shortcut loses precision near zero
-        dist = torch.cdist(a / lengthscale, b / lengthscale,
-                           compute_mode="donot_use_mm_for_euclid_dist")
+        dist = torch.cdist(
+            a / lengthscale, b / lengthscale, compute_mode="donot_use_mm_for_euclid_dist"
+        )
         return F.softplus(self.raw_outputscale) * torch.exp(-0.5 * dist.pow(2))
 
     def factor(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,16 +60,20 @@ class DeepKernelGP(nn.Module):
         k = self.kernel(z, z) + noise * torch.eye(z.shape[0], device=z.device, dtype=z.dtype)
         return z, torch.linalg.cholesky(k)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor,
-                x_test: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, x_test: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Train: (negative log marginal likelihood per point, ``alpha``) for ``x`` (N, D) and
         ``y`` (N,). With ``x_test`` (M, D): the predictive mean (M,) and variance (M,)."""
         z, chol = self.factor(x)
         alpha = torch.cholesky_solve(y.unsqueeze(1), chol)  # (K + sigma^2 I)^-1 y
         if x_test is None:
             n = x.shape[0]
-            nll = (0.5 * (y.unsqueeze(1) * alpha).sum()
-                   + torch.log(torch.diagonal(chol)).sum() + 0.5 * n * math.log(2 * math.pi))
+            nll = (
+                0.5 * (y.unsqueeze(1) * alpha).sum()
+                + torch.log(torch.diagonal(chol)).sum()
+                + 0.5 * n * math.log(2 * math.pi)
+            )
             return nll / n, alpha
         zt = self.features(x_test)
         cross = self.kernel(z, zt)  # (N, M)
@@ -78,10 +87,16 @@ class Model(BenchmarkModel):
     def __init__(self, test: str, device: str, batch_size: int | None = None) -> None:
         super().__init__(test, device, batch_size)
         dim = int(self.setting("input_size", device, 8))
-        self.model = DeepKernelGP(dim, int(self.setting("hidden_size", device, 128)),
-                                  int(self.setting("feature_size", device, 4))).to(device)
-        n_train = (self.batch_size if test == "train"
-                   else int(self.setting("train_points_eval", device, 512)))
+        self.model = DeepKernelGP(
+            dim,
+            int(self.setting("hidden_size", device, 128)),
+            int(self.setting("feature_size", device, 4)),
+        ).to(device)
+        n_train = (
+            self.batch_size
+            if test == "train"
+            else int(self.setting("train_points_eval", device, 512))
+        )
         x = torch.rand(n_train, dim, device=device) * 2 - 1
         y = target_function(x) + 0.05 * torch.randn(n_train, device=device)
         if test == "train":

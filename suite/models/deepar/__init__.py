@@ -33,9 +33,14 @@ class DeepAR(nn.Module):
         self.rnn = nn.GRU(1 + covariates + ITEM_DIM, hidden, LAYERS, batch_first=True)
         self.head = nn.Linear(hidden, 2)
 
-    def step(self, lagged: torch.Tensor, covariates: torch.Tensor, item: torch.Tensor,
-             scale: torch.Tensor, state: torch.Tensor | None
-             ) -> tuple[D.NegativeBinomial, torch.Tensor]:
+    def step(
+        self,
+        lagged: torch.Tensor,
+        covariates: torch.Tensor,
+        item: torch.Tensor,
+        scale: torch.Tensor,
+        state: torch.Tensor | None,
+    ) -> tuple[D.NegativeBinomial, torch.Tensor]:
         """One or more steps: ``lagged`` (B, T), ``covariates`` (B, T, C), ``item`` (B,)."""
         embedded = self.item(item).unsqueeze(1).expand(-1, lagged.shape[1], -1)
         x = torch.cat([(lagged / scale).unsqueeze(-1), covariates, embedded], dim=-1)
@@ -46,8 +51,9 @@ class DeepAR(nn.Module):
         # NB(mean mu, shape alpha): r = 1/alpha, p = alpha mu / (1 + alpha mu), i.e. logits log(alpha mu)
         return D.NegativeBinomial(total_count=1 / alpha, logits=torch.log(alpha * mu)), state
 
-    def forward(self, target: torch.Tensor, covariates: torch.Tensor, item: torch.Tensor,
-                context: int) -> D.NegativeBinomial:
+    def forward(
+        self, target: torch.Tensor, covariates: torch.Tensor, item: torch.Tensor, context: int
+    ) -> D.NegativeBinomial:
         scale = 1 + target[:, :context].mean(dim=1, keepdim=True)
         lagged = F.pad(target[:, :-1], (1, 0))
         distribution, _ = self.step(lagged, covariates, item, scale, None)
@@ -67,8 +73,11 @@ class Model(BenchmarkModel):
         b, length = self.batch_size, self.context + self.horizon
         rates = torch.rand(b, 1, device=device) * 20
         target = torch.poisson(rates.expand(b, length).contiguous())
-        self.example_inputs = (target, torch.randn(b, length, covariates, device=device),
-                               torch.randint(0, items, (b,), device=device))
+        self.example_inputs = (
+            target,
+            torch.randn(b, length, covariates, device=device),
+            torch.randint(0, items, (b,), device=device),
+        )
         if test == "train":
             self.model.train()
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
@@ -90,15 +99,16 @@ class Model(BenchmarkModel):
         n, c = self.samples, self.context
         with torch.no_grad():
             scale = (1 + target[:, :c].mean(dim=1, keepdim=True)).repeat_interleave(n, 0)
-            lagged = F.pad(target[:, :c - 1], (1, 0)).repeat_interleave(n, 0)
+            lagged = F.pad(target[:, : c - 1], (1, 0)).repeat_interleave(n, 0)
             paths_cov = covariates.repeat_interleave(n, 0)
             paths_item = item.repeat_interleave(n, 0)
             _, state = model.step(lagged, paths_cov[:, :c], paths_item, scale, None)
-            last = target[:, c - 1:c].repeat_interleave(n, 0)
+            last = target[:, c - 1 : c].repeat_interleave(n, 0)
             draws = []
             for t in range(c, c + self.horizon):
-                distribution, state = model.step(last, paths_cov[:, t:t + 1], paths_item, scale,
-                                                 state)
+                distribution, state = model.step(
+                    last, paths_cov[:, t : t + 1], paths_item, scale, state
+                )
                 last = distribution.sample()
                 draws.append(last)
             paths = torch.cat(draws, dim=1).view(target.shape[0], n, self.horizon)

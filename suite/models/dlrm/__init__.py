@@ -39,8 +39,9 @@ class DLRM(nn.Module):
         self.register_buffer("tril", torch.tril_indices(n, n, offset=-1), persistent=False)
         self.top = mlp([dim + n * (n - 1) // 2, 512, 256, 1], last_activation=False)
 
-    def forward(self, dense: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor
-                ) -> torch.Tensor:
+    def forward(
+        self, dense: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
         x = self.bottom(dense)
         pooled = [emb(ids[i], offsets) for i, emb in enumerate(self.embeddings)]
         feats = torch.stack([x, *pooled], dim=1)  # (B, n, dim)

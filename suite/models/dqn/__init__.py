@@ -20,8 +20,13 @@ class QNetwork(nn.Module):
     def __init__(self, actions: int) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(4, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(),
+            nn.Conv2d(4, 32, 8, 4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, 2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, 1),
+            nn.ReLU(),
+            nn.Flatten(),
         )
         self.head = nn.Sequential(nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, actions))
 
@@ -37,8 +42,9 @@ class Model(BenchmarkModel):
         self.model = QNetwork(actions).to(device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         b = self.batch_size
-        self.example_inputs = (torch.randint(0, 256, (b, 4, 84, 84), dtype=torch.uint8,
-                                             device=device),)
+        self.example_inputs = (
+            torch.randint(0, 256, (b, 4, 84, 84), dtype=torch.uint8, device=device),
+        )
         self.next_frames = torch.randint(0, 256, (b, 4, 84, 84), dtype=torch.uint8, device=device)
         self.actions = torch.randint(0, actions, (b,), device=device)
         self.rewards = torch.randn(b, device=device).clamp(-1, 1)

@@ -65,8 +65,9 @@ def decode(deltas: torch.Tensor, anchors: torch.Tensor, size: int) -> torch.Tens
     return boxes.clamp(0, size)
 
 
-def fast_nms(boxes: torch.Tensor, scores: torch.Tensor, keep: int,
-             threshold: float = 0.7) -> tuple[torch.Tensor, torch.Tensor]:
+def fast_nms(
+    boxes: torch.Tensor, scores: torch.Tensor, keep: int, threshold: float = 0.7
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast NMS on (B, N, 4) boxes and (B, N) scores; the ``keep`` best survivors per image.
 
     A box is dropped when a higher-scoring box overlaps it by more than ``threshold`` IoU.
@@ -88,11 +89,20 @@ class InvertedResidual(nn.Module):
         act = nn.Hardswish if hswish else nn.ReLU
         squeeze = max(8, expand // 4)
         self.block = nn.Sequential(
-            nn.Conv2d(cin, expand, 1, bias=False), nn.BatchNorm2d(expand), act(),
+            nn.Conv2d(cin, expand, 1, bias=False),
+            nn.BatchNorm2d(expand),
+            act(),
             nn.Conv2d(expand, expand, 3, stride, 1, groups=expand, bias=False),
-            nn.BatchNorm2d(expand), act())
-        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(expand, squeeze, 1), nn.ReLU(),
-                                nn.Conv2d(squeeze, expand, 1), nn.Hardsigmoid())
+            nn.BatchNorm2d(expand),
+            act(),
+        )
+        self.se = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1),
+            nn.Conv2d(expand, squeeze, 1),
+            nn.ReLU(),
+            nn.Conv2d(squeeze, expand, 1),
+            nn.Hardsigmoid(),
+        )
         self.project = nn.Sequential(nn.Conv2d(expand, cout, 1, bias=False), nn.BatchNorm2d(cout))
         self.residual = stride == 1 and cin == cout
 
@@ -107,13 +117,17 @@ class Backbone(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
-                                  nn.Hardswish())
-        self.c3 = nn.Sequential(InvertedResidual(16, 64, 24, 2, False),
-                                InvertedResidual(24, 72, 24, 2, False),
-                                InvertedResidual(24, 96, 40, 1, True))
-        self.c4 = nn.Sequential(InvertedResidual(40, 160, 48, 2, True),
-                                InvertedResidual(48, 144, 48, 1, True))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish()
+        )
+        self.c3 = nn.Sequential(
+            InvertedResidual(16, 64, 24, 2, False),
+            InvertedResidual(24, 72, 24, 2, False),
+            InvertedResidual(24, 96, 40, 1, True),
+        )
+        self.c4 = nn.Sequential(
+            InvertedResidual(40, 160, 48, 2, True), InvertedResidual(48, 144, 48, 1, True)
+        )
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         c3 = self.c3(self.stem(x))
@@ -125,9 +139,13 @@ class FPN(nn.Module):
         super().__init__()
         self.lateral = nn.ModuleList(nn.Conv2d(c, FPN_CHANNELS, 1) for c in channels)
         self.output = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(FPN_CHANNELS, FPN_CHANNELS, 3, padding=1, bias=False),
-                          nn.GroupNorm(8, FPN_CHANNELS), nn.ReLU())
-            for _ in channels)
+            nn.Sequential(
+                nn.Conv2d(FPN_CHANNELS, FPN_CHANNELS, 3, padding=1, bias=False),
+                nn.GroupNorm(8, FPN_CHANNELS),
+                nn.ReLU(),
+            )
+            for _ in channels
+        )
 
     def forward(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
         inner = self.lateral[-1](feats[-1])
@@ -203,8 +221,13 @@ class FasterRCNN(nn.Module):
         self.backbone = Backbone()
         self.fpn = FPN((40, 48))
         self.rpn = RPNHead()
-        self.box_head = nn.Sequential(nn.Flatten(), nn.Linear(FPN_CHANNELS * POOL * POOL, 256),
-                                      nn.ReLU(), nn.Linear(256, 256), nn.ReLU())
+        self.box_head = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(FPN_CHANNELS * POOL * POOL, 256),
+            nn.ReLU(),
+            nn.Linear(256, 256),
+            nn.ReLU(),
+        )
         self.cls_score = nn.Linear(256, num_classes + 1)
         self.bbox_pred = nn.Linear(256, 4 * num_classes)
         self.register_buffer("anchors", make_anchors(size, "cpu"), persistent=False)
@@ -220,12 +243,16 @@ class FasterRCNN(nn.Module):
             boxes = boxes.gather(1, idx.unsqueeze(-1).expand(-1, -1, 4))
             proposals, _ = fast_nms(boxes, top, self.proposals)
         h = self.box_head(roi_align(feats, proposals, self.size))
-        return (logits, deltas, proposals, self.cls_score(h),
-                self.bbox_pred(h).view(-1, self.num_classes, 4))
+        return (
+            logits,
+            deltas,
+            proposals,
+            self.cls_score(h),
+            self.bbox_pred(h).view(-1, self.num_classes, 4),
+        )
 
 
-def sample_balanced(labels: torch.Tensor, per_image: int, positive_fraction: float
-                    ) -> torch.Tensor:
+def sample_balanced(labels: torch.Tensor, per_image: int, positive_fraction: float) -> torch.Tensor:
     """The paper's minibatch of anchors or regions: a (B, N) mask of at most ``per_image``
     entries per image drawn at random (``torch.randperm``), positives (label > 0) up to
     ``positive_fraction`` of them, negatives (label 0) filling the rest; -1 is never drawn.
@@ -242,8 +269,9 @@ def sample_balanced(labels: torch.Tensor, per_image: int, positive_fraction: flo
     return mask
 
 
-def rpn_loss(logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor,
-             gt_boxes: torch.Tensor) -> torch.Tensor:
+def rpn_loss(
+    logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor, gt_boxes: torch.Tensor
+) -> torch.Tensor:
     """Objectness BCE over 256 sampled anchors per image (half positive at most) plus smooth L1
     on the sampled positives' deltas."""
     iou = box_iou(anchors.expand(gt_boxes.shape[0], -1, -1), gt_boxes)  # (B, A, G)
@@ -254,15 +282,21 @@ def rpn_loss(logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor,
     labels.scatter_(1, iou.argmax(dim=1), 1.0)  # each box's best anchor is positive
     sampled = sample_balanced(labels, 256, 0.5)
     cls = F.binary_cross_entropy_with_logits(logits[sampled], labels[sampled])
-    targets = encode(gt_boxes.gather(1, matched.unsqueeze(-1).expand(-1, -1, 4)),
-                     anchors.expand_as(deltas))
+    targets = encode(
+        gt_boxes.gather(1, matched.unsqueeze(-1).expand(-1, -1, 4)), anchors.expand_as(deltas)
+    )
     pos = sampled & (labels > 0)
     reg = F.smooth_l1_loss(deltas[pos], targets[pos], beta=1 / 9, reduction="sum")
     return cls + reg / sampled.sum().clamp(min=1)
 
 
-def box_loss(proposals: torch.Tensor, class_logits: torch.Tensor, box_deltas: torch.Tensor,
-             gt_boxes: torch.Tensor, gt_labels: torch.Tensor) -> torch.Tensor:
+def box_loss(
+    proposals: torch.Tensor,
+    class_logits: torch.Tensor,
+    box_deltas: torch.Tensor,
+    gt_boxes: torch.Tensor,
+    gt_labels: torch.Tensor,
+) -> torch.Tensor:
     """Cross-entropy over K+1 classes and smooth L1 on the matched class's deltas, over regions
     sampled a quarter positive at most (the paper's box-head minibatch)."""
     iou = box_iou(proposals, gt_boxes)  # (B, P, G)
@@ -302,8 +336,9 @@ class Model(BenchmarkModel):
         self.gt_labels = torch.randint(0, classes, (self.batch_size, boxes), device=device)
         if test == "train":
             self.model.train()
-            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9,
-                                             weight_decay=1e-4)
+            self.optimizer = torch.optim.SGD(
+                self.model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4
+            )
         else:
             self.model.eval()
 
@@ -311,8 +346,9 @@ class Model(BenchmarkModel):
         assert self.optimizer is not None
         self.optimizer.zero_grad(set_to_none=True)
         logits, deltas, proposals, class_logits, box_deltas = self.model(*self.example_inputs)
-        loss = (rpn_loss(logits, deltas, self.anchors, self.gt_boxes)
-                + box_loss(proposals, class_logits, box_deltas, self.gt_boxes, self.gt_labels))
+        loss = rpn_loss(logits, deltas, self.anchors, self.gt_boxes) + box_loss(
+            proposals, class_logits, box_deltas, self.gt_boxes, self.gt_labels
+        )
         loss.backward()
         self.optimizer.step()
 
@@ -322,8 +358,11 @@ class Model(BenchmarkModel):
             b, p, _ = proposals.shape
             scores = F.softmax(class_logits, dim=-1)[:, 1:].reshape(b, -1)  # (B, P*K)
             k = box_deltas.shape[1]
-            boxes = decode(box_deltas.view(b, p, k, 4) / 10,
-                           proposals.unsqueeze(2).expand(-1, -1, k, -1), self.size)
+            boxes = decode(
+                box_deltas.view(b, p, k, 4) / 10,
+                proposals.unsqueeze(2).expand(-1, -1, k, -1),
+                self.size,
+            )
             classes = torch.arange(k, device=boxes.device).repeat(p)
             # class-offset trick: boxes of different classes never overlap in the NMS
             offset = (classes * (self.size + 1)).to(boxes.dtype).view(1, -1, 1)

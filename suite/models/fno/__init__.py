@@ -24,7 +24,8 @@ class SpectralConv2d(nn.Module):
         self.modes = modes
         scale = 1.0 / (channels * channels)
         self.weights = nn.Parameter(
-            scale * torch.randn(2, channels, channels, modes, modes, dtype=torch.cfloat))
+            scale * torch.randn(2, channels, channels, modes, modes, dtype=torch.cfloat)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
@@ -32,8 +33,9 @@ class SpectralConv2d(nn.Module):
         x_ft = torch.fft.rfft2(x, norm="ortho")
         out_ft = torch.zeros(b, c, h, w // 2 + 1, dtype=torch.cfloat, device=x.device)
         out_ft[:, :, :m, :m] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, :m, :m], self.weights[0])
-        out_ft[:, :, -m:, :m] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, -m:, :m],
-                                             self.weights[1])
+        out_ft[:, :, -m:, :m] = torch.einsum(
+            "bixy,ioxy->boxy", x_ft[:, :, -m:, :m], self.weights[1]
+        )
         return torch.fft.irfft2(out_ft, s=(h, w), norm="ortho")
 
 
@@ -47,8 +49,11 @@ class FNO2d(nn.Module):
 
     def forward(self, field: torch.Tensor) -> torch.Tensor:
         b, h, w = field.shape
-        gy, gx = torch.meshgrid(torch.linspace(0, 1, h, device=field.device),
-                                torch.linspace(0, 1, w, device=field.device), indexing="ij")
+        gy, gx = torch.meshgrid(
+            torch.linspace(0, 1, h, device=field.device),
+            torch.linspace(0, 1, w, device=field.device),
+            indexing="ij",
+        )
         x = torch.stack([field, gy.expand(b, h, w), gx.expand(b, h, w)], dim=-1)
         x = self.lift(x).permute(0, 3, 1, 2)
         for i, (spectral, pointwise) in enumerate(zip(self.spectral, self.pointwise, strict=True)):
@@ -62,9 +67,11 @@ class Model(BenchmarkModel):
     def __init__(self, test: str, device: str, batch_size: int | None = None) -> None:
         super().__init__(test, device, batch_size)
         n = int(self.setting("resolution", device, 64))
-        self.model = FNO2d(int(self.setting("modes_kept", device, 12)),
-                           int(self.setting("width", device, 32)),
-                           int(self.setting("layers", device, 4))).to(device)
+        self.model = FNO2d(
+            int(self.setting("modes_kept", device, 12)),
+            int(self.setting("width", device, 32)),
+            int(self.setting("layers", device, 4)),
+        ).to(device)
         self.example_inputs = (torch.randn(self.batch_size, n, n, device=device),)
         self.targets = torch.randn(self.batch_size, n, n, device=device)
         if test == "train":

@@ -28,11 +28,24 @@ def normalised_adjacency(nodes: int, edges_per_node: int, device: str) -> torch.
     loops = torch.arange(nodes)
     rows = torch.cat([src, dst, loops])
     cols = torch.cat([dst, src, loops])
-    indices = torch.sparse_coo_tensor(torch.stack([rows, cols]), torch.ones(rows.numel()),
-                                      (nodes, nodes), check_invariants=True).coalesce().indices()
+    indices = (
+        torch.sparse_coo_tensor(
+            torch.stack([rows, cols]),
+            torch.ones(rows.numel()),
+            (nodes, nodes),
+            check_invariants=True,
+        )
+        .coalesce()
+        .indices()
+    )
     scale = torch.bincount(indices[0], minlength=nodes).float().pow(-0.5)
-    norm = torch.sparse_coo_tensor(indices, scale[indices[0]] * scale[indices[1]],
-                                   (nodes, nodes), is_coalesced=True, check_invariants=True)
+    norm = torch.sparse_coo_tensor(
+        indices,
+        scale[indices[0]] * scale[indices[1]],
+        (nodes, nodes),
+        is_coalesced=True,
+        check_invariants=True,
+    )
     with warnings.catch_warnings():  # "CSR support is in beta": known, and what is measured
         warnings.filterwarnings("ignore", message=r".*Sparse CSR tensor support is in beta")
         return norm.to_sparse_csr().to(device)
@@ -43,8 +56,9 @@ def sparse_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if not training:
         return x
     # Same indices as a checked tensor: the per-step invariant check is skipped on purpose.
-    return torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), p), x.shape,
-                                   is_coalesced=True, check_invariants=False)
+    return torch.sparse_coo_tensor(
+        x.indices(), F.dropout(x.values(), p), x.shape, is_coalesced=True, check_invariants=False
+    )
 
 
 class GraphConvolution(nn.Module):

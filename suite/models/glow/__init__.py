@@ -85,9 +85,13 @@ class ZeroConv2d(nn.Conv2d):
 class AffineCoupling(nn.Module):
     def __init__(self, channels: int, hidden: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(channels // 2, hidden, 3, padding=1), nn.ReLU(),
-                                 nn.Conv2d(hidden, hidden, 1), nn.ReLU(),
-                                 ZeroConv2d(hidden, channels))
+        self.net = nn.Sequential(
+            nn.Conv2d(channels // 2, hidden, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(hidden, hidden, 1),
+            nn.ReLU(),
+            ZeroConv2d(hidden, channels),
+        )
 
     def _scale_shift(self, xa: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.net(xa)
@@ -158,8 +162,9 @@ class Level(nn.Module):
             x, _ = step(x)
         return x.chunk(2, dim=1)[0] if self.split else x
 
-    def reverse(self, x: torch.Tensor | None, eps: torch.Tensor,
-                temperature: float) -> torch.Tensor:
+    def reverse(
+        self, x: torch.Tensor | None, eps: torch.Tensor, temperature: float
+    ) -> torch.Tensor:
         """Draw the level's latent from standard-normal ``eps`` and invert the steps."""
         cond = torch.zeros_like(eps) if x is None else x
         mean, log_sd = self.prior(cond).chunk(2, dim=1)
@@ -173,12 +178,14 @@ class Level(nn.Module):
 class Glow(nn.Module):
     def __init__(self, levels: int, steps: int, hidden: int) -> None:
         super().__init__()
-        channels = [3 * 2 ** i for i in range(levels)]
-        self.levels = nn.ModuleList(Level(c, steps, hidden, i < levels - 1)
-                                    for i, c in enumerate(channels))
+        channels = [3 * 2**i for i in range(levels)]
+        self.levels = nn.ModuleList(
+            Level(c, steps, hidden, i < levels - 1) for i, c in enumerate(channels)
+        )
 
-    def forward(self, x: torch.Tensor, reverse: bool = False,
-                temperature: float = 0.7) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, reverse: bool = False, temperature: float = 0.7
+    ) -> torch.Tensor:
         """Negative log-likelihood per sample (B,) in nats of images ``x`` (B, 3, H, W), before
         the quantisation term; with ``reverse``, images (B, 3, H, W) sampled from the
         standard-normal noise ``x`` of the same shape at ``temperature``."""
@@ -218,9 +225,11 @@ class Model(BenchmarkModel):
     def __init__(self, test: str, device: str, batch_size: int | None = None) -> None:
         super().__init__(test, device, batch_size)
         self.size = int(self.setting("image_size", device, 16))
-        model = Glow(int(self.setting("levels", device, 2)),
-                     int(self.setting("steps_per_level", device, 4)),
-                     int(self.setting("hidden_channels", device, 96))).to(device)
+        model = Glow(
+            int(self.setting("levels", device, 2)),
+            int(self.setting("steps_per_level", device, 4)),
+            int(self.setting("hidden_channels", device, 96)),
+        ).to(device)
         shape = (self.batch_size, 3, self.size, self.size)
         pixels = torch.randint(0, 256, shape, device=device)
         model.initialize(self.dequantize(pixels))

@@ -14,9 +14,16 @@ class Model(BenchmarkModel):
         super().__init__(test, device, batch_size)
         seq = int(self.setting("seq_len", device, 64))
         vocab = int(self.setting("vocab_size", device, 4096))
-        config = GPT2Config(vocab_size=vocab, n_positions=max(1024, seq), n_embd=256, n_layer=4,
-                            n_head=4, use_cache=False,
-                            bos_token_id=vocab - 1, eos_token_id=vocab - 1)
+        config = GPT2Config(
+            vocab_size=vocab,
+            n_positions=max(1024, seq),
+            n_embd=256,
+            n_layer=4,
+            n_head=4,
+            use_cache=False,
+            bos_token_id=vocab - 1,
+            eos_token_id=vocab - 1,
+        )
         self.model = GPT2LMHeadModel(config).to(device)
         self.example_inputs = (torch.randint(0, vocab, (self.batch_size, seq), device=device),)
         if test == "train":

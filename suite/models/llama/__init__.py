@@ -17,8 +17,13 @@ class Model(BenchmarkModel):
         seq = int(self.setting("seq_len", device, 64))
         vocab = int(self.setting("vocab_size", device, 4096))
         config = LlamaConfig(
-            vocab_size=vocab, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max(1024, seq),
+            vocab_size=vocab,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=max(1024, seq),
             use_cache=False,
         )
         self.model = LlamaForCausalLM(config).to(device)

@@ -25,8 +25,9 @@ class LSTMLanguageModel(nn.Module):
         self.decoder = nn.Linear(HIDDEN, vocab)
         self.decoder.weight = self.embed.weight  # tied embeddings
 
-    def forward(self, tokens: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def forward(
+        self, tokens: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         out, state = self.lstm(self.drop(self.embed(tokens)), state)
         return self.decoder(self.drop(out)), state
 

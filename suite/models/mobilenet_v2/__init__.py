@@ -9,8 +9,15 @@ from torch import nn
 from suite.model import BenchmarkModel
 
 # (expansion t, output channels c, repeats n, first stride s), Table 2 of the paper.
-SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-            (6, 160, 3, 2), (6, 320, 1, 1))
+SETTINGS = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 
 
 def conv_bn(cin: int, cout: int, kernel: int, stride: int, groups: int = 1) -> nn.Sequential:
@@ -65,8 +72,9 @@ class Model(BenchmarkModel):
         self.targets = torch.randint(0, 10, (self.batch_size,), device=device)
         if test == "train":
             self.model.train()
-            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9,
-                                             weight_decay=4e-5)
+            self.optimizer = torch.optim.SGD(
+                self.model.parameters(), lr=0.05, momentum=0.9, weight_decay=4e-5
+            )
         else:
             self.model.eval()
 

@@ -22,9 +22,12 @@ class NeuMF(nn.Module):
         self.user_mlp = nn.Embedding(users, factors * 2)
         self.item_mlp = nn.Embedding(items, factors * 2)
         self.mlp = nn.Sequential(
-            nn.Linear(factors * 4, factors * 2), nn.ReLU(),
-            nn.Linear(factors * 2, factors), nn.ReLU(),
-            nn.Linear(factors, factors // 2), nn.ReLU(),
+            nn.Linear(factors * 4, factors * 2),
+            nn.ReLU(),
+            nn.Linear(factors * 2, factors),
+            nn.ReLU(),
+            nn.Linear(factors, factors // 2),
+            nn.ReLU(),
         )
         self.out = nn.Linear(factors + factors // 2, 1)
         for emb in (self.user_gmf, self.item_gmf, self.user_mlp, self.item_mlp):

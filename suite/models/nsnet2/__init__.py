@@ -43,8 +43,14 @@ class NSNet2(nn.Module):
         self.register_buffer("window", torch.hann_window(n_fft), persistent=False)
         self.fc_in = nn.Sequential(nn.Linear(bins, hidden), nn.ReLU())
         self.gru = nn.GRU(hidden, hidden, num_layers=2, batch_first=True)
-        self.fc_out = nn.Sequential(nn.Linear(hidden, fc), nn.ReLU(), nn.Linear(fc, fc),
-                                    nn.ReLU(), nn.Linear(fc, bins), nn.Sigmoid())
+        self.fc_out = nn.Sequential(
+            nn.Linear(hidden, fc),
+            nn.ReLU(),
+            nn.Linear(fc, fc),
+            nn.ReLU(),
+            nn.Linear(fc, bins),
+            nn.Sigmoid(),
+        )
 
     def stft(self, wave: torch.Tensor) -> torch.Tensor:
         """Complex spectrogram (B, F, T) of a (B, samples) waveform."""
@@ -58,8 +64,9 @@ class NSNet2(nn.Module):
         h, _ = self.gru(self.fc_in(features))
         mask = self.fc_out(h).transpose(1, 2)
         enhanced = torch.polar(magnitude * mask, torch.angle(spec))
-        return torch.istft(enhanced, self.n_fft, self.hop, window=self.get_buffer("window"),
-                           length=noisy.shape[-1])
+        return torch.istft(
+            enhanced, self.n_fft, self.hop, window=self.get_buffer("window"), length=noisy.shape[-1]
+        )
 
 
 def compressed_spectral_loss(estimate: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
@@ -96,8 +103,12 @@ class Model(BenchmarkModel):
         samples = int(self.setting("samples", device, 8000))
         self.n_fft = int(self.setting("n_fft", device, 512))
         self.hop = int(self.setting("hop_length", device, 128))
-        self.model = NSNet2(self.n_fft, self.hop, int(self.setting("hidden_size", device, 400)),
-                            int(self.setting("fc_size", device, 600))).to(device)
+        self.model = NSNet2(
+            self.n_fft,
+            self.hop,
+            int(self.setting("hidden_size", device, 400)),
+            int(self.setting("fc_size", device, 600)),
+        ).to(device)
         self.window = torch.hann_window(self.n_fft, device=device)
         noisy, self.clean = synthetic_mixture(self.batch_size, samples, device)
         self.example_inputs = (noisy,)
@@ -111,8 +122,10 @@ class Model(BenchmarkModel):
         assert self.optimizer is not None
         self.optimizer.zero_grad(set_to_none=True)
         enhanced = self.model(*self.example_inputs)
-        loss = compressed_spectral_loss(spectrogram(enhanced, self.n_fft, self.hop, self.window),
-                                        spectrogram(self.clean, self.n_fft, self.hop, self.window))
+        loss = compressed_spectral_loss(
+            spectrogram(enhanced, self.n_fft, self.hop, self.window),
+            spectrogram(self.clean, self.n_fft, self.hop, self.window),
+        )
         loss.backward()
         self.optimizer.step()
 

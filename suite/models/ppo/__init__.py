@@ -23,10 +23,20 @@ MAX_GRAD_NORM = 0.5
 class ActorCritic(nn.Module):
     def __init__(self, obs: int, act: int, hidden: int) -> None:
         super().__init__()
-        self.actor = nn.Sequential(nn.Linear(obs, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
-                                   nn.Tanh(), nn.Linear(hidden, act))
-        self.critic = nn.Sequential(nn.Linear(obs, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
-                                    nn.Tanh(), nn.Linear(hidden, 1))
+        self.actor = nn.Sequential(
+            nn.Linear(obs, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, act),
+        )
+        self.critic = nn.Sequential(
+            nn.Linear(obs, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
         self.log_std = nn.Parameter(torch.full((act,), -0.5))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -67,11 +77,15 @@ class Model(BenchmarkModel):
         mean, log_std, value = self.model(*self.example_inputs)
         log_prob = gaussian_log_prob(mean, log_std, self.actions)
         ratio = torch.exp(log_prob - self.old_log_probs)
-        surrogate = torch.min(ratio * self.advantages,
-                              ratio.clamp(1 - CLIP, 1 + CLIP) * self.advantages)
+        surrogate = torch.min(
+            ratio * self.advantages, ratio.clamp(1 - CLIP, 1 + CLIP) * self.advantages
+        )
         entropy = (log_std + 1.4189385332046727).sum(-1)
-        loss = (-surrogate.mean() + VALUE_COEF * (value - self.returns).pow(2).mean()
-                - ENTROPY_COEF * entropy.mean())
+        loss = (
+            -surrogate.mean()
+            + VALUE_COEF * (value - self.returns).pow(2).mean()
+            - ENTROPY_COEF * entropy.mean()
+        )
         loss.backward()
         nn.utils.clip_grad_norm_(self.model.parameters(), MAX_GRAD_NORM)
         self.optimizer.step()

@@ -32,19 +32,29 @@ class EquationOfState(nn.Module):
 
     def forward(self, s: torch.Tensor, t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         s15 = s * torch.sqrt(s.clamp(min=0))
-        rho_w = _poly(t, (999.842594, 6.793952e-2, -9.095290e-3, 1.001685e-4, -1.120083e-6,
-                          6.536332e-9))
-        rho0 = (rho_w
-                + s * _poly(t, (8.24493e-1, -4.0899e-3, 7.6438e-5, -8.2467e-7, 5.3875e-9))
-                + s15 * _poly(t, (-5.72466e-3, 1.0227e-4, -1.6546e-6))
-                + 4.8314e-4 * s * s)
+        rho_w = _poly(
+            t, (999.842594, 6.793952e-2, -9.095290e-3, 1.001685e-4, -1.120083e-6, 6.536332e-9)
+        )
+        rho0 = (
+            rho_w
+            + s * _poly(t, (8.24493e-1, -4.0899e-3, 7.6438e-5, -8.2467e-7, 5.3875e-9))
+            + s15 * _poly(t, (-5.72466e-3, 1.0227e-4, -1.6546e-6))
+            + 4.8314e-4 * s * s
+        )
         k_w = _poly(t, (19652.21, 148.4206, -2.327105, 1.360477e-2, -5.155288e-5))
-        k0 = (k_w + s * _poly(t, (54.6746, -0.603459, 1.09987e-2, -6.1670e-5))
-              + s15 * _poly(t, (7.944e-2, 1.6483e-2, -5.3009e-4)))
-        a = (_poly(t, (3.239908, 1.43713e-3, 1.16092e-4, -5.77905e-7))
-             + s * _poly(t, (2.2838e-3, -1.0981e-5, -1.6078e-6)) + 1.91075e-4 * s15)
-        b = (_poly(t, (8.50935e-5, -6.12293e-6, 5.2787e-8))
-             + s * _poly(t, (-9.9348e-7, 2.0816e-8, 9.1697e-10)))
+        k0 = (
+            k_w
+            + s * _poly(t, (54.6746, -0.603459, 1.09987e-2, -6.1670e-5))
+            + s15 * _poly(t, (7.944e-2, 1.6483e-2, -5.3009e-4))
+        )
+        a = (
+            _poly(t, (3.239908, 1.43713e-3, 1.16092e-4, -5.77905e-7))
+            + s * _poly(t, (2.2838e-3, -1.0981e-5, -1.6078e-6))
+            + 1.91075e-4 * s15
+        )
+        b = _poly(t, (8.50935e-5, -6.12293e-6, 5.2787e-8)) + s * _poly(
+            t, (-9.9348e-7, 2.0816e-8, 9.1697e-10)
+        )
         k = k0 + a * p + b * p * p
         return rho0 / (1 - p / k)
 
@@ -60,9 +70,11 @@ class Model(BenchmarkModel):
         salinity = 34.5 + 0.5 * torch.rand(shape, device=device)
         self.model = EquationOfState()
         if test == "train":
-            self.observed = self.model(salinity + 0.1 * torch.randn_like(salinity),
-                                       temperature + 0.5 * torch.randn_like(temperature),
-                                       pressure).detach()
+            self.observed = self.model(
+                salinity + 0.1 * torch.randn_like(salinity),
+                temperature + 0.5 * torch.randn_like(temperature),
+                pressure,
+            ).detach()
             salinity.requires_grad_(True)
             temperature.requires_grad_(True)
             self.optimizer = torch.optim.SGD([salinity, temperature], lr=1e-3)

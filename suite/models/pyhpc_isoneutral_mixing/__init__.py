@@ -42,8 +42,14 @@ class IsoneutralTensor(nn.Module):
         super().__init__()
         self.dx, self.dy = dx, dy
 
-    def forward(self, temp: torch.Tensor, salt: torch.Tensor, pressure: torch.Tensor,
-                mask: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        temp: torch.Tensor,
+        salt: torch.Tensor,
+        pressure: torch.Tensor,
+        mask: torch.Tensor,
+        dz: torch.Tensor,
+    ) -> torch.Tensor:
         # Equation-of-state derivatives at cell centres.
         drdt = -RHO0 * (BETA_T * (1 + GAMMA * pressure) + BETA_T_STAR * (temp - T0))
         drds = torch.full_like(salt, RHO0 * BETA_S)
@@ -72,8 +78,12 @@ class IsoneutralTensor(nn.Module):
                 ys = slice(hx, dty.shape[1] - 1 + hx)
                 dry = a_t * dty[1:-1, ys, 1:-1] + a_s * dsy[1:-1, ys, 1:-1]
                 sx, sy = -drx / drz, -dry / drz
-                taper = 0.5 * (1 + torch.tanh((SLOPE_MAX - torch.sqrt(sx * sx + sy * sy + NORM_EPS))
-                                              / SLOPE_WIDTH))
+                taper = 0.5 * (
+                    1
+                    + torch.tanh(
+                        (SLOPE_MAX - torch.sqrt(sx * sx + sy * sy + NORM_EPS)) / SLOPE_WIDTH
+                    )
+                )
                 w = 0.25 * DIFFUSIVITY * taper * mask[c]
                 k11 = k11 + w
                 k22 = k22 + w
@@ -99,8 +109,9 @@ class Model(BenchmarkModel):
         self.model = IsoneutralTensor(dx=50e3, dy=50e3)
         if test == "train":
             with torch.no_grad():
-                self.observed = self.model(temp + 0.1 * torch.randn_like(temp), salt, pressure,
-                                           mask, dz)
+                self.observed = self.model(
+                    temp + 0.1 * torch.randn_like(temp), salt, pressure, mask, dz
+                )
             temp.requires_grad_(True)
             salt.requires_grad_(True)
             self.optimizer = torch.optim.SGD([temp, salt], lr=10.0)

@@ -28,8 +28,9 @@ class LSTMClassifier(nn.Module):
         self.embed = nn.Embedding(vocab, dim)
         self.bag = nn.EmbeddingBag(vocab, dim, mode="sum")
         self.lstm = nn.LSTM(dim, hidden, num_layers=2, bidirectional=True, batch_first=True)
-        self.head = nn.Sequential(nn.Linear(2 * hidden + dim, hidden), nn.ReLU(),
-                                  nn.Linear(hidden, classes))
+        self.head = nn.Sequential(
+            nn.Linear(2 * hidden + dim, hidden), nn.ReLU(), nn.Linear(hidden, classes)
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         states, _ = self.lstm(self.embed(tokens))
@@ -58,9 +59,12 @@ class Model(BenchmarkModel):
     def __init__(self, test: str, device: str, batch_size: int | None = None) -> None:
         super().__init__(test, device, batch_size)
         vocab = int(self.setting("vocab_size", device, 20000))
-        model = LSTMClassifier(vocab, int(self.setting("embedding_dim", device, 128)),
-                               int(self.setting("hidden_size", device, 256)),
-                               int(self.setting("num_classes", device, 4)))
+        model = LSTMClassifier(
+            vocab,
+            int(self.setting("embedding_dim", device, 128)),
+            int(self.setting("hidden_size", device, 256)),
+            int(self.setting("num_classes", device, 4)),
+        )
         self.model = quantize(model)
         length = int(self.setting("sequence_length", device, 64))
         self.example_inputs = (torch.randint(0, vocab, (self.batch_size, length)),)

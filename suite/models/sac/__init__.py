@@ -29,8 +29,13 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
-                         nn.ReLU(), nn.Linear(hidden, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, outputs),
+    )
 
 
 class SquashedGaussianActor(nn.Module):
@@ -89,11 +94,15 @@ class Model(BenchmarkModel):
         self.not_done = (torch.rand(b, device=device) > 0.05).float()
         if test == "train":
             self.model.train()
-            self.optimizer = torch.optim.Adam([
-                {"params": self.model.critic.parameters()},
-                {"params": self.model.actor.parameters()},
-                {"params": [self.model.log_alpha]},
-            ], lr=3e-4, foreach=True)
+            self.optimizer = torch.optim.Adam(
+                [
+                    {"params": self.model.critic.parameters()},
+                    {"params": self.model.actor.parameters()},
+                    {"params": [self.model.log_alpha]},
+                ],
+                lr=3e-4,
+                foreach=True,
+            )
         else:
             self.model.eval()
 

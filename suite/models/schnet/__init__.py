@@ -45,14 +45,22 @@ class Interaction(nn.Module):
     def __init__(self, hidden: int, gaussians: int, cutoff: float) -> None:
         super().__init__()
         self.cutoff = cutoff
-        self.filter = nn.Sequential(nn.Linear(gaussians, hidden), ShiftedSoftplus(),
-                                    nn.Linear(hidden, hidden))
+        self.filter = nn.Sequential(
+            nn.Linear(gaussians, hidden), ShiftedSoftplus(), nn.Linear(hidden, hidden)
+        )
         self.in2f = nn.Linear(hidden, hidden, bias=False)
-        self.f2out = nn.Sequential(nn.Linear(hidden, hidden), ShiftedSoftplus(),
-                                   nn.Linear(hidden, hidden))
+        self.f2out = nn.Sequential(
+            nn.Linear(hidden, hidden), ShiftedSoftplus(), nn.Linear(hidden, hidden)
+        )
 
-    def forward(self, h: torch.Tensor, rbf: torch.Tensor, dist: torch.Tensor,
-                src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        h: torch.Tensor,
+        rbf: torch.Tensor,
+        dist: torch.Tensor,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+    ) -> torch.Tensor:
         """Updated atom features (N, hidden) from pairs ``src -> dst`` (E,) with distances (E,)."""
         cut = 0.5 * (torch.cos(dist * math.pi / self.cutoff) + 1.0)
         w = self.filter(rbf) * cut.unsqueeze(1)
@@ -61,19 +69,29 @@ class Interaction(nn.Module):
 
 
 class SchNet(nn.Module):
-    def __init__(self, types: int, hidden: int, gaussians: int, interactions: int,
-                 cutoff: float) -> None:
+    def __init__(
+        self, types: int, hidden: int, gaussians: int, interactions: int, cutoff: float
+    ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(types, hidden)
         self.register_buffer("centres", torch.linspace(0.0, cutoff, gaussians), persistent=False)
         self.gamma = 0.5 / (cutoff / (gaussians - 1)) ** 2
-        self.interactions = nn.ModuleList(Interaction(hidden, gaussians, cutoff)
-                                          for _ in range(interactions))
-        self.output = nn.Sequential(nn.Linear(hidden, hidden // 2), ShiftedSoftplus(),
-                                    nn.Linear(hidden // 2, 1))
+        self.interactions = nn.ModuleList(
+            Interaction(hidden, gaussians, cutoff) for _ in range(interactions)
+        )
+        self.output = nn.Sequential(
+            nn.Linear(hidden, hidden // 2), ShiftedSoftplus(), nn.Linear(hidden // 2, 1)
+        )
 
-    def forward(self, types: torch.Tensor, positions: torch.Tensor, src: torch.Tensor,
-                dst: torch.Tensor, molecule: torch.Tensor, molecules: int) -> torch.Tensor:
+    def forward(
+        self,
+        types: torch.Tensor,
+        positions: torch.Tensor,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        molecule: torch.Tensor,
+        molecules: int,
+    ) -> torch.Tensor:
         """Energies (molecules,) of atoms ``types`` (N,) at ``positions`` (N, 3) in Angstrom;
         ``molecule`` (N,) numbers each atom's molecule, ``src``/``dst`` (E,) the pairs."""
         dist = (positions.index_select(0, src) - positions.index_select(0, dst)).norm(dim=1)
@@ -85,8 +103,9 @@ class SchNet(nn.Module):
         return per_atom.new_zeros(molecules).index_add(0, molecule, per_atom)
 
 
-def random_molecules(count: int, atoms: int, types: int, cutoff: float, device: str
-                     ) -> tuple[torch.Tensor, ...]:
+def random_molecules(
+    count: int, atoms: int, types: int, cutoff: float, device: str
+) -> tuple[torch.Tensor, ...]:
     """``count`` molecules: atom types (N,), positions (N, 3), the directed pairs closer than
     ``cutoff`` (src, dst: (E,)) and each atom's molecule (N,), N = count * atoms."""
     z = torch.randint(0, types, (count * atoms,), device=device)
@@ -99,8 +118,14 @@ def random_molecules(count: int, atoms: int, types: int, cutoff: float, device: 
     return z, pos.reshape(-1, 3), torch.cat([a, b]), torch.cat([b, a]), molecule
 
 
-def morse_labels(z: torch.Tensor, pos: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
-                 molecule: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+def morse_labels(
+    z: torch.Tensor,
+    pos: torch.Tensor,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    molecule: torch.Tensor,
+    count: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Energies (count,) and forces (N, 3) of a Morse pair potential, depth by atom types."""
     pos = pos.detach().requires_grad_(True)
     depth = 0.5 + 0.1 * (z.index_select(0, src) + z.index_select(0, dst)).float()
@@ -116,12 +141,20 @@ class Model(BenchmarkModel):
         super().__init__(test, device, batch_size)
         types = int(self.setting("atom_types", device, 5))
         cutoff = float(self.setting("cutoff", device, 5.0))
-        self.model = SchNet(types, int(self.setting("hidden_size", device, 64)),
-                            int(self.setting("gaussians", device, 50)),
-                            int(self.setting("interactions", device, 3)), cutoff).to(device)
+        self.model = SchNet(
+            types,
+            int(self.setting("hidden_size", device, 64)),
+            int(self.setting("gaussians", device, 50)),
+            int(self.setting("interactions", device, 3)),
+            cutoff,
+        ).to(device)
         z, pos, src, dst, molecule = random_molecules(
-            self.batch_size, int(self.setting("atoms_per_molecule", device, 18)), types, cutoff,
-            device)
+            self.batch_size,
+            int(self.setting("atoms_per_molecule", device, 18)),
+            types,
+            cutoff,
+            device,
+        )
         self.example_inputs = (z, pos, src, dst, molecule, self.batch_size)
         if test == "train":
             self.energies, self.forces = morse_labels(z, pos, src, dst, molecule, self.batch_size)
@@ -137,8 +170,7 @@ class Model(BenchmarkModel):
         pos = pos.detach().requires_grad_(True)
         energy = self.model(z, pos, src, dst, molecule, count)
         (grad,) = torch.autograd.grad(energy.sum(), pos, create_graph=True)
-        loss = (ENERGY_WEIGHT * F.mse_loss(energy, self.energies)
-                + F.mse_loss(-grad, self.forces))
+        loss = ENERGY_WEIGHT * F.mse_loss(energy, self.energies) + F.mse_loss(-grad, self.forces)
         loss.backward()
         self.optimizer.step()
 

@@ -28,8 +28,9 @@ TV_WEIGHT = 1e-6
 
 
 class ConvLayer(nn.Module):
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1,
-                 upsample: int = 1) -> None:
+    def __init__(
+        self, cin: int, cout: int, kernel: int, stride: int = 1, upsample: int = 1
+    ) -> None:
         super().__init__()
         self.upsample = upsample
         self.pad = nn.ReflectionPad2d(kernel // 2)
@@ -57,14 +58,26 @@ class TransformerNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.down = nn.Sequential(
-            ConvLayer(3, 32, 9), nn.InstanceNorm2d(32, affine=True), nn.ReLU(),
-            ConvLayer(32, 64, 3, 2), nn.InstanceNorm2d(64, affine=True), nn.ReLU(),
-            ConvLayer(64, 128, 3, 2), nn.InstanceNorm2d(128, affine=True), nn.ReLU())
+            ConvLayer(3, 32, 9),
+            nn.InstanceNorm2d(32, affine=True),
+            nn.ReLU(),
+            ConvLayer(32, 64, 3, 2),
+            nn.InstanceNorm2d(64, affine=True),
+            nn.ReLU(),
+            ConvLayer(64, 128, 3, 2),
+            nn.InstanceNorm2d(128, affine=True),
+            nn.ReLU(),
+        )
         self.res = nn.Sequential(*(ResidualBlock(128) for _ in range(5)))
         self.up = nn.Sequential(
-            ConvLayer(128, 64, 3, upsample=2), nn.InstanceNorm2d(64, affine=True), nn.ReLU(),
-            ConvLayer(64, 32, 3, upsample=2), nn.InstanceNorm2d(32, affine=True), nn.ReLU(),
-            ConvLayer(32, 3, 9))
+            ConvLayer(128, 64, 3, upsample=2),
+            nn.InstanceNorm2d(64, affine=True),
+            nn.ReLU(),
+            ConvLayer(64, 32, 3, upsample=2),
+            nn.InstanceNorm2d(32, affine=True),
+            nn.ReLU(),
+            ConvLayer(32, 3, 9),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.up(self.res(self.down(x)))
@@ -75,11 +88,13 @@ class LossNetwork(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stages = nn.ModuleList([
-            nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU()),
-            nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU()),
-            nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU()),
-        ])
+        self.stages = nn.ModuleList(
+            [
+                nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU()),
+                nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU()),
+                nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU()),
+            ]
+        )
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         features: list[torch.Tensor] = []
@@ -112,7 +127,8 @@ class Model(BenchmarkModel):
         else:
             # TorchBench's TorchScript inference: script, freeze, optimize for inference.
             self.model = torch.jit.optimize_for_inference(
-                torch.jit.freeze(torch.jit.script(net.eval())))
+                torch.jit.freeze(torch.jit.script(net.eval()))
+            )
 
     def train(self) -> None:
         assert self.optimizer is not None
@@ -120,10 +136,14 @@ class Model(BenchmarkModel):
         out = self.model(*self.example_inputs)
         features = self.loss_net(out)
         content = CONTENT_WEIGHT * F.mse_loss(features[1], self.content)
-        style = STYLE_WEIGHT * sum(F.mse_loss(gram(f), g.expand(f.shape[0], -1, -1))
-                                   for f, g in zip(features, self.style_grams, strict=True))
-        tv = TV_WEIGHT * ((out[:, :, :, 1:] - out[:, :, :, :-1]).abs().sum()
-                          + (out[:, :, 1:, :] - out[:, :, :-1, :]).abs().sum())
+        style = STYLE_WEIGHT * sum(
+            F.mse_loss(gram(f), g.expand(f.shape[0], -1, -1))
+            for f, g in zip(features, self.style_grams, strict=True)
+        )
+        tv = TV_WEIGHT * (
+            (out[:, :, :, 1:] - out[:, :, :, :-1]).abs().sum()
+            + (out[:, :, 1:, :] - out[:, :, :-1, :]).abs().sum()
+        )
         (content + style + tv).backward()
         self.optimizer.step()
 

@@ -17,8 +17,15 @@ class Model(BenchmarkModel):
         src = int(self.setting("source_len", device, 64))
         tgt = int(self.setting("target_len", device, 16))
         config = T5Config(
-            vocab_size=vocab, d_model=256, d_kv=64, d_ff=1024, num_layers=4,
-            num_decoder_layers=4, num_heads=4, decoder_start_token_id=0, pad_token_id=0,
+            vocab_size=vocab,
+            d_model=256,
+            d_kv=64,
+            d_ff=1024,
+            num_layers=4,
+            num_decoder_layers=4,
+            num_heads=4,
+            decoder_start_token_id=0,
+            pad_token_id=0,
             use_cache=False,
         )
         self.model = T5ForConditionalGeneration(config).to(device)

@@ -54,15 +54,24 @@ class TwoTower(nn.Module):
         self.category = nn.EmbeddingBag(categories, dim, mode="max")
         self.item_mlp = mlp([2 * dim, 256, 128, dim])
 
-    def users(self, history: torch.Tensor, history_offsets: torch.Tensor, tokens: torch.Tensor,
-              token_offsets: torch.Tensor, token_weights: torch.Tensor,
-              age: torch.Tensor) -> torch.Tensor:
+    def users(
+        self,
+        history: torch.Tensor,
+        history_offsets: torch.Tensor,
+        tokens: torch.Tensor,
+        token_offsets: torch.Tensor,
+        token_weights: torch.Tensor,
+        age: torch.Tensor,
+    ) -> torch.Tensor:
         """L2-normalised user vectors (B, dim) from bags of ids (flat, with offsets) and ages."""
-        feats = torch.cat([
-            self.history(history, history_offsets),
-            self.query(tokens, token_offsets, per_sample_weights=token_weights),
-            self.age(torch.bucketize(age, self.get_buffer("age_boundaries"))),
-        ], dim=1)
+        feats = torch.cat(
+            [
+                self.history(history, history_offsets),
+                self.query(tokens, token_offsets, per_sample_weights=token_weights),
+                self.age(torch.bucketize(age, self.get_buffer("age_boundaries"))),
+            ],
+            dim=1,
+        )
         return F.normalize(self.user_mlp(feats), dim=1)
 
     def items(self, ids: torch.Tensor, categories: torch.Tensor) -> torch.Tensor:
@@ -70,9 +79,17 @@ class TwoTower(nn.Module):
         feats = torch.cat([self.item(ids), self.category(categories)], dim=1)
         return F.normalize(self.item_mlp(feats), dim=1)
 
-    def forward(self, history: torch.Tensor, history_offsets: torch.Tensor, tokens: torch.Tensor,
-                token_offsets: torch.Tensor, token_weights: torch.Tensor, age: torch.Tensor,
-                item_ids: torch.Tensor, item_categories: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        history: torch.Tensor,
+        history_offsets: torch.Tensor,
+        tokens: torch.Tensor,
+        token_offsets: torch.Tensor,
+        token_weights: torch.Tensor,
+        age: torch.Tensor,
+        item_ids: torch.Tensor,
+        item_categories: torch.Tensor,
+    ) -> torch.Tensor:
         """Scores (B, N): user rows against the items' columns, divided by the temperature."""
         users = self.users(history, history_offsets, tokens, token_offsets, token_weights, age)
         return users @ self.items(item_ids, item_categories).t() / TEMPERATURE
@@ -111,8 +128,9 @@ class Model(BenchmarkModel):
         items = int(self.setting("num_items", device, 10000))
         vocab = int(self.setting("vocab_size", device, 10000))
         categories = int(self.setting("num_categories", device, 200))
-        self.model = TwoTower(items, vocab, categories,
-                              int(self.setting("embedding_dim", device, 64))).to(device)
+        self.model = TwoTower(
+            items, vocab, categories, int(self.setting("embedding_dim", device, 64))
+        ).to(device)
         b = self.batch_size
         history = bags(b, int(self.setting("history_length", device, 20)), items, device)
         tokens, token_offsets = bags(b, int(self.setting("query_length", device, 6)), vocab, device)

@@ -13,8 +13,11 @@ from suite.model import BenchmarkModel
 
 def double_conv(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
-        nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
         nn.ReLU(inplace=True),
     )
 
@@ -29,7 +32,8 @@ class UNet(nn.Module):
             nn.ConvTranspose2d(widths[i + 1], widths[i], 2, stride=2) for i in reversed(range(4))
         )
         self.merge = nn.ModuleList(
-            double_conv(2 * widths[i], widths[i]) for i in reversed(range(4)))
+            double_conv(2 * widths[i], widths[i]) for i in reversed(range(4))
+        )
         self.head = nn.Conv2d(widths[0], num_classes, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,13 @@ class Model(BenchmarkModel):
         super().__init__(test, device, batch_size)
         size = int(self.setting("image_size", device, 64))
         config = ViTConfig(
-            image_size=size, patch_size=int(self.setting("patch_size", device, 8)),
-            hidden_size=192, num_hidden_layers=6, num_attention_heads=3,
-            intermediate_size=768, num_labels=10,
+            image_size=size,
+            patch_size=int(self.setting("patch_size", device, 8)),
+            hidden_size=192,
+            num_hidden_layers=6,
+            num_attention_heads=3,
+            intermediate_size=768,
+            num_labels=10,
         )
         self.model = ViTForImageClassification(config).to(device)
         self.example_inputs = (torch.randn(self.batch_size, 3, size, size, device=device),)

@@ -53,8 +53,9 @@ class WaveNet(nn.Module):
         self.layers = nn.ModuleList(
             GatedLayer(channels, skip, 2**i) for _ in range(stacks) for i in range(layers)
         )
-        self.out = nn.Sequential(nn.ReLU(), nn.Conv1d(skip, skip, 1), nn.ReLU(),
-                                 nn.Conv1d(skip, CLASSES, 1))
+        self.out = nn.Sequential(
+            nn.ReLU(), nn.Conv1d(skip, skip, 1), nn.ReLU(), nn.Conv1d(skip, CLASSES, 1)
+        )
 
     def forward(self, classes: torch.Tensor, mel: torch.Tensor) -> torch.Tensor:
         x = self.embed(classes).transpose(1, 2)  # (B, C, T)

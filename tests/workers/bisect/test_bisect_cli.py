@@ -12,9 +12,13 @@ from workers.cli.bisect import _bisect_inputs
 
 def _two_commits(repo: Path) -> tuple[str, str]:
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.org",
-                               *args], cwd=repo, check=True, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.org", *args],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     repo.mkdir()
     git("init", "-q", "-b", "main")
@@ -28,12 +32,25 @@ def _two_commits(repo: Path) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize(("slower", "expected"), [(True, True), (False, None)])
-def test_the_direction_reaches_the_search(tmp_path: Path, slower: bool,
-                                          expected: bool | None) -> None:
+def test_the_direction_reaches_the_search(
+    tmp_path: Path, slower: bool, expected: bool | None
+) -> None:
     good, bad = _two_commits(tmp_path / "repo")
     config, commits, _ = _bisect_inputs(
-        tmp_path / "repo", good, bad, workers=1, samples=12, max_samples=48, min_change=0.05,
-        slower=slower, provider="checkout", install="", wheel_url=None, package=None,
-        base_sha=None, work_dir=tmp_path / "builds")
+        tmp_path / "repo",
+        good,
+        bad,
+        workers=1,
+        samples=12,
+        max_samples=48,
+        min_change=0.05,
+        slower=slower,
+        provider="checkout",
+        install="",
+        wheel_url=None,
+        package=None,
+        base_sha=None,
+        work_dir=tmp_path / "builds",
+    )
     assert config.slower is expected  # True: a speed-up ends not reproduced; None: either sign
     assert [c.sha for c in commits] == [good, bad]

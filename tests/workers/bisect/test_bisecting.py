@@ -23,23 +23,33 @@ BAD_MS = tuple(v * 1.2 for v in GOOD_MS)
 
 
 def _commits(n: int) -> list[dict]:
-    return [{"sha": f"{i:040x}", "title": f"change {i} (#{100 + i})", "author": "Ada",
-             "author_email": "ada@example.org", "date": "2026-11-01T00:00:00+00:00",
-             "pr_number": 100 + i} for i in range(n + 1)]
+    return [
+        {
+            "sha": f"{i:040x}",
+            "title": f"change {i} (#{100 + i})",
+            "author": "Ada",
+            "author_email": "ada@example.org",
+            "date": "2026-11-01T00:00:00+00:00",
+            "pr_number": 100 + i,
+        }
+        for i in range(n + 1)
+    ]
 
 
 def _measure_literally(session: Session, probe: Probe, culprit: int) -> None:
     """Stand in for a worker: the samples a step at ``culprit`` gives (literal, not timed)."""
     probe.status = "done"
     probe.build_seconds = 1.0
-    probe.samples = {name: list(BAD_MS if probe.index >= culprit else GOOD_MS)
-                     for name in probe.benchmarks}
+    probe.samples = {
+        name: list(BAD_MS if probe.index >= culprit else GOOD_MS) for name in probe.benchmarks
+    }
     session.flush()
 
 
 def test_a_night_bisects_a_slowdown_with_its_settings() -> None:
     config = bisecting.night_search_config(
-        Settings(bisect_workers=2, bisect_samples=16, bisect_max_samples=8))
+        Settings(bisect_workers=2, bisect_samples=16, bisect_max_samples=8)
+    )
     assert config.slower is True  # a night's latency regressions: the bad end must be slower
     assert (config.workers, config.initial_samples, config.max_samples) == (2, 16, 16)
     # Stored with the bisection and read back as it was.
@@ -48,7 +58,9 @@ def test_a_night_bisects_a_slowdown_with_its_settings() -> None:
 
 def test_rounds_are_planned_once_and_the_state_replays_from_the_rows(session: Session) -> None:
     bisection = bisecting.create_bisection(
-        session, commits=_commits(16), benchmarks=["bench"],
+        session,
+        commits=_commits(16),
+        benchmarks=["bench"],
         provider={"kind": "checkout", "repo": "/nowhere", "install_command": ""},
         config=SearchConfig(workers=2),
     )
@@ -58,8 +70,9 @@ def test_rounds_are_planned_once_and_the_state_replays_from_the_rows(session: Se
     assert bisecting.advance(session, bisection_id=bisection.id).probes == ()
     rounds = 0
     while True:
-        pending = session.scalars(select(Probe).where(
-            Probe.bisection_id == bisection.id, Probe.status == "queued")).all()
+        pending = session.scalars(
+            select(Probe).where(Probe.bisection_id == bisection.id, Probe.status == "queued")
+        ).all()
         for probe in pending:
             _measure_literally(session, probe, culprit=11)
         result = bisecting.advance(session, bisection_id=bisection.id)
@@ -89,7 +102,9 @@ def test_rounds_are_planned_once_and_the_state_replays_from_the_rows(session: Se
 def test_a_probe_that_ended_is_not_measured_again() -> None:
     with session_scope() as session:
         bisection = bisecting.create_bisection(
-            session, commits=_commits(4), benchmarks=["bench"],
+            session,
+            commits=_commits(4),
+            benchmarks=["bench"],
             provider={"kind": "checkout", "repo": "/nowhere", "install_command": ""},
         )
         bisecting.advance(session, bisection_id=bisection.id)
@@ -109,34 +124,50 @@ def test_bad_bisection_input_is_refused(session: Session) -> None:
     from service.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="good and a bad"):
-        bisecting.create_bisection(session, commits=_commits(0), benchmarks=["b"],
-                                   provider={"kind": "checkout"})
+        bisecting.create_bisection(
+            session, commits=_commits(0), benchmarks=["b"], provider={"kind": "checkout"}
+        )
     with pytest.raises(InvalidInput, match="unknown build provider"):
-        bisecting.create_bisection(session, commits=_commits(3), benchmarks=["b"],
-                                   provider={"kind": "docker"})
+        bisecting.create_bisection(
+            session, commits=_commits(3), benchmarks=["b"], provider={"kind": "docker"}
+        )
     with pytest.raises(InvalidInput, match="needs its command"):
-        bisecting.create_bisection(session, commits=_commits(3), benchmarks=["b"],
-                                   provider={"kind": "checkout"}, commands={"c": "true"})
+        bisecting.create_bisection(
+            session,
+            commits=_commits(3),
+            benchmarks=["b"],
+            provider={"kind": "checkout"},
+            commands={"c": "true"},
+        )
 
 
 @pytest.mark.measured
 @pytest.mark.slow
 def test_a_probe_killed_mid_way_is_retried_and_the_answer_stands(
-    celery_workers: WorkerPool, tmp_path: Path, configure  # type: ignore[no-untyped-def]
+    celery_workers: WorkerPool,
+    tmp_path: Path,
+    configure,  # type: ignore[no-untyped-def]
 ) -> None:
     # A probe here (a venv, `pip install -e .`, two short processes) takes 1-5 s on a busy 2-core
     # host: limits well above that, so the killed probe comes back 30 s after it was taken.
-    configure(suite_timeout_s=25, task_soft_time_limit_s=27, task_time_limit_s=29,
-              visibility_timeout_s=30)
+    configure(
+        suite_timeout_s=25, task_soft_time_limit_s=27, task_time_limit_s=29, visibility_timeout_s=30
+    )
     repo = make_package_repository(tmp_path / "minitok", commits=8, encode_culprit=5)
     from workers.commits import local_commit_range
 
     with session_scope() as session:
         bisection = bisecting.create_bisection(
-            session, commits=local_commit_range(repo.path, repo.good, repo.bad),
-            benchmarks=[ENCODE], commands={ENCODE: ENCODE}, repo=str(repo.path),
-            provider={"kind": "checkout", "repo": str(repo.path),
-                      "install_command": INSTALL_COMMAND},
+            session,
+            commits=local_commit_range(repo.path, repo.good, repo.bad),
+            benchmarks=[ENCODE],
+            commands={ENCODE: ENCODE},
+            repo=str(repo.path),
+            provider={
+                "kind": "checkout",
+                "repo": str(repo.path),
+                "install_command": INSTALL_COMMAND,
+            },
         )
         bisection_id = bisection.id
     w0 = celery_workers.start("cpu", "control", log_dir=tmp_path, name="w0")
@@ -144,12 +175,14 @@ def test_a_probe_killed_mid_way_is_retried_and_the_answer_stands(
 
     def probes() -> list[Probe]:
         with session_scope() as session:
-            return list(session.scalars(select(Probe).where(
-                Probe.bisection_id == bisection_id).order_by(Probe.id)))
+            return list(
+                session.scalars(
+                    select(Probe).where(Probe.bisection_id == bisection_id).order_by(Probe.id)
+                )
+            )
 
     def running_on_w0() -> bool:
-        return any(p.status == "running" and (p.worker or "").startswith("w0@")
-                   for p in probes())
+        return any(p.status == "running" and (p.worker or "").startswith("w0@") for p in probes())
 
     wait_until(running_on_w0, timeout=120, interval=0.1, what="a probe running on w0")
     victim = next(p for p in probes() if p.status == "running")
@@ -197,9 +230,11 @@ def test_bisect_resume_sends_a_stuck_round_again(tmp_path: Path) -> None:
     repo = make_package_repository(tmp_path / "minitok", commits=4)
     with session_scope() as session:
         bisection = create_failure_bisection(
-            session, commits=local_commit_range(repo.path, repo.good, repo.bad),
-            benchmark="dqn:eval:cpu", provider={"kind": "checkout", "repo": str(repo.path),
-                                                "install_command": "exit 3"})
+            session,
+            commits=local_commit_range(repo.path, repo.good, repo.bad),
+            benchmark="dqn:eval:cpu",
+            provider={"kind": "checkout", "repo": str(repo.path), "install_command": "exit 3"},
+        )
         planned = bisecting.advance(session, bisection_id=bisection.id)
         assert len(planned.probes) == 2  # round 0: both endpoints, never sent (an outage)
         bisection_id = bisection.id

@@ -75,13 +75,25 @@ def test_overlapping_samples_are_unknown_until_there_are_enough() -> None:
 
 def test_classify_sides() -> None:
     cfg = SearchConfig()
-    assert classify((10.0, 10.1, 9.9, 10.0, 9.95, 10.05, 10.0, 9.9, 10.1, 10.0),
-                    GOOD_MS, BAD_MS, cfg).side == GOOD
-    assert classify((12.0, 12.1, 11.9, 12.0, 11.95, 12.05, 12.0, 11.9, 12.1, 12.0),
-                    GOOD_MS, BAD_MS, cfg).side == BAD
+    assert (
+        classify(
+            (10.0, 10.1, 9.9, 10.0, 9.95, 10.05, 10.0, 9.9, 10.1, 10.0), GOOD_MS, BAD_MS, cfg
+        ).side
+        == GOOD
+    )
+    assert (
+        classify(
+            (12.0, 12.1, 11.9, 12.0, 11.95, 12.05, 12.0, 11.9, 12.1, 12.0), GOOD_MS, BAD_MS, cfg
+        ).side
+        == BAD
+    )
     # Halfway between: different from both and near neither.
-    assert classify((11.0, 11.1, 10.9, 11.0, 10.95, 11.05, 11.0, 10.9, 11.1, 11.0),
-                    GOOD_MS, BAD_MS, cfg).side == UNDECIDED
+    assert (
+        classify(
+            (11.0, 11.1, 10.9, 11.0, 10.95, 11.05, 11.0, 10.9, 11.1, 11.0), GOOD_MS, BAD_MS, cfg
+        ).side
+        == UNDECIDED
+    )
 
 
 def test_classify_tolerates_a_small_drift_but_not_a_large_one() -> None:
@@ -157,13 +169,20 @@ def simulate(
                 level = model(r.index, name)
                 if fresh_override is not None and r.purpose == b.VERIFY:
                     level = fresh_override(r.index, name)
-                factor = speed[: r.samples] if paired else np.where(
-                    rng.random(r.samples) < slow_slots, 2.0, 1.0)
+                factor = (
+                    speed[: r.samples]
+                    if paired
+                    else np.where(rng.random(r.samples) < slow_slots, 2.0, 1.0)
+                )
                 samples[name] = tuple(
-                    level * drift * factor * (1 + noise * rng.standard_normal(r.samples)))
+                    level * drift * factor * (1 + noise * rng.standard_normal(r.samples))
+                )
                 slots[name] = tuple(range(r.samples))
-            results.append(ProbeResult(r.sha, r.purpose, samples, build_seconds=1.5,
-                                       slots=slots if paired else {}))
+            results.append(
+                ProbeResult(
+                    r.sha, r.purpose, samples, build_seconds=1.5, slots=slots if paired else {}
+                )
+            )
         state = record_round(state, results)
     raise AssertionError("the search did not end in 300 rounds")
 
@@ -176,9 +195,7 @@ def culprit_indices(state: b.BisectionState) -> dict[str, int]:
 
 @pytest.mark.parametrize("paired", [True, False])
 @pytest.mark.parametrize("culprit", [1, 7, 16, 17, 31, 32])
-def test_one_culprit_in_32_commits_is_named_within_eight_builds(
-    culprit: int, paired: bool
-) -> None:
+def test_one_culprit_in_32_commits_is_named_within_eight_builds(culprit: int, paired: bool) -> None:
     state = simulate(32, step({"bench": culprit}), seed=culprit, paired=paired)
     result = outcome(state)
     assert result is not None and result.kind == b.CULPRIT
@@ -289,21 +306,26 @@ def test_a_speed_up_is_not_the_slowdown_bisected() -> None:
     # not that regression, paired by slot or not; a range given by hand (direction unknown)
     # is searched either way, and names the commit that changed.
     for paired, samples in ((True, 12), (False, SearchConfig().max_samples)):
-        state = simulate(8, step({"bench": 4}, effect=-0.2), noise=0.005, paired=paired,
-                         config=SearchConfig(slower=True))
+        state = simulate(
+            8,
+            step({"bench": 4}, effect=-0.2),
+            noise=0.005,
+            paired=paired,
+            config=SearchConfig(slower=True),
+        )
         result = outcome(state)
         assert result is not None and result.kind == b.NOT_REPRODUCED, paired
         (track,) = result.benchmarks
         assert track.reason.startswith("the bad endpoint measures faster than the good one (-20")
         assert f"with {samples} and {samples} samples): not the slowdown bisected" in track.reason
         assert result.builds == 2  # nothing between the endpoints was built
-        either = outcome(simulate(8, step({"bench": 4}, effect=-0.2), noise=0.005,
-                                  paired=paired))
+        either = outcome(simulate(8, step({"bench": 4}, effect=-0.2), noise=0.005, paired=paired))
         assert either is not None and either.kind == b.CULPRIT, paired
         assert either.benchmarks[0].culprit == state.commits[4]
     # The regression's own direction is bisected as before.
-    slower = outcome(simulate(8, step({"bench": 4}), noise=0.005, paired=False,
-                              config=SearchConfig(slower=True)))
+    slower = outcome(
+        simulate(8, step({"bench": 4}), noise=0.005, paired=False, config=SearchConfig(slower=True))
+    )
     assert slower is not None and slower.kind == b.CULPRIT
 
 
@@ -318,8 +340,11 @@ def test_a_real_step_whose_first_round_reads_small_is_still_bisected() -> None:
             level = 10.0 * (1.1 if r.index >= 2 else 1.0)
             if state.round == 0 and r.index == 4:
                 level *= 0.94
-            results.append(ProbeResult(r.sha, r.purpose, {
-                "bench": tuple(level * rng.lognormal(0.0, 0.003, r.samples))}))
+            results.append(
+                ProbeResult(
+                    r.sha, r.purpose, {"bench": tuple(level * rng.lognormal(0.0, 0.003, r.samples))}
+                )
+            )
         state = record_round(state, results)
     result = outcome(state)
     assert result is not None and result.kind == b.CULPRIT, result
@@ -344,7 +369,9 @@ def test_a_gradual_change_is_inconclusive_never_a_wrong_commit() -> None:
 def test_a_failed_verification_names_no_culprit() -> None:
     # Fresh samples of the candidate measure as good: the search was misled, so no culprit.
     state = simulate(
-        16, step({"bench": 9}), seed=1,
+        16,
+        step({"bench": 9}),
+        seed=1,
         fresh_override=lambda index, name: 10.0 if index == 9 else step({"bench": 9})(index, name),
     )
     result = outcome(state)
@@ -360,8 +387,13 @@ def test_a_candidate_that_measures_good_again_leaves_the_culprit_inside_the_rang
     # The search's rounds read commit 4 as bad (a straying moment of the host); fresh samples
     # put it on the good side, where it is: the culprit is 5. The answer names none, and its
     # range must reach past the candidate to the next commit judged bad, never stop at 4.
-    state = simulate(8, step({"bench": 4}), seed=2, paired=paired,
-                     fresh_override=lambda index, name: step({"bench": 5})(index, name))
+    state = simulate(
+        8,
+        step({"bench": 4}),
+        seed=2,
+        paired=paired,
+        fresh_override=lambda index, name: step({"bench": 5})(index, name),
+    )
     result = outcome(state)
     assert result is not None and result.kind == b.INCONCLUSIVE, result
     (found,) = result.benchmarks
@@ -382,8 +414,7 @@ def test_a_machine_at_two_speeds_is_read_slot_by_slot(seed: int) -> None:
     # A third of the slots run at half speed: far more than the 15% step, but every commit in a
     # slot is slowed alike, so slot by slot the step still shows.
     culprit = 3 + 3 * seed
-    state = simulate(32, step({"bench": culprit}, effect=0.15), seed=200 + seed,
-                     slow_slots=0.3)
+    state = simulate(32, step({"bench": culprit}, effect=0.15), seed=200 + seed, slow_slots=0.3)
     assert culprit_indices(state) == {"bench": culprit}
 
 
@@ -392,8 +423,9 @@ def test_without_slots_two_speeds_never_give_a_wrong_commit(seed: int) -> None:
     # Probes measured apart (Celery workers) cannot cancel the machine's speed changes: the
     # search may give up, but never names a wrong commit.
     culprit = 5 + 5 * seed
-    state = simulate(32, step({"bench": culprit}, effect=0.15), seed=300 + seed,
-                     slow_slots=0.2, paired=False)
+    state = simulate(
+        32, step({"bench": culprit}, effect=0.15), seed=300 + seed, slow_slots=0.2, paired=False
+    )
     assert culprit_indices(state) in ({"bench": culprit}, {})
 
 
@@ -444,8 +476,10 @@ def test_floor_builds() -> None:
 
 def _tracks(data: Mapping[str, Any], shas: Sequence[str]) -> list[tuple[str, str, str, list[int]]]:
     """Each benchmark's status, reason and range (as commit positions), for a failure message."""
-    return [(b["benchmark"], b["status"], b["reason"], [shas.index(s) for s in b["range"]])
-            for b in data["benchmarks"]]
+    return [
+        (b["benchmark"], b["status"], b["reason"], [shas.index(s) for s in b["range"]])
+        for b in data["benchmarks"]
+    ]
 
 
 @pytest.fixture(autouse=False)
@@ -464,10 +498,15 @@ def test_bisect_names_the_culprit_of_a_real_slowdown(tmp_path: Path) -> None:
     # stands out of a host's noise is the benchmark's to record, not a test's. What this
     # follows is the whole path on a real repository: builds, measuring processes, the search,
     # the verification and the culprit's commit metadata.
-    repo = make_package_repository(tmp_path / "minitok", commits=32, encode_culprit=21,
-                                   per_lookup=True)
+    repo = make_package_repository(
+        tmp_path / "minitok", commits=32, encode_culprit=21, per_lookup=True
+    )
     data = bisect_repository(
-        repo.path, repo.good, repo.bad, commands=[ENCODE], install=INSTALL_COMMAND,
+        repo.path,
+        repo.good,
+        repo.bad,
+        commands=[ENCODE],
+        install=INSTALL_COMMAND,
         work_dir=tmp_path / "builds",
     ).as_json()
     assert data["outcome"] == "culprit", _tracks(data, repo.shas)
@@ -495,11 +534,19 @@ def test_bisect_finds_two_culprits_and_skips_a_broken_build(tmp_path: Path) -> N
     # speed switches between two levels from one round to the next (1.8x apart, seen on this
     # machine and in CI) left a +25% decode step's verification undecided in 3 of 5 runs.
     repo = make_package_repository(
-        tmp_path / "minitok", commits=16, encode_culprit=11, decode_culprit=4, broken=[8],
+        tmp_path / "minitok",
+        commits=16,
+        encode_culprit=11,
+        decode_culprit=4,
+        broken=[8],
         per_lookup=True,
     )
     report = bisect_repository(
-        repo.path, repo.good, repo.bad, commands=[ENCODE, DECODE], install=INSTALL_COMMAND,
+        repo.path,
+        repo.good,
+        repo.bad,
+        commands=[ENCODE, DECODE],
+        install=INSTALL_COMMAND,
         work_dir=tmp_path / "builds",
     )
     data = report.as_json()

@@ -43,7 +43,7 @@ def _wheel(directory: Path, name: str, version: str, files: dict[str, str]) -> P
         **files,
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                         "Tag: py3-none-any\n",
+        "Tag: py3-none-any\n",
     }
     record = []
     for path, text in contents.items():
@@ -58,10 +58,15 @@ def _wheel(directory: Path, name: str, version: str, files: dict[str, str]) -> P
 
 
 def _fake_torch(directory: Path, version: str) -> Path:
-    return _wheel(directory, "torch", version, {
-        "torch/__init__.py": f"__version__ = {version!r}\nfrom torch import version\n",
-        "torch/version.py": f"git_version = {GIT_VERSION!r}\ncuda = None\n",
-    })
+    return _wheel(
+        directory,
+        "torch",
+        version,
+        {
+            "torch/__init__.py": f"__version__ = {version!r}\nfrom torch import version\n",
+            "torch/version.py": f"git_version = {GIT_VERSION!r}\ncuda = None\n",
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +84,14 @@ def wheel_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.parametrize(
     ("version", "variant"),
-    [("2.13.0+cpu", "cpu"), ("2.13.0", ""), ("2.13.0+cu130", "cu130"),
-     ("2.14.0.dev20261121+CU130", "cu130"), ("2.13.0+rocm6.4", "rocm6.4"), (None, "")],
+    [
+        ("2.13.0+cpu", "cpu"),
+        ("2.13.0", ""),
+        ("2.13.0+cu130", "cu130"),
+        ("2.14.0.dev20261121+CU130", "cu130"),
+        ("2.13.0+rocm6.4", "rocm6.4"),
+        (None, ""),
+    ],
 )
 def test_torch_variant_is_the_local_tag(version: str | None, variant: str) -> None:
     assert torch_variant(version) == variant
@@ -88,21 +99,35 @@ def test_torch_variant_is_the_local_tag(version: str | None, variant: str) -> No
 
 def test_build_identity_prefers_the_recorded_variant() -> None:
     assert build_identity({"torch_version": "2.13.0+cpu"}) == ("cpu", "")
-    assert build_identity({"torch_version": "2.13.0+cpu", "torch_variant": "cu130",
-                           "requirements_hash": "f" * 16}) == ("cu130", "f" * 16)
+    assert build_identity(
+        {"torch_version": "2.13.0+cpu", "torch_variant": "cu130", "requirements_hash": "f" * 16}
+    ) == ("cu130", "f" * 16)
     assert build_identity({}) == ("", "")
 
 
 def test_series_key_splits_on_variant_and_requirements_only() -> None:
     def key(build: tuple[str, str] = ("", "")) -> str:
-        return series_key(model="m", mode="eval", device="cpu", compiler="eager",
-                          metric="latency", batch_size=None, benchmark_version="v1",
-                          machine="fp", build=build)
+        return series_key(
+            model="m",
+            mode="eval",
+            device="cpu",
+            compiler="eager",
+            metric="latency",
+            batch_size=None,
+            benchmark_version="v1",
+            machine="fp",
+            build=build,
+        )
 
     # No build identity: the key of every series stored before it was part of the key.
     assert key() == key(("", ""))
-    keys = {key(), key(("cpu", "")), key(("cu130", "")), key(("cpu", "1" * 16)),
-            key(("cpu", "2" * 16))}
+    keys = {
+        key(),
+        key(("cpu", "")),
+        key(("cu130", "")),
+        key(("cpu", "1" * 16)),
+        key(("cpu", "2" * 16)),
+    }
     assert len(keys) == 5
 
 
@@ -110,12 +135,15 @@ def test_report_lines_name_the_environment_change() -> None:
     cpu = {"torch_version": "2.13.0+cpu", "requirements_hash": "0123456789abcdef"}
     cu = {"torch_version": "2.13.0+cu130", "requirements_hash": "0123456789abcdef"}
     assert environment_changes(cpu, cu) == [
-        "build variant cpu → cu130: an environment change, not a regression"]
+        "build variant cpu → cu130: an environment change, not a regression"
+    ]
     assert environment_changes(cpu, {**cpu, "torch_version": "2.13.0"}) == [
-        "build variant cpu → none: an environment change, not a regression"]
+        "build variant cpu → none: an environment change, not a regression"
+    ]
     moved = environment_changes(cpu, {**cpu, "requirements_hash": "fedcba9876543210"})
-    assert moved == ["suite requirements 0123456789ab → fedcba987654: an environment change, "
-                     "not a regression"]
+    assert moved == [
+        "suite requirements 0123456789ab → fedcba987654: an environment change, not a regression"
+    ]
     assert environment_changes(cpu, dict(cpu)) == []
     assert environment_changes(None, cu) == [] and environment_changes(cpu, None) == []
 
@@ -127,8 +155,9 @@ def test_pip_sources_enter_the_cache_key(monkeypatch: pytest.MonkeyPatch, tmp_pa
     cu = pip_sources()
     assert cpu["PIP_FIND_LINKS"] == "/wheels/cpu" and cpu != cu
     parts: dict[str, Any] = {"index_url": None, "requirements": [], "python_version": "py"}
-    assert (environment_key("torch==2.13.0", pip_config=cpu, **parts)
-            != environment_key("torch==2.13.0", pip_config=cu, **parts))
+    assert environment_key("torch==2.13.0", pip_config=cpu, **parts) != environment_key(
+        "torch==2.13.0", pip_config=cu, **parts
+    )
     config = tmp_path / "pip.conf"
     config.write_text("[global]\nextra-index-url = https://download.example/whl/cu130\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
@@ -137,36 +166,55 @@ def test_pip_sources_enter_the_cache_key(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 def test_install_report_without_hashes_reads_as_empty(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    report.write_text('{"install": [{"metadata": {"name": "Torch", "version": "2.13.0+cpu"},'
-                      ' "download_info": {"url": "file:///w/t.whl",'
-                      ' "archive_info": {"hash": "sha256=abc"}}},'
-                      ' {"metadata": {"name": "x", "version": "1"}, "download_info": {}}]}')
+    report.write_text(
+        '{"install": [{"metadata": {"name": "Torch", "version": "2.13.0+cpu"},'
+        ' "download_info": {"url": "file:///w/t.whl",'
+        ' "archive_info": {"hash": "sha256=abc"}}},'
+        ' {"metadata": {"name": "x", "version": "1"}, "download_info": {}}]}'
+    )
     assert read_install_report(report) == {
         "torch": {"version": "2.13.0+cpu", "url": "file:///w/t.whl", "sha256": "abc"},
-        "x": {"version": "1", "url": "", "sha256": ""}}
+        "x": {"version": "1", "url": "", "sha256": ""},
+    }
 
 
 # --- one spec, two variants: two environments, two series, a report that says so -----------
 
 
-def _prepare(variant: str, dirs: dict[str, Path], cache: Path,
-             monkeypatch: pytest.MonkeyPatch) -> Any:
+def _prepare(
+    variant: str, dirs: dict[str, Path], cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> Any:
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", f"{dirs[variant]} {dirs['shared']}")
-    with use_environment("torch==2.13.0", cache_dir=cache, budget_bytes=2**34,
-                         requirements=["nb-fake-suite-need"]) as env:
+    with use_environment(
+        "torch==2.13.0", cache_dir=cache, budget_bytes=2**34, requirements=["nb-fake-suite-need"]
+    ) as env:
         return env
 
 
 def _record(environment: dict[str, Any], median: float) -> dict[str, Any]:
-    return {"model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
-            "environment": {"cpu_model": "test-cpu", "threads": 1, **environment},
-            "metrics": [{"metric": "latency", "unit": "ms", "samples": [median] * 5,
-                         "median": median, "iqr": 0.0}]}
+    return {
+        "model": "dqn",
+        "mode": "eval",
+        "device": "cpu",
+        "benchmark_version": "v1",
+        "environment": {"cpu_model": "test-cpu", "threads": 1, **environment},
+        "metrics": [
+            {
+                "metric": "latency",
+                "unit": "ms",
+                "samples": [median] * 5,
+                "median": median,
+                "iqr": 0.0,
+            }
+        ],
+    }
 
 
 def test_one_spec_two_variants_gives_two_environments_and_series(
-    wheel_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    wheel_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     session: Session,
 ) -> None:
     cpu = _prepare("cpu", wheel_dirs, tmp_path / "envs", monkeypatch)
@@ -201,12 +249,14 @@ def test_one_spec_two_variants_gives_two_environments_and_series(
 
     spec = BenchmarkSpec(model="dqn", mode="eval")
     for day, record in ((1, night1), (2, night2)):
-        run = runs.create_run(session, night=date(2026, 10, day), benchmarks=[spec],
-                              torch_spec="torch==2.13.0")
+        run = runs.create_run(
+            session, night=date(2026, 10, day), benchmarks=[spec], torch_spec="torch==2.13.0"
+        )
         store_record(session, run=run, job=None, record=record)
     report = run_report(session, run_id=run.id, settings=get_settings())
     assert report["environment_changes"] == [
-        "build variant cpu → cu130: an environment change, not a regression"]
+        "build variant cpu → cu130: an environment change, not a regression"
+    ]
     assert [r["verdict"] for r in report["results"]] == ["no_baseline"]
 
 
@@ -214,11 +264,22 @@ def test_nightbench_report_prints_the_variant_change(database_url: str) -> None:
     spec = BenchmarkSpec(model="dqn", mode="eval")
     with session_scope() as session:
         for day, version in ((1, "2.13.0+cpu"), (2, "2.13.0+cu130")):
-            run = runs.create_run(session, night=date(2026, 10, day), benchmarks=[spec],
-                                  torch_spec="torch==2.13.0")
-            store_record(session, run=run, job=None, record=_record(
-                {"torch_version": version, "torch_variant": torch_variant(version),
-                 "requirements_hash": "0" * 16}, 10.0))
+            run = runs.create_run(
+                session, night=date(2026, 10, day), benchmarks=[spec], torch_spec="torch==2.13.0"
+            )
+            store_record(
+                session,
+                run=run,
+                job=None,
+                record=_record(
+                    {
+                        "torch_version": version,
+                        "torch_variant": torch_variant(version),
+                        "requirements_hash": "0" * 16,
+                    },
+                    10.0,
+                ),
+            )
         run_id = run.id
     out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
     assert out.exit_code == 0, out.output

@@ -32,16 +32,23 @@ PROBE = (
 
 def probe(env: BuildEnvironment) -> dict:
     """Import minitok the way a probe would and say which one it got."""
-    proc = subprocess.run([str(env.python), "-c", PROBE], env=env.environ(), cwd="/",
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [str(env.python), "-c", PROBE],
+        env=env.environ(),
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> PackageRepository:
     # k=2 adds the encode check; k=4 bumps the version (pyproject.toml); k=6 breaks the build.
-    return make_package_repository(tmp_path_factory.mktemp("src") / "minitok", commits=8,
-                                   encode_culprit=2, broken=[6])
+    return make_package_repository(
+        tmp_path_factory.mktemp("src") / "minitok", commits=8, encode_culprit=2, broken=[6]
+    )
 
 
 def test_checkout_installs_the_commit_in_its_own_environment(
@@ -62,8 +69,12 @@ def test_checkout_installs_the_commit_in_its_own_environment(
     assert again.reused and again.root == after.root and again.build_seconds == after.build_seconds
     provider.release(after)
     assert not after.root.exists()
-    worktrees = subprocess.run(["git", "-C", str(repo.path), "worktree", "list"],
-                               capture_output=True, text=True, check=True).stdout
+    worktrees = subprocess.run(
+        ["git", "-C", str(repo.path), "worktree", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert str(after.workdir) not in worktrees and str(before.workdir) in worktrees
     provider.release(before)
 
@@ -91,21 +102,49 @@ def installed(repo: PackageRepository, tmp_path_factory: pytest.TempPathFactory)
     """An interpreter with minitok from commit 1 installed (not editable): the 'nightly'."""
     root = tmp_path_factory.mktemp("installed")
     python = make_layered_venv(root / "venv", sys.executable)
-    subprocess.run(["git", "-C", str(repo.path), "worktree", "add", "--detach",
-                    str(root / "src"), repo.shas[1]], check=True, capture_output=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--quiet", "."], cwd=root / "src", check=True,
-                   capture_output=True)
-    subprocess.run(["git", "-C", str(repo.path), "worktree", "remove", "--force",
-                    str(root / "src")], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo.path),
+            "worktree",
+            "add",
+            "--detach",
+            str(root / "src"),
+            repo.shas[1],
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--quiet",
+            ".",
+        ],
+        cwd=root / "src",
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        ["git", "-C", str(repo.path), "worktree", "remove", "--force", str(root / "src")],
+        check=True,
+    )
     return python
 
 
 def test_python_overlay_lays_a_commits_python_files_over_the_installed_build(
     repo: PackageRepository, installed: Path, tmp_path: Path
 ) -> None:
-    provider = PythonOverlayProvider(repo.path, base_sha=repo.shas[1], package="minitok",
-                                     python=installed, work_dir=tmp_path)
+    provider = PythonOverlayProvider(
+        repo.path, base_sha=repo.shas[1], package="minitok", python=installed, work_dir=tmp_path
+    )
     assert provider.installed.name == "minitok" and "site-packages" in str(provider.installed)
     env = provider.prepare(repo.shas[3])
     seen = probe(env)
@@ -115,16 +154,18 @@ def test_python_overlay_lays_a_commits_python_files_over_the_installed_build(
     changed = {path for _, path in provider.overlay_changes(repo.shas[3])}
     assert changed == {"minitok/tokenizer.py"}  # docs and tests changed too: ignored
     # The installed package itself is unchanged.
-    untouched = subprocess.run([str(installed), "-c", PROBE], capture_output=True, text=True,
-                               check=True, cwd="/")
+    untouched = subprocess.run(
+        [str(installed), "-c", PROBE], capture_output=True, text=True, check=True, cwd="/"
+    )
     assert json.loads(untouched.stdout)["checks"] is False
 
 
 def test_python_overlay_refuses_non_python_changes(
     repo: PackageRepository, installed: Path, tmp_path: Path
 ) -> None:
-    provider = PythonOverlayProvider(repo.path, base_sha=repo.shas[1], package="minitok",
-                                     python=installed, work_dir=tmp_path)
+    provider = PythonOverlayProvider(
+        repo.path, base_sha=repo.shas[1], package="minitok", python=installed, work_dir=tmp_path
+    )
     with pytest.raises(BuildError, match=r"non-Python files changed: pyproject\.toml"):
         provider.prepare(repo.shas[4])
 
@@ -135,13 +176,32 @@ def wheel_server(repo: PackageRepository, tmp_path_factory: pytest.TempPathFacto
     root = tmp_path_factory.mktemp("wheels")
     for sha in (repo.shas[1], repo.shas[3]):
         src = root / "src"
-        subprocess.run(["git", "-C", str(repo.path), "worktree", "add", "--detach", str(src),
-                        sha], check=True, capture_output=True)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                        "--no-index", "--quiet", "-w", str(root / sha), "."], cwd=src,
-                       check=True, capture_output=True)
-        subprocess.run(["git", "-C", str(repo.path), "worktree", "remove", "--force", str(src)],
-                       check=True)
+        subprocess.run(
+            ["git", "-C", str(repo.path), "worktree", "add", "--detach", str(src), sha],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "--quiet",
+                "-w",
+                str(root / sha),
+                ".",
+            ],
+            cwd=src,
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            ["git", "-C", str(repo.path), "worktree", "remove", "--force", str(src)], check=True
+        )
     handler = functools.partial(SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -154,8 +214,11 @@ def wheel_server(repo: PackageRepository, tmp_path_factory: pytest.TempPathFacto
 def test_wheel_provider_installs_the_commits_wheel(
     repo: PackageRepository, wheel_server: str, tmp_path: Path
 ) -> None:
-    provider = WheelProvider(wheel_server + "/{sha}/minitok-0.1.0-py3-none-any.whl",
-                             pip_args=["--no-deps"], work_dir=tmp_path)
+    provider = WheelProvider(
+        wheel_server + "/{sha}/minitok-0.1.0-py3-none-any.whl",
+        pip_args=["--no-deps"],
+        work_dir=tmp_path,
+    )
     wheel = f"/{repo.shas[3]}/minitok-0.1.0-py3-none-any.whl"
     assert provider.url_for(repo.shas[3]).endswith(wheel)
     env = provider.prepare(repo.shas[3])
@@ -188,9 +251,9 @@ def test_make_provider_checks_its_options(tmp_path: Path, repo: PackageRepositor
         make_provider("python-overlay", repo_path=repo.path, work_dir=tmp_path)
     with pytest.raises(InvalidInput, match="not a git work tree"):
         make_provider("checkout", repo_path=tmp_path, work_dir=tmp_path)
-    assert isinstance(make_provider("checkout", repo_path=repo.path, work_dir=tmp_path),
-                      CheckoutProvider)
-
+    assert isinstance(
+        make_provider("checkout", repo_path=repo.path, work_dir=tmp_path), CheckoutProvider
+    )
 
 
 def test_the_settings_accept_exactly_the_registered_kinds() -> None:
@@ -203,20 +266,34 @@ def test_the_settings_accept_exactly_the_registered_kinds() -> None:
         Settings(bisect_provider="docker")
 
 
-@pytest.mark.parametrize(("kind", "expected"), [
-    ("checkout", {"kind": "checkout", "repo": "REPO", "install_command": "pip install -e ."}),
-    ("wheel", {"kind": "wheel", "wheel_url": "https://ci/{sha}.whl", "repo": "REPO"}),
-    ("python-overlay", {"kind": "python-overlay", "repo": "REPO", "package": "minitok"}),
-])
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("checkout", {"kind": "checkout", "repo": "REPO", "install_command": "pip install -e ."}),
+        ("wheel", {"kind": "wheel", "wheel_url": "https://ci/{sha}.whl", "repo": "REPO"}),
+        ("python-overlay", {"kind": "python-overlay", "repo": "REPO", "package": "minitok"}),
+    ],
+)
 def test_spec_from_settings_names_the_kind_and_its_options(
-    kind: str, expected: dict, tmp_path: Path,
+    kind: str,
+    expected: dict,
+    tmp_path: Path,
 ) -> None:
-    options = {"bisect_install_command": "pip install -e .", "bisect_package": "minitok",
-               "bisect_wheel_url": "https://ci/{sha}.whl"}
-    settings = Settings(bisect_provider=kind, source_repo_path=tmp_path,
-                        source_github_repository="org/minitok", **options)
-    expected = {**{k: str(tmp_path) if v == "REPO" else v for k, v in expected.items()},
-                "code_url": "https://github.com/org/minitok"}
+    options = {
+        "bisect_install_command": "pip install -e .",
+        "bisect_package": "minitok",
+        "bisect_wheel_url": "https://ci/{sha}.whl",
+    }
+    settings = Settings(
+        bisect_provider=kind,
+        source_repo_path=tmp_path,
+        source_github_repository="org/minitok",
+        **options,
+    )
+    expected = {
+        **{k: str(tmp_path) if v == "REPO" else v for k, v in expected.items()},
+        "code_url": "https://github.com/org/minitok",
+    }
     assert spec_from_settings(settings) == expected
     no_github = settings.model_copy(update={"source_github_repository": None})
     assert spec_from_settings(no_github) == {**expected, "code_url": None}
@@ -230,23 +307,37 @@ def test_spec_from_settings_is_none_without_a_provider_or_an_option(tmp_path: Pa
 
 
 def test_provider_from_spec_makes_the_kind(tmp_path: Path, repo: PackageRepository) -> None:
-    spec = {"kind": "checkout", "repo": str(repo.path), "install_command": INSTALL_COMMAND,
-            "code_url": None}
+    spec = {
+        "kind": "checkout",
+        "repo": str(repo.path),
+        "install_command": INSTALL_COMMAND,
+        "code_url": None,
+    }
     provider = provider_from_spec(spec, work_dir=tmp_path)
     assert isinstance(provider, CheckoutProvider)
     assert provider.install_command == INSTALL_COMMAND.strip()
-    wheel = provider_from_spec({"kind": "wheel", "wheel_url": "https://ci/{sha}.whl"},
-                               work_dir=tmp_path)
-    assert isinstance(wheel, WheelProvider) and wheel.url_for("a" * 40) == f"https://ci/{'a' * 40}.whl"
+    wheel = provider_from_spec(
+        {"kind": "wheel", "wheel_url": "https://ci/{sha}.whl"}, work_dir=tmp_path
+    )
+    assert (
+        isinstance(wheel, WheelProvider) and wheel.url_for("a" * 40) == f"https://ci/{'a' * 40}.whl"
+    )
     with pytest.raises(InvalidInput, match="unknown build provider 'docker'"):
         provider_from_spec({"kind": "docker"}, work_dir=tmp_path)
     with pytest.raises(InvalidInput, match="unknown build provider ''"):  # a spec without one
         provider_from_spec({}, work_dir=tmp_path)
 
+
 def test_environment_drops_an_outer_pythonpath(tmp_path: Path) -> None:
-    env = BuildEnvironment(sha="a" * 40, provider="checkout", python=tmp_path / "bin" / "python",
-                           root=tmp_path, workdir=tmp_path, pythonpath=("/overlay",),
-                           venv=tmp_path)
+    env = BuildEnvironment(
+        sha="a" * 40,
+        provider="checkout",
+        python=tmp_path / "bin" / "python",
+        root=tmp_path,
+        workdir=tmp_path,
+        pythonpath=("/overlay",),
+        venv=tmp_path,
+    )
     environ = env.environ({"PATH": "/usr/bin", "PYTHONPATH": "/elsewhere", "PYTHONHOME": "/x"})
     assert environ["PYTHONPATH"] == "/overlay"
     assert environ["PATH"].split(":")[0] == str(tmp_path / "bin")
@@ -254,7 +345,7 @@ def test_environment_drops_an_outer_pythonpath(tmp_path: Path) -> None:
 
 
 def test_build_error_detail_keeps_the_reason_and_the_end_of_the_log() -> None:
-    log = "\n".join(f"  File \"frame{i}.py\", line {i}" for i in range(400)) + "\nTOMLDecodeError: x"
+    log = "\n".join(f'  File "frame{i}.py", line {i}' for i in range(400)) + "\nTOMLDecodeError: x"
     error = BuildError("a" * 40, "install command 'pip install -e .' exited with status 2", log=log)
     detail = error.detail(limit=500)
     assert len(detail) <= 500

@@ -32,9 +32,25 @@ MODELS = ("dqn", "bert")
 
 def _dispatch(night: str, env: dict[str, str]) -> int:
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "dispatch", "--date", night, "--torch", TORCH_SPEC,
-         "--models", ",".join(MODELS), "--modes", "eval"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1500,
+        [
+            sys.executable,
+            "-m",
+            "workers.cli",
+            "dispatch",
+            "--date",
+            night,
+            "--torch",
+            TORCH_SPEC,
+            "--models",
+            ",".join(MODELS),
+            "--modes",
+            "eval",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=1500,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (run_id,) = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]

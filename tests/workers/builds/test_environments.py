@@ -45,7 +45,9 @@ def _bare_venv(path: Path) -> dict[str, Any]:
 def _prefix_of(python: Path) -> Path:
     out = subprocess.run(
         [str(python), "-c", "import sys; print(sys.prefix)"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     return Path(out).resolve()
 
@@ -60,8 +62,10 @@ def _prefix_of(python: Path) -> Path:
         ("  torch == 2.13.0 ", "torch==2.13.0"),
         ("torch==2.14.0.dev20261121", "torch==2.14.0.dev20261121"),
         ("Torch===2.13.0+cpu", "Torch===2.13.0+cpu"),
-        ("torch @ file:///wheels/torch-2.13.0-cp311-none-linux_x86_64.whl",
-         "torch @ file:///wheels/torch-2.13.0-cp311-none-linux_x86_64.whl"),
+        (
+            "torch @ file:///wheels/torch-2.13.0-cp311-none-linux_x86_64.whl",
+            "torch @ file:///wheels/torch-2.13.0-cp311-none-linux_x86_64.whl",
+        ),
         ("current", CURRENT),
     ],
 )
@@ -261,19 +265,29 @@ def test_torch_spec_gets_a_real_venv_reused_on_the_second_call(
     # The suite and its own needs import there; the worker's packages do not leak in.
     check = subprocess.run(
         [str(env.python), "-c", "import suite, numpy, yaml, transformers; print(suite.__file__)"],
-        capture_output=True, text=True, env=run_env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=run_env,
+        cwd=tmp_path,
     )
     assert check.returncode == 0, check.stderr
     assert Path(check.stdout.strip()).resolve().is_relative_to(environments.REPO_ROOT)
     for foreign in ("celery", "service"):
         leak = subprocess.run(
             [str(env.python), "-c", f"import {foreign}"],
-            capture_output=True, text=True, env=run_env, cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=run_env,
+            cwd=tmp_path,
         )
         assert leak.returncode != 0 and f"No module named '{foreign}'" in leak.stderr
     listing = subprocess.run(
         [str(env.python), "-m", "suite", "list", "--json"],
-        capture_output=True, text=True, env=run_env, cwd=tmp_path, timeout=300,
+        capture_output=True,
+        text=True,
+        env=run_env,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert listing.returncode == 0, listing.stderr
     assert json.loads(listing.stdout)

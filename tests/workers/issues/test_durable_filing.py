@@ -62,8 +62,13 @@ def _wrong_token(fake: FakeGitHub) -> Callable[[], None]:
 
 
 def _forbidden(fake: FakeGitHub) -> Callable[[], None]:
-    fake.fail("GET", REPO, status=403, times=1000,
-              message="Resource not accessible by personal access token")
+    fake.fail(
+        "GET",
+        REPO,
+        status=403,
+        times=1000,
+        message="Resource not accessible by personal access token",
+    )
     return fake.heal
 
 
@@ -80,8 +85,7 @@ def _outage(fake: FakeGitHub) -> Callable[[], None]:
 def _applied_then_502(fake: FakeGitHub) -> Callable[[], None]:
     # GitHub creates the issue, answers 502, and keeps answering 502 (the lookup that would
     # find the landed issue fails too).
-    fake.fail("POST", ISSUES, status=502, after=True,
-              then=(Fault("*", ".*", 502, times=1000),))
+    fake.fail("POST", ISSUES, status=502, after=True, then=(Fault("*", ".*", 502, times=1000),))
     return fake.heal
 
 
@@ -136,7 +140,10 @@ def test_a_failed_filing_waits_in_the_outbox_and_is_filed_exactly_once_when_gith
     status = system_status(db, now=T0 + timedelta(hours=2))
     [pending] = status.pending_filings
     assert (pending.alert_id, pending.state, pending.attempts) == (
-        alert_id, FilingState.FAILED_RETRYING, 1)
+        alert_id,
+        FilingState.FAILED_RETRYING,
+        1,
+    )
     assert pending.last_error == alert.filing_error and pending.age_s == 7200
     assert any(p.startswith(f"alert {alert_id} ") for p in status.problems)
 
@@ -145,7 +152,9 @@ def test_a_failed_filing_waits_in_the_outbox_and_is_filed_exactly_once_when_gith
     [again] = retry_due(db, settings=settings, tracker=tracker, now=T0 + timedelta(hours=1))
     assert again.state == FilingState.FAILED_RETRYING
     db.refresh(alert)
-    assert alert.filing_attempts == 2 and alert.filing_next_at == T0 + timedelta(hours=1) + backoff(2)
+    assert alert.filing_attempts == 2 and alert.filing_next_at == T0 + timedelta(hours=1) + backoff(
+        2
+    )
     assert len(outbox.updated_since(None)) == 1
 
     heal()
@@ -156,7 +165,11 @@ def test_a_failed_filing_waits_in_the_outbox_and_is_filed_exactly_once_when_gith
     url = fake.issues[1]["html_url"]
     assert filed.urls == (url,)
     db.refresh(alert)
-    assert (alert.filing_state, alert.status, alert.filing_error) == (FilingState.FILED, "filed", None)
+    assert (alert.filing_state, alert.status, alert.filing_error) == (
+        FilingState.FILED,
+        "filed",
+        None,
+    )
     assert alert.filing_attempts == 3 and alert.filed_at == T0 + timedelta(days=1)
     # The outbox copy says where it went, so nobody files it by hand as well.
     [done] = outbox.updated_since(None)
@@ -164,8 +177,10 @@ def test_a_failed_filing_waits_in_the_outbox_and_is_filed_exactly_once_when_gith
     assert f"Filed as {url}" in outbox.path(done.number).read_text()
     assert system_status(db, now=T0 + timedelta(days=1)).pending_filings == []
     # Another retry, or the next night's, finds nothing to do and files nothing.
-    assert retry_due(db, settings=settings, tracker=tracker, now=T0 + timedelta(days=2),
-                     force=True) == []
+    assert (
+        retry_due(db, settings=settings, tracker=tracker, now=T0 + timedelta(days=2), force=True)
+        == []
+    )
     assert len(fake.issues) == 1
     assert file_durably(db, alert_id=alert_id, settings=settings, tracker=tracker).state == "filed"
     assert len(fake.issues) == 1
@@ -179,11 +194,15 @@ def test_a_filing_that_works_at_once_is_filed_and_never_pending(
     assert attempt.state == FilingState.FILED and len(fake.issues) == 1
     assert (night.alert.filing_attempts, night.alert.filed_at) == (1, T0)
     assert not settings.effective_outbox_dir.exists() or not list(
-        settings.effective_outbox_dir.iterdir())
+        settings.effective_outbox_dir.iterdir()
+    )
     assert system_status(db, now=T0).pending_filings == []
 
 
 def test_backoff_doubles_up_to_a_cap() -> None:
     assert [backoff(n) for n in (1, 2, 3)] == [
-        timedelta(minutes=5), timedelta(minutes=10), timedelta(minutes=20)]
+        timedelta(minutes=5),
+        timedelta(minutes=10),
+        timedelta(minutes=20),
+    ]
     assert backoff(30) == timedelta(hours=6)

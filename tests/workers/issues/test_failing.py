@@ -27,14 +27,20 @@ from workers.demo.minitok import INSTALL_COMMAND, PackageRepository, make_packag
 from workers.demo.run import DEMO_MODE, DEMO_MODEL, DEMO_MODELS
 from workers.issues import pending
 
-BOOM = ("Traceback (most recent call last):\n  File \"suite/harness.py\", line 256, in run\n"
-        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x512 and 256x10)")
+BOOM = (
+    'Traceback (most recent call last):\n  File "suite/harness.py", line 256, in run\n'
+    "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x512 and 256x10)"
+)
 
 
 @pytest.fixture
 def github(configure: Callable[..., None], fake: FakeGitHub) -> FakeGitHub:
-    configure(github_repository="octo-org/perf", github_token=TOKEN,
-              github_api_url=fake.base_url, source_github_repository="pytorch/pytorch")
+    configure(
+        github_repository="octo-org/perf",
+        github_token=TOKEN,
+        github_api_url=fake.base_url,
+        source_github_repository="pytorch/pytorch",
+    )
     return fake
 
 
@@ -51,8 +57,10 @@ def test_a_benchmark_failing_two_nights_in_a_row_is_filed_once(github: FakeGitHu
     second = _night(5, rng, error=BOOM)
     (issue,) = github.issues.values()
     assert issue["title"].startswith("[perf] dqn:eval:cpu fails on ")
-    assert issue["title"].endswith("since 2026-10-04: RuntimeError: mat1 and mat2 shapes cannot "
-                                   "be multiplied (4x512 and 256x10)"), issue["title"]
+    assert issue["title"].endswith(
+        "since 2026-10-04: RuntimeError: mat1 and mat2 shapes cannot "
+        "be multiplied (4x512 and 256x10)"
+    ), issue["title"]
     body = issue["body"]
     assert "has failed on its last 2 nights" in body and "It last ran on 2026-10-03" in body
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in body
@@ -63,12 +71,13 @@ def test_a_benchmark_failing_two_nights_in_a_row_is_filed_once(github: FakeGitHu
         assert session.scalars(select(Bisection)).all() == []
     assert f"nightbench:run={second}" in body
     with session_scope() as session:
-        alert = session.scalar(select(Alert).where(Alert.run_id == second,
-                                                   Alert.kind == "failing"))
+        alert = session.scalar(select(Alert).where(Alert.run_id == second, Alert.kind == "failing"))
         assert alert is not None and alert.filing_state == FilingState.FILED
         now = datetime(2026, 10, 6, tzinfo=UTC)
-        assert any(p.startswith("benchmark dqn:eval:cpu on ") and "2 nights in a row" in p
-                   for p in system_status(session, now=now).problems)
+        assert any(
+            p.startswith("benchmark dqn:eval:cpu on ") and "2 nights in a row" in p
+            for p in system_status(session, now=now).problems
+        )
     _night(6, rng, error=BOOM)  # the same streak: no second issue, no new alert
     assert len(github.issues) == 1 and github.comments[1] == []
     again = _night(7, rng)  # runs again: the issue is told, once
@@ -94,8 +103,7 @@ def test_a_failing_benchmark_waits_in_the_outbox_while_github_refuses(
     run_id = _night(4, rng, error=BOOM)
     assert github.issues == {}
     with session_scope() as session:
-        alert = session.scalar(select(Alert).where(Alert.run_id == run_id,
-                                                   Alert.kind == "failing"))
+        alert = session.scalar(select(Alert).where(Alert.run_id == run_id, Alert.kind == "failing"))
         assert alert is not None and alert.filing_state == FilingState.FAILED_RETRYING
         status = system_status(session, now=datetime(2026, 10, 5, tzinfo=UTC))
         assert [f.kind for f in status.pending_filings] == ["failing"]
@@ -133,45 +141,70 @@ def test_a_benchmark_that_never_ran_is_not_filed(github: FakeGitHub) -> None:
         assert status.failing == [] and status.problems == []
 
 
-CRASH = ("Traceback (most recent call last):\n  File \"minitok/tokenizer.py\", line 38\n"
-         "TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+CRASH = (
+    'Traceback (most recent call last):\n  File "minitok/tokenizer.py", line 38\n'
+    "TypeError: unsupported operand type(s) for +: 'int' and 'str'"
+)
 
 
-def _breaking_repository(configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
-                         monkeypatch: pytest.MonkeyPatch, history: dict[str, Any] | None = None,
-                         **settings: object) -> PackageRepository:
+def _breaking_repository(
+    configure: Callable[..., None],
+    fake: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    history: dict[str, Any] | None = None,
+    **settings: object,
+) -> PackageRepository:
     """A real package (minitok) standing in for torch: its commit 4 of 6 makes the tokenizer
     raise (``history``: other arguments of ``make_package_repository``), and the suite's tokbag
     model, mostly minitok's tokenization, fails from there on. Bisections build it with the
     checkout provider."""
-    repo = make_package_repository(tmp_path / "minitok",
-                                   **(history or {"commits": 6, "crash_culprit": 4}))
-    configure(github_repository="octo-org/perf", github_token=TOKEN,
-              github_api_url=fake.base_url, source_github_repository="",
-              source_repo_path=repo.path, bisect_provider="checkout",
-              bisect_install_command=INSTALL_COMMAND, bisect_work_dir=tmp_path / "builds",
-              **settings)
+    repo = make_package_repository(
+        tmp_path / "minitok", **(history or {"commits": 6, "crash_culprit": 4})
+    )
+    configure(
+        github_repository="octo-org/perf",
+        github_token=TOKEN,
+        github_api_url=fake.base_url,
+        source_github_repository="",
+        source_repo_path=repo.path,
+        bisect_provider="checkout",
+        bisect_install_command=INSTALL_COMMAND,
+        bisect_work_dir=tmp_path / "builds",
+        **settings,
+    )
     monkeypatch.setenv("NIGHTBENCH_SUITE_EXTRA_MODELS", str(DEMO_MODELS))
     return repo
 
 
-def _tokbag_nights(repo: PackageRepository, between: Callable[[int], None] = lambda _: None
-                   ) -> None:
+def _tokbag_nights(
+    repo: PackageRepository, between: Callable[[int], None] = lambda _: None
+) -> None:
     """Three good nights at the repository's first commit, then two failing at its last;
     ``between(run_id)`` after each."""
     rng, tokbag = random.Random(5), BenchmarkSpec(model=DEMO_MODEL, mode=DEMO_MODE)
     for day in range(1, 6):
         good = day <= 3
-        between(posted_night(date(2026, 10, day), 10.0 if good else None, rng,
-                             error=None if good else CRASH,
-                             commit=repo.good if good else repo.bad, spec=tokbag))
+        between(
+            posted_night(
+                date(2026, 10, day),
+                10.0 if good else None,
+                rng,
+                error=None if good else CRASH,
+                commit=repo.good if good else repo.bad,
+                spec=tokbag,
+            )
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("celery_workers")
 def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
-    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, celery_workers: WorkerPool,
+    configure: Callable[..., None],
+    fake: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    celery_workers: WorkerPool,
 ) -> None:
     # The distributed path: the nights' steps, the bisection's probes and the filing run in a
     # real worker process, through Redis; GitHub refuses the token until the search has ended.
@@ -184,6 +217,7 @@ def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
             with session_scope() as session:
                 run = session.get(Run, run_id)
                 return run is not None and run.status != "detecting"
+
         wait_until(done, timeout=120, interval=0.5, what=f"run {run_id} to be detected")
 
     _tokbag_nights(repo, settled)
@@ -192,10 +226,18 @@ def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
         with session_scope() as session:
             ended = session.scalars(select(Bisection).where(Bisection.status == "done")).all()
             alert = session.scalar(select(Alert).where(Alert.kind == "failing"))
-            return bool(ended) and alert is not None \
+            return (
+                bool(ended)
+                and alert is not None
                 and alert.filing_state == FilingState.FAILED_RETRYING
-    wait_until(searched_and_refused, timeout=400, interval=1,
-               what="the bisection to end while GitHub refuses")
+            )
+
+    wait_until(
+        searched_and_refused,
+        timeout=400,
+        interval=1,
+        what="the bisection to end while GitHub refuses",
+    )
     assert fake.issues == {}
     kept = list(get_settings().effective_outbox_dir.glob("*.md"))
     assert len(kept) == 1 and "Bisection 1 searches its 6 commit(s)" in kept[0].read_text()
@@ -204,8 +246,9 @@ def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
     (issue,) = fake.issues.values()
     (told,) = fake.comments[1]
     assert "fails on cpu since 2026-10-04" in issue["title"]
-    assert told["body"].startswith(f"**Bisected: `tokbag:eval:cpu` fails from "
-                                   f"`{repo.crash[:10]}` on**:"), told["body"]
+    assert told["body"].startswith(
+        f"**Bisected: `tokbag:eval:cpu` fails from `{repo.crash[:10]}` on**:"
+    ), told["body"]
     with session_scope() as session:
         (bisection,) = session.scalars(select(Bisection)).all()
         workers = {p.worker for p in session.scalars(select(Probe))}
@@ -214,7 +257,9 @@ def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
 
 @pytest.mark.slow
 def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
-    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
+    configure: Callable[..., None],
+    fake: FakeGitHub,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Embedded (no broker): the whole chain in this thread. Each probe is a real checkout build
@@ -227,10 +272,14 @@ def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
     # The bisection ran in this thread after the issue was filed; its answer is told once.
     (told,) = fake.comments[1]
     body = told["body"]
-    assert body.startswith(f"**Bisected: `tokbag:eval:cpu` fails from `{repo.crash[:10]}` on**:"
-                           ' "Simplify how the tokenizer finds its longest piece"'), body
-    assert (f"it runs at its parent {repo.shas[3][:10]} (4 of 4 runs) and fails from "
-            f"{repo.crash[:10]} on (4 of 4 runs)") in body
+    assert body.startswith(
+        f"**Bisected: `tokbag:eval:cpu` fails from `{repo.crash[:10]}` on**:"
+        ' "Simplify how the tokenizer finds its longest piece"'
+    ), body
+    assert (
+        f"it runs at its parent {repo.shas[3][:10]} (4 of 4 runs) and fails from "
+        f"{repo.crash[:10]} on (4 of 4 runs)"
+    ) in body
     assert "TypeError: unsupported operand type(s) for +: 'int' and 'str'" in body
     with session_scope() as session:
         (bisection,) = session.scalars(select(Bisection)).all()
@@ -244,9 +293,16 @@ def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
         # Run for real, two suite processes a probe: from commit 4 on both failed with the
         # tokenizer's error, before it both ran.
         failed = {p.index for p in probes if p.errors}
-        assert failed and min(failed) == 4 and all(
-            "TypeError" in p.errors["tokbag:eval:cpu"] and "(2 of 2 runs failed)" in
-            p.errors["tokbag:eval:cpu"] for p in probes if p.errors)
+        assert (
+            failed
+            and min(failed) == 4
+            and all(
+                "TypeError" in p.errors["tokbag:eval:cpu"]
+                and "(2 of 2 runs failed)" in p.errors["tokbag:eval:cpu"]
+                for p in probes
+                if p.errors
+            )
+        )
         assert all(len(p.samples["tokbag:eval:cpu"]) == 2 for p in probes if p.index < 4)
         # What GET /api/bisections/{id} answers, in its schema.
         read = BisectionRead.model_validate(read_bisection(bisection.id, session))
@@ -259,31 +315,46 @@ def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
 
 @pytest.mark.slow
 def test_another_failure_inside_the_range_is_stepped_around_for_real(
-    configure: Callable[..., None], fake: FakeGitHub, tmp_path: Path,
+    configure: Callable[..., None],
+    fake: FakeGitHub,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Commit 4 of 8 half-renames a constant (the tokenizer raises a NameError; commit 5 finishes
     # it), commit 7 brings the nights' TypeError. The search's first probe lands on 4: failing,
     # but not as the nights did, so it counts neither way and 7 is named, not 4.
-    repo = _breaking_repository(configure, fake, tmp_path, monkeypatch, suite_timeout_s=240,
-                                history={"commits": 8, "crash_culprit": 7, "unfinished": [4]})
+    repo = _breaking_repository(
+        configure,
+        fake,
+        tmp_path,
+        monkeypatch,
+        suite_timeout_s=240,
+        history={"commits": 8, "crash_culprit": 7, "unfinished": [4]},
+    )
     _tokbag_nights(repo)
     (told,) = fake.comments[1]
-    assert told["body"].startswith(f"**Bisected: `tokbag:eval:cpu` fails from "
-                                   f"`{repo.crash[:10]}` on**"), told["body"]
+    assert told["body"].startswith(
+        f"**Bisected: `tokbag:eval:cpu` fails from `{repo.crash[:10]}` on**"
+    ), told["body"]
     assert "TypeError: unsupported operand" in told["body"]
-    assert (f"Stepped around, failing differently from the nights: `{repo.shas[4][:10]}` "
-            "(tokbag:eval:cpu: NameError: name 'UNKNOWN' is not defined") in told["body"]
+    assert (
+        f"Stepped around, failing differently from the nights: `{repo.shas[4][:10]}` "
+        "(tokbag:eval:cpu: NameError: name 'UNKNOWN' is not defined"
+    ) in told["body"]
     with session_scope() as session:
         (bisection,) = session.scalars(select(Bisection)).all()
         probes = session.scalars(select(Probe).where(Probe.bisection_id == bisection.id)).all()
-        other = {p.index: p.errors["tokbag:eval:cpu"] for p in probes
-                 if p.errors and "NameError" in p.errors["tokbag:eval:cpu"]}
+        other = {
+            p.index: p.errors["tokbag:eval:cpu"]
+            for p in probes
+            if p.errors and "NameError" in p.errors["tokbag:eval:cpu"]
+        }
         assert list(other) == [4] and "name 'UNKNOWN' is not defined" in other[4], other
         (at_four,) = [p for p in replay_failures(bisection, probes).probes if p.index == 4]
         assert at_four.status == "other" and at_four.failed == 0 and at_four.other == 2
         assert bisection.outcome == "culprit" and bisection.result["error"].startswith(
-            "tokbag:eval:cpu: TypeError")
+            "tokbag:eval:cpu: TypeError"
+        )
 
 
 def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
@@ -291,21 +362,47 @@ def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
     from workers.issues.failing import render_bisected
 
     a, b, c = ("a" * 40, "b" * 40, "c" * 40)
-    answer = {"benchmark": "dqn:eval:cpu", "status": "inconclusive", "culprit": None,
-              "range": [b, c], "change": None,
-              "reason": "the 1 commit(s) between aaaa (runs) and cccc (fails) did not build"}
-    row = Bisection(id=7, status="done", outcome="inconclusive", good=a, bad=c,
-                    benchmarks=["dqn:eval:cpu"], config={"kind": "failure"},
-                    result={"builds": 5, "rounds": 4, "culprits": [], "benchmarks": [answer],
-                            "error": "dqn:eval:cpu: RuntimeError: shapes (2 of 2 runs failed)"})
+    answer = {
+        "benchmark": "dqn:eval:cpu",
+        "status": "inconclusive",
+        "culprit": None,
+        "range": [b, c],
+        "change": None,
+        "reason": "the 1 commit(s) between aaaa (runs) and cccc (fails) did not build",
+    }
+    row = Bisection(
+        id=7,
+        status="done",
+        outcome="inconclusive",
+        good=a,
+        bad=c,
+        benchmarks=["dqn:eval:cpu"],
+        config={"kind": "failure"},
+        result={
+            "builds": 5,
+            "rounds": 4,
+            "culprits": [],
+            "benchmarks": [answer],
+            "error": "dqn:eval:cpu: RuntimeError: shapes (2 of 2 runs failed)",
+        },
+    )
     linked = Settings(source_github_repository="pytorch/pytorch")
     text = render_bisected(row, linked)
-    assert text.startswith("**Bisection 7 could not name one commit** (5 builds, 4 rounds): the "
-                           "1 commit(s) between aaaa (runs) and cccc (fails) did not build.")
-    assert (f"lies in [`{b[:10]}`](https://github.com/pytorch/pytorch/commit/{b}) .. "
-            f"[`{c[:10]}`](https://github.com/pytorch/pytorch/commit/{c}) (2 commits)") in text
+    assert text.startswith(
+        "**Bisection 7 could not name one commit** (5 builds, 4 rounds): the "
+        "1 commit(s) between aaaa (runs) and cccc (fails) did not build."
+    )
+    assert (
+        f"lies in [`{b[:10]}`](https://github.com/pytorch/pytorch/commit/{b}) .. "
+        f"[`{c[:10]}`](https://github.com/pytorch/pytorch/commit/{c}) (2 commits)"
+    ) in text
     assert "RuntimeError: shapes (2 of 2 runs failed)\n```" in text
     row.outcome, answer["reason"] = "not_reproduced", "the first failing build cccc runs"
     text = render_bisected(row, Settings(source_github_repository=""))
-    assert text.startswith("**Bisection 7 did not reproduce the failure** (5 builds, 4 rounds): "
-                           "the first failing build cccc runs.") and "lies in" not in text
+    assert (
+        text.startswith(
+            "**Bisection 7 did not reproduce the failure** (5 builds, 4 rounds): "
+            "the first failing build cccc runs."
+        )
+        and "lies in" not in text
+    )

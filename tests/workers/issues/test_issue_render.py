@@ -225,34 +225,76 @@ def test_inconclusive_range_title_and_body() -> None:
 
 def test_not_reproduced_and_inconclusive_bisections_give_their_own_reason() -> None:
     why = "the endpoints differ by +3.1%, below the 5% that counts"
-    body = render_issue(report(bisection=Bisection(
-        outcome="not_reproduced", good=PARENT, bad=CULPRIT, commits=33, builds=2, reason=why,
-    ))).body
+    body = render_issue(
+        report(
+            bisection=Bisection(
+                outcome="not_reproduced",
+                good=PARENT,
+                bad=CULPRIT,
+                commits=33,
+                builds=2,
+                reason=why,
+            )
+        )
+    ).body
     assert "Bisection did not reproduce the change between " in body
     assert f": {why}. That does not clear the nights above" in body
     # Without its reason (a report from an older bisection) the sentence still stands.
-    body = render_issue(report(bisection=Bisection(
-        outcome="not_reproduced", good=PARENT, bad=CULPRIT, commits=33, builds=2,
-    ))).body
+    body = render_issue(
+        report(
+            bisection=Bisection(
+                outcome="not_reproduced",
+                good=PARENT,
+                bad=CULPRIT,
+                commits=33,
+                builds=2,
+            )
+        )
+    ).body
     assert ": the endpoints measured alike. That does not clear" in body
-    body = render_issue(report(bisection=Bisection(
-        outcome="inconclusive", good=PARENT, bad=CULPRIT, commits=33, builds=9,
-        reason="undecided after 48 samples",
-    ))).body
+    body = render_issue(
+        report(
+            bisection=Bisection(
+                outcome="inconclusive",
+                good=PARENT,
+                bad=CULPRIT,
+                commits=33,
+                builds=9,
+                reason="undecided after 48 samples",
+            )
+        )
+    ).body
     assert "without singling out one commit: undecided after 48 samples." in body
     assert "too close to call" not in body  # the reason says why, not a guess
     # A failed endpoint build is not a close call: the issue says what happened.
     failed = "the good endpoint failed to build: setup.py exited 1"
-    body = render_issue(report(bisection=Bisection(
-        outcome="inconclusive", good=PARENT, bad=CULPRIT, commits=33, builds=1, reason=failed,
-    ))).body
+    body = render_issue(
+        report(
+            bisection=Bisection(
+                outcome="inconclusive",
+                good=PARENT,
+                bad=CULPRIT,
+                commits=33,
+                builds=1,
+                reason=failed,
+            )
+        )
+    ).body
     assert f"without singling out one commit: {failed}." in body
     assert f"({failed})." in body.split("## Commit range")[1]
     assert "too close to call" not in body and "could not tell the commits apart" not in body
     # Without a reason (an older bisection's report) the old words stand.
-    body = render_issue(report(bisection=Bisection(
-        outcome="inconclusive", good=PARENT, bad=CULPRIT, commits=33, builds=9,
-    ))).body
+    body = render_issue(
+        report(
+            bisection=Bisection(
+                outcome="inconclusive",
+                good=PARENT,
+                bad=CULPRIT,
+                commits=33,
+                builds=9,
+            )
+        )
+    ).body
     assert "the measurements there were too close to call." in body
     assert "could not tell the commits apart even with extra samples" in body
 
@@ -382,7 +424,8 @@ def test_a_build_identity_change_is_said_under_the_environment_table() -> None:
     body = render_issue(report(build_changes=(line,))).body
     environment = body.split("## Environment", 1)[1].split("\n## ", 1)[0]
     assert environment.rstrip().endswith(
-        "**Build identity changed** between the baseline nights and tonight:\n- " + line)
+        "**Build identity changed** between the baseline nights and tonight:\n- " + line
+    )
 
 
 def test_reproduction_commands_are_copy_paste_ready() -> None:

@@ -137,10 +137,24 @@ class World:
         """``beside``: the previous night's build measured beside the re-run at this level (ms):
         a paired confirmation (:mod:`service.regressions.paired`)."""
         run = self._run(night, sha(f"torch-{night}"), commit_range=commit_range)
-        confirm = self._run(night, run.torch_git_commit, kind="confirm", parent_run_id=run.id,
-                            options={"paired_spec": "torch==2.13.0"} if beside else {})
-        paired = self._run(night, "previous", kind="replicate", parent_run_id=confirm.id,
-                           options={"origin": "paired", "round": 1}) if beside else None
+        confirm = self._run(
+            night,
+            run.torch_git_commit,
+            kind="confirm",
+            parent_run_id=run.id,
+            options={"paired_spec": "torch==2.13.0"} if beside else {},
+        )
+        paired = (
+            self._run(
+                night,
+                "previous",
+                kind="replicate",
+                parent_run_id=confirm.id,
+                options={"origin": "paired", "round": 1},
+            )
+            if beside
+            else None
+        )
         alert = Alert(run_id=run.id, kind="regression", status="open")
         self.s.add(alert)
         self.s.flush()
@@ -297,22 +311,48 @@ def test_the_issue_says_when_the_build_variant_changed_since_the_baseline_nights
     assert "suite requirements" not in environment
 
 
-@pytest.mark.parametrize(("spread", "words"), [
-    (0.075, "spread 7.5%, so it alerts only from +22.5% (3 times that spread), which this "
-            "change (+25.0%) cleared."),
-    # Darkened after it was raised (the night's re-check runs once the night is settled).
-    (0.1, "spread 10.0%, so it alerts only from +30.0% (3 times that spread), which this "
-          "change (+25.0%, raised before the verdict) did not."),
-])
+@pytest.mark.parametrize(
+    ("spread", "words"),
+    [
+        (
+            0.075,
+            "spread 7.5%, so it alerts only from +22.5% (3 times that spread), which this "
+            "change (+25.0%) cleared.",
+        ),
+        # Darkened after it was raised (the night's re-check runs once the night is settled).
+        (
+            0.1,
+            "spread 10.0%, so it alerts only from +30.0% (3 times that spread), which this "
+            "change (+25.0%, raised before the verdict) did not.",
+        ),
+    ],
+)
 def test_the_issue_of_an_unstable_benchmark_says_its_spread_and_the_bar_it_cleared(
-    db: Session, world: World, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings,
-    spread: float, words: str,
+    db: Session,
+    world: World,
+    fake: FakeGitHub,
+    tracker: GitHubTracker,
+    settings: Settings,
+    spread: float,
+    words: str,
 ) -> None:
     night = world.regressed_night(date(2026, 11, 11), {("resnet18", "eval"): 12.5})
     result = db.scalar(select(Result).where(Result.run_id == night.run.id))
-    db.add(BenchmarkStability(model="resnet18", mode="eval", device="cpu", compiler="eager",
-                              machine_id=result.machine_id, repeats=10, medians_ms=[10.0] * 10,
-                              cv=0.02, spread=spread, unstable=True, threshold=0.07))
+    db.add(
+        BenchmarkStability(
+            model="resnet18",
+            mode="eval",
+            device="cpu",
+            compiler="eager",
+            machine_id=result.machine_id,
+            repeats=10,
+            medians_ms=[10.0] * 10,
+            cv=0.02,
+            spread=spread,
+            unstable=True,
+            threshold=0.07,
+        )
+    )
     db.flush()
     file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
     history = fake.issues[1]["body"].split("## History", 1)[1]
@@ -320,15 +360,31 @@ def test_the_issue_of_an_unstable_benchmark_says_its_spread_and_the_bar_it_clear
 
 
 def test_a_verdict_of_another_machine_says_nothing_in_the_issue(
-    db: Session, world: World, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings,
+    db: Session,
+    world: World,
+    fake: FakeGitHub,
+    tracker: GitHubTracker,
+    settings: Settings,
 ) -> None:
     night = world.regressed_night(date(2026, 11, 11), {("resnet18", "eval"): 12.5})
     other = Machine(fingerprint="f" * 64, device_class="cpu", cpu_model="another-cpu")
     db.add(other)
     db.flush()
-    db.add(BenchmarkStability(model="resnet18", mode="eval", device="cpu", compiler="eager",
-                              machine_id=other.id, repeats=10, medians_ms=[10.0] * 10,
-                              cv=0.02, spread=0.1, unstable=True, threshold=0.07))
+    db.add(
+        BenchmarkStability(
+            model="resnet18",
+            mode="eval",
+            device="cpu",
+            compiler="eager",
+            machine_id=other.id,
+            repeats=10,
+            medians_ms=[10.0] * 10,
+            cv=0.02,
+            spread=0.1,
+            unstable=True,
+            threshold=0.07,
+        )
+    )
     db.flush()
     file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
     assert "marked unstable" not in fake.issues[1]["body"]
@@ -360,14 +416,30 @@ def test_issue_created_before_a_crash_is_adopted_not_duplicated(
     assert [r.number for r in records(db)] == [1]
 
 
-def _file_with_culprit(db: Session, world: World, tracker: GitHubTracker, settings: Settings,
-                       commits: list[dict], culprit: str, night: date, ms: float):
+def _file_with_culprit(
+    db: Session,
+    world: World,
+    tracker: GitHubTracker,
+    settings: Settings,
+    commits: list[dict],
+    culprit: str,
+    night: date,
+    ms: float,
+):
     """A night where resnet18 eval regressed to ``ms`` (from 10 ms), filed against ``culprit``."""
-    found = {"resnet18:eval:cpu": BenchmarkOutcome(
-        "resnet18:eval:cpu", "culprit", culprit, (culprit,), 0.25)}
+    found = {
+        "resnet18:eval:cpu": BenchmarkOutcome(
+            "resnet18:eval:cpu", "culprit", culprit, (culprit,), 0.25
+        )
+    }
     regressed = world.regressed_night(night, {("resnet18", "eval"): ms})
-    filed = file_alert(db, alert_id=regressed.alert.id, settings=settings, tracker=tracker,
-                       bisection=bisection_for(commits, found))
+    filed = file_alert(
+        db,
+        alert_id=regressed.alert.id,
+        settings=settings,
+        tracker=tracker,
+        bisection=bisection_for(commits, found),
+    )
     return regressed, filed
 
 
@@ -376,10 +448,12 @@ def test_recurrence_comments_still_regressed_instead_of_a_second_issue(
 ) -> None:
     commits = commit_range("r1", 6)
     culprit = commits[3]["sha"]
-    first, _ = _file_with_culprit(db, world, tracker, settings, commits, culprit,
-                                  date(2026, 11, 11), 12.5)
-    second, filed = _file_with_culprit(db, world, tracker, settings, commits, culprit,
-                                       date(2026, 11, 12), 12.6)
+    first, _ = _file_with_culprit(
+        db, world, tracker, settings, commits, culprit, date(2026, 11, 11), 12.5
+    )
+    second, filed = _file_with_culprit(
+        db, world, tracker, settings, commits, culprit, date(2026, 11, 12), 12.6
+    )
 
     assert [f.action for f in filed] == ["commented"]
     assert len(fake.issues) == 1
@@ -394,10 +468,18 @@ def test_recurrence_comments_still_regressed_instead_of_a_second_issue(
         second.regressions["resnet18:eval:cpu"].id,
     }
     # A task retried for the second night does not comment twice.
-    found = {"resnet18:eval:cpu": BenchmarkOutcome(
-        "resnet18:eval:cpu", "culprit", culprit, (culprit,), 0.25)}
-    file_alert(db, alert_id=second.alert.id, settings=settings, tracker=tracker,
-               bisection=bisection_for(commits, found))
+    found = {
+        "resnet18:eval:cpu": BenchmarkOutcome(
+            "resnet18:eval:cpu", "culprit", culprit, (culprit,), 0.25
+        )
+    }
+    file_alert(
+        db,
+        alert_id=second.alert.id,
+        settings=settings,
+        tracker=tracker,
+        bisection=bisection_for(commits, found),
+    )
     assert len(fake.comments[1]) == 1
 
 
@@ -408,8 +490,9 @@ def test_a_closed_issue_is_not_commented_on_the_regression_gets_a_fresh_one(
     culprit = commits[2]["sha"]
     _file_with_culprit(db, world, tracker, settings, commits, culprit, date(2026, 11, 11), 12.5)
     fake.close_issue(1)
-    _, filed = _file_with_culprit(db, world, tracker, settings, commits, culprit,
-                                  date(2026, 11, 12), 12.5)
+    _, filed = _file_with_culprit(
+        db, world, tracker, settings, commits, culprit, date(2026, 11, 12), 12.5
+    )
     assert [f.action for f in filed] == ["created"]
     assert sorted(fake.issues) == [1, 2] and fake.comments[1] == []
     assert [(r.number, r.state) for r in records(db)] == [(1, "closed"), (2, "open")]
@@ -494,7 +577,9 @@ def test_one_issue_per_culprit_and_per_inconclusive_range(
     assert "--install 'pip install -e .'" in body
     bert_body = next(i for i in fake.issues.values() if "bert" in i["title"])["body"]
     assert "cc @" not in bert_body
-    assert "without singling out one commit: undecided after 240 samples." in bert_body  # the track's reason
+    assert (
+        "without singling out one commit: undecided after 240 samples." in bert_body
+    )  # the track's reason
     for s in shas[4:7]:
         assert s[:7] in bert_body.split("## Commit range")[1].split("##")[0]
     per_issue = {f.number: set(f.regression_ids) for f in filed}
@@ -665,8 +750,7 @@ def test_sync_task_commits_through_celery(
     from workers import tasks
     from workers.app import app
 
-    configure(github_repository="octo-org/perf", github_token=TOKEN,
-              github_api_url=fake.base_url)
+    configure(github_repository="octo-org/perf", github_token=TOKEN, github_api_url=fake.base_url)
     assert "sync-issues" in app.conf.beat_schedule
     assert app.conf.beat_schedule["sync-issues"]["task"] == tasks.sync_issues.name == "issues.sync"
 
@@ -763,8 +847,9 @@ def _fourteen_nights_then_a_step(db: Session, beside: float | None = None) -> tu
     re-run beside the previous night's build at ``beside`` ms, when given)."""
     world = World(db)
     world.history([("resnet18", "eval")], 14, date(2026, 10, 20))
-    return world, world.regressed_night(date(2026, 11, 3), {("resnet18", "eval"): 12.5},
-                                        beside=beside)
+    return world, world.regressed_night(
+        date(2026, 11, 3), {("resnet18", "eval"): 12.5}, beside=beside
+    )
 
 
 def test_confidence_is_the_detectors_confirmation_test_over_tonight_and_the_rerun(
@@ -787,8 +872,10 @@ def test_a_paired_confirmation_is_in_the_issue_and_its_confidence(
     _, night = _fourteen_nights_then_a_step(db, beside=10.1)
     file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
     body = fake.issues[1]["body"]
-    assert ("resnet18 eval cpu latency +26.2% (30 samples; +25.0% against the previous night's "
-            "build measured beside it, 1 process(es))") in " ".join(body.split())
+    assert (
+        "resnet18 eval cpu latency +26.2% (30 samples; +25.0% against the previous night's "
+        "build measured beside it, 1 process(es))"
+    ) in " ".join(body.split())
     # The confidence is the confirmation's own judgement: the re-run at the baseline times the
     # paired ratio, still above all 14 nights.
     assert "| **+25.0%** | p = 0.008 (tonight and its re-run vs 14 nights) |" in body
@@ -798,16 +885,23 @@ def test_a_paired_check_compares_the_medians_of_process_medians_on_both_sides(
     db: Session, fake: FakeGitHub, tracker: GitHubTracker, settings: Settings
 ) -> None:
     world, night = _fourteen_nights_then_a_step(db, beside=10.1)
-    confirm = db.scalars(select(Run).where(Run.parent_run_id == night.run.id,
-                                           Run.kind == "confirm")).one()
+    confirm = db.scalars(
+        select(Run).where(Run.parent_run_id == night.run.id, Run.kind == "confirm")
+    ).one()
     # The re-run's own rounds: two more processes of tonight's build at 11.11 ms. Its level is
     # the median of 12.625, 11.11 and 11.11, as the confirmation judged it: +10.0% against the
     # previous build's 10.1 ms, not its first process's +25.0%.
     for number in (2, 3):
-        round_run = world._run(date(2026, 11, 3), "tonight", kind="replicate",
-                               parent_run_id=confirm.id, options={"origin": "night", "round": number})
+        round_run = world._run(
+            date(2026, 11, 3),
+            "tonight",
+            kind="replicate",
+            parent_run_id=confirm.id,
+            options={"origin": "night", "round": number},
+        )
         world._result(round_run, "resnet18", "eval", 11.11, n=30)
     file_alert(db, alert_id=night.alert.id, settings=settings, tracker=tracker)
     body = " ".join(fake.issues[1]["body"].split())
-    assert ("+10.0% against the previous night's build measured beside it, 1 process(es)"
-            in body), body
+    assert "+10.0% against the previous night's build measured beside it, 1 process(es)" in body, (
+        body
+    )

@@ -39,17 +39,25 @@ COMMENTS = r"/repos/octo-org/perf/issues/\d+/comments"
 @pytest.fixture
 def github(configure: Callable[..., None], fake: FakeGitHub) -> FakeGitHub:
     """The deployment files on the stand-in (what a fresh process reads from its settings)."""
-    configure(github_repository="octo-org/perf", github_token=TOKEN,
-              github_api_url=fake.base_url)
+    configure(github_repository="octo-org/perf", github_token=TOKEN, github_api_url=fake.base_url)
     return fake
 
 
 @pytest.fixture
 def tracker(github: FakeGitHub) -> GitHubTracker:
     # One urllib3 retry, two sends per write and a 1 s timeout: a fault burst outlasts an attempt.
-    return GitHubTracker("octo-org/perf", SecretStr(TOKEN), api_url=github.base_url, retries=1,
-                         backoff_factor=0.001, write_attempts=2, seconds_between_requests=None,
-                         seconds_between_writes=None, timeout=1, sleep=lambda _s: None)
+    return GitHubTracker(
+        "octo-org/perf",
+        SecretStr(TOKEN),
+        api_url=github.base_url,
+        retries=1,
+        backoff_factor=0.001,
+        write_attempts=2,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+        timeout=1,
+        sleep=lambda _s: None,
+    )
 
 
 def _past_deadline() -> tuple[int, int, datetime]:
@@ -59,8 +67,9 @@ def _past_deadline() -> tuple[int, int, datetime]:
     steps = deadline.check_deadline(run_id, now=t0)
     assert [s.task for s in steps] == ["night.file_missing", "night.finish"]
     with session_scope() as session:
-        alert = session.scalar(select(Alert).where(Alert.run_id == run_id,
-                                                   Alert.kind == "missing_data"))
+        alert = session.scalar(
+            select(Alert).where(Alert.run_id == run_id, Alert.kind == "missing_data")
+        )
         assert alert is not None
         return run_id, alert.id, t0
 
@@ -89,7 +98,10 @@ def test_missing_data_is_stored_pending_and_filed_once_after_5xx_and_timeouts(
     # Stored before any attempt: pending and due, listed by status.
     alert = _alert(alert_id)
     assert (alert.filing_state, alert.filing_attempts, alert.filing_next_at) == (
-        FilingState.PENDING, 0, t0)
+        FilingState.PENDING,
+        0,
+        t0,
+    )
     with session_scope() as session:
         [listed] = system_status(session, now=t0).pending_filings
     assert (listed.alert_id, listed.kind, listed.state) == (alert_id, "missing_data", "pending")
@@ -134,8 +146,9 @@ def test_missing_data_is_stored_pending_and_filed_once_after_5xx_and_timeouts(
     again = pending.file_missing_data(run_id, tracker=tracker)
     assert again is not None and again.state == FilingState.FILED
     with session_scope() as session:
-        assert pending.retry_due(session, settings=get_settings(), tracker=tracker,
-                                 force=True) == []
+        assert (
+            pending.retry_due(session, settings=get_settings(), tracker=tracker, force=True) == []
+        )
     assert len(_missing_issues(github)) == 1
 
 
@@ -144,8 +157,13 @@ def test_an_issue_created_whose_answer_was_lost_is_adopted_not_filed_again(
 ) -> None:
     run_id, alert_id, t0 = _past_deadline()
     # GitHub creates the issue, answers 502, and keeps answering 502 for the lookups after it.
-    github.fail("POST", r"/repos/octo-org/perf/issues", status=502, after=True,
-                then=(Fault("*", ".*", 502, times=1000),))
+    github.fail(
+        "POST",
+        r"/repos/octo-org/perf/issues",
+        status=502,
+        after=True,
+        then=(Fault("*", ".*", 502, times=1000),),
+    )
     first = pending.file_missing_data(run_id, tracker=tracker, now=t0)
     assert first is not None and first.state == FilingState.FAILED_RETRYING
     assert len(_missing_issues(github)) == 1
@@ -178,10 +196,15 @@ def test_a_refused_token_is_pending_in_status_and_a_fresh_process_files_it(
         body = client.get("/api/status").json()
     [listed] = body["pending_filings"]
     assert (listed["alert_id"], listed["kind"], listed["state"], listed["attempts"]) == (
-        alert_id, "missing_data", "failed_retrying", 1)
+        alert_id,
+        "missing_data",
+        "failed_retrying",
+        1,
+    )
     assert "401" in listed["last_error"] and "NIGHTBENCH_GITHUB_TOKEN" in listed["last_error"]
-    assert any(p.startswith(f"alert {alert_id} ") and "missing-data issue" in p
-               for p in body["problems"])
+    assert any(
+        p.startswith(f"alert {alert_id} ") and "missing-data issue" in p for p in body["problems"]
+    )
     shown = CliRunner().invoke(app, ["status", "--json"])
     assert shown.exit_code == 1
     assert [f["alert_id"] for f in json.loads(shown.output)["pending_filings"]] == [alert_id]
@@ -189,15 +212,27 @@ def test_a_refused_token_is_pending_in_status_and_a_fresh_process_files_it(
     # The worker that tried is gone; the token is fixed; a fresh process files from Postgres.
     github.token = TOKEN
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    retried = subprocess.run([sys.executable, "-m", "workers.cli", "issues", "retry"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=120)
+    retried = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "issues", "retry"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert retried.returncode == 0, retried.stdout + retried.stderr
     [issue] = _missing_issues(github)
     assert f"alert {alert_id}: filed {issue['html_url']}" in retried.stdout
     alert = _alert(alert_id)
     assert (alert.filing_state, alert.filing_attempts, alert.filing_error) == ("filed", 2, None)
-    again = subprocess.run([sys.executable, "-m", "workers.cli", "issues", "retry"], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "issues", "retry"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0 and "no filing pending" in again.stdout
     assert len(_missing_issues(github)) == 1
 
@@ -206,8 +241,9 @@ def _breaks_comments(fake: FakeGitHub, how: str) -> None:
     if how == "5xx burst":
         fake.fail("POST", COMMENTS, status=500, times=1000)
     else:  # GitHub posts the comment, answers 502, and keeps failing the lookups after it
-        fake.fail("POST", COMMENTS, status=502, after=True,
-                  then=(Fault("*", ".*", 502, times=1000),))
+        fake.fail(
+            "POST", COMMENTS, status=502, after=True, then=(Fault("*", ".*", 502, times=1000),)
+        )
 
 
 @pytest.mark.parametrize("how", ["5xx burst", "applied then 502"])
@@ -242,7 +278,8 @@ def test_data_that_came_later_is_told_once_after_a_failed_comment(
     assert len(github.comments.get(number, [])) == (1 if how == "applied then 502" else 0)
     # No second outbox copy of an issue already on GitHub: what is left is the comment.
     assert not get_settings().effective_outbox_dir.exists() or not list(
-        get_settings().effective_outbox_dir.glob("issue-*.md"))
+        get_settings().effective_outbox_dir.glob("issue-*.md")
+    )
 
     github.heal()
     [told] = _retry(tracker, now + pending.backoff(1))

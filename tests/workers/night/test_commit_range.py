@@ -23,7 +23,9 @@ SPEC = BenchmarkSpec(model="dqn", mode="eval")
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _make_repo(path: Path, n: int) -> list[str]:
@@ -42,8 +44,11 @@ def _make_repo(path: Path, n: int) -> list[str]:
 
 def _stored_night(day: int, commit: str) -> int:
     with session_scope() as session:
-        run = runs.create_run(session, night=date(2026, 9, day),
-                              benchmarks=[BenchmarkSpec(model="resnet18", mode="eval")])
+        run = runs.create_run(
+            session,
+            night=date(2026, 9, day),
+            benchmarks=[BenchmarkSpec(model="resnet18", mode="eval")],
+        )
         run.torch_git_commit = commit
         runs.finish_run(session, run=run, status="complete")
         return run.id
@@ -75,17 +80,34 @@ def _night_with_latency(day: int, commit: str, level_ms: float, rng: random.Rand
         run.torch_git_commit = commit
         job = runs.list_jobs(session, run_id=run.id)[0]
         samples = [level_ms * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
-        store_record(session, run=run, job=job, record={
-            "model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
-            "environment": {**ENV, "torch_git_version": commit},
-            "metrics": [{"metric": "latency", "unit": "ms",
-                                             "samples": samples, "median": sorted(samples)[10],
-                                             "iqr": 0.1}]})
+        store_record(
+            session,
+            run=run,
+            job=job,
+            record={
+                "model": "dqn",
+                "mode": "eval",
+                "device": "cpu",
+                "benchmark_version": "v1",
+                "environment": {**ENV, "torch_git_version": commit},
+                "metrics": [
+                    {
+                        "metric": "latency",
+                        "unit": "ms",
+                        "samples": samples,
+                        "median": sorted(samples)[10],
+                        "iqr": 0.1,
+                    }
+                ],
+            },
+        )
         runs.end_job(session, job=job, error=None)
-        assessed = regressions.assess_run(session, run=run, threshold_for=lambda m, b: 0.07,
-                                          baseline_nights=60)
-        regressions.record_regressions(session, run=run, assessed=assessed,
-                                       threshold_for=lambda m, b: 0.07)
+        assessed = regressions.assess_run(
+            session, run=run, threshold_for=lambda m, b: 0.07, baseline_nights=60
+        )
+        regressions.record_regressions(
+            session, run=run, assessed=assessed, threshold_for=lambda m, b: 0.07
+        )
         for r in regressions.pending_regressions(session, run_id=run.id):
             r.confirmation = "not_possible"  # no re-run: the next night decides
         runs.finish_run(session, run=run, status="complete")
@@ -93,7 +115,8 @@ def _night_with_latency(day: int, commit: str, level_ms: float, rng: random.Rand
 
 
 def test_a_step_raised_on_its_second_night_is_searched_from_the_night_before_it(
-    tmp_path: Path, configure: Callable[..., None],
+    tmp_path: Path,
+    configure: Callable[..., None],
 ) -> None:
     # Eight nights at 10 ms, then 13 ms from night 9 (commit 9), raised on night 10 once it
     # persisted: the culprit lies between night 8's build and night 9's. The range must hold
@@ -102,8 +125,10 @@ def test_a_step_raised_on_its_second_night_is_searched_from_the_night_before_it(
     shas = _make_repo(tmp_path / "src", 12)
     configure(source_repo_path=tmp_path / "src")
     rng = random.Random(5)
-    ids = {day: _night_with_latency(day, shas[day], 10.0 if day < 9 else 13.0, rng)
-           for day in range(1, 11)}
+    ids = {
+        day: _night_with_latency(day, shas[day], 10.0 if day < 9 else 13.0, rng)
+        for day in range(1, 11)
+    }
     with session_scope() as session:
         (candidate,) = session.scalars(select(Regression).where(Regression.run_id == ids[9]))
         assert candidate.confirmation == "not_possible"
@@ -127,7 +152,8 @@ def test_a_step_raised_on_its_second_night_is_searched_from_the_night_before_it(
 
 
 def test_a_step_whose_second_night_came_out_low_is_searched_from_before_its_first_night(
-    tmp_path: Path, configure: Callable[..., None],
+    tmp_path: Path,
+    configure: Callable[..., None],
 ) -> None:
     # Twenty nights at 10 ms, the culprit in night 21's build (12.8 ms), night 22 back at 10 ms
     # (a low night), then 13 ms: the step is raised on night 24 from the run of nights 23 and
@@ -138,11 +164,13 @@ def test_a_step_whose_second_night_came_out_low_is_searched_from_before_its_firs
     configure(source_repo_path=tmp_path / "src")
     rng = random.Random(7)
     level = {21: 12.8, 22: 10.0, 23: 13.0, 24: 13.0}
-    ids = {day: _night_with_latency(day, shas[day], level.get(day, 10.0), rng)
-           for day in range(1, 25)}
+    ids = {
+        day: _night_with_latency(day, shas[day], level.get(day, 10.0), rng) for day in range(1, 25)
+    }
     with session_scope() as session:
-        raised = session.scalars(select(Regression).where(
-            Regression.confirmation == "reproduced")).all()
+        raised = session.scalars(
+            select(Regression).where(Regression.confirmation == "reproduced")
+        ).all()
         assert [r.run_id for r in raised] == [ids[24]], [(r.run_id, r.reason) for r in raised]
         assert raised[0].first_night == date(2026, 9, 21), raised[0].reason
         start = regressions.range_start(session, run=runs.get_run(session, ids[24]))

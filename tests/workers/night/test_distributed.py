@@ -23,20 +23,29 @@ def _run_status(run_id: int) -> str | None:
 
 def test_night_through_a_worker_process(celery_workers: WorkerPool, tmp_path) -> None:  # type: ignore[no-untyped-def]
     celery_workers.start("cpu", log_dir=tmp_path)
-    specs = [BenchmarkSpec(model="resnet18", mode="eval"), BenchmarkSpec(model="resnet18", mode="train")]
+    specs = [
+        BenchmarkSpec(model="resnet18", mode="eval"),
+        BenchmarkSpec(model="resnet18", mode="train"),
+    ]
     run_id = nightly.create_night(night=date(2026, 11, 5), benchmarks=specs)
     nightly.enqueue_jobs(run_id)
-    wait_until(lambda: _run_status(run_id) == "complete", timeout=240, what=f"run {run_id} complete")
+    wait_until(
+        lambda: _run_status(run_id) == "complete", timeout=240, what=f"run {run_id} complete"
+    )
     with session_scope() as session:
         jobs = list(session.scalars(select(Job).where(Job.run_id == run_id)))
         assert {j.status for j in jobs} == {"done"}
         assert all(j.worker and j.worker.startswith("w0@") for j in jobs)
         per_metric = session.execute(
             select(Result.model, Result.mode, Result.metric, func.count())
-            .where(Result.run_id == run_id).group_by(Result.model, Result.mode, Result.metric)
+            .where(Result.run_id == run_id)
+            .group_by(Result.model, Result.mode, Result.metric)
         ).all()
         assert per_metric and all(count == 1 for *_, count in per_metric)
-        assert {(m, mode) for m, mode, *_ in per_metric} == {("resnet18", "eval"), ("resnet18", "train")}
+        assert {(m, mode) for m, mode, *_ in per_metric} == {
+            ("resnet18", "eval"),
+            ("resnet18", "train"),
+        }
         run = session.get(Run, run_id)
         assert run is not None and run.finished_at is not None
         # Detection ran after the last job ended.
@@ -46,8 +55,22 @@ def test_night_through_a_worker_process(celery_workers: WorkerPool, tmp_path) ->
 def test_nightly_cli_dispatches_to_workers(celery_workers: WorkerPool, tmp_path) -> None:  # type: ignore[no-untyped-def]
     celery_workers.start("cpu", log_dir=tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "nightly", "--models", "resnet18", "--modes", "eval",
-         "--date", "2026-11-06"], cwd=ROOT, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "workers.cli",
+            "nightly",
+            "--models",
+            "resnet18",
+            "--modes",
+            "eval",
+            "--date",
+            "2026-11-06",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "complete" in proc.stdout
@@ -60,7 +83,10 @@ def test_nightly_cli_dispatches_to_workers(celery_workers: WorkerPool, tmp_path)
 
 @pytest.mark.measured
 def test_a_regressed_night_through_real_workers_to_its_filed_issue(
-    celery_workers: WorkerPool, tmp_path, configure, monkeypatch  # type: ignore[no-untyped-def]
+    celery_workers: WorkerPool,
+    tmp_path,
+    configure,
+    monkeypatch,  # type: ignore[no-untyped-def]
 ) -> None:
     """The whole chain on worker processes: measure, detect, confirm by a re-run, file.
 
@@ -79,8 +105,9 @@ def test_a_regressed_night_through_real_workers_to_its_filed_issue(
     for day in range(1, 5):
         run_id = nightly.create_night(night=date(2026, 11, day), benchmarks=spec)
         nightly.enqueue_jobs(run_id)
-        wait_until(lambda r=run_id: _run_status(r) == "complete", timeout=180,
-                   what=f"quiet night {day}")
+        wait_until(
+            lambda r=run_id: _run_status(r) == "complete", timeout=180, what=f"quiet night {day}"
+        )
     celery_workers.kill(quiet)
     monkeypatch.setenv("NIGHTBENCH_SUITE_INJECT_WORK", "resnet18:eval=3.0")
     celery_workers.start("cpu", log_dir=tmp_path, name="w1")
@@ -89,19 +116,25 @@ def test_a_regressed_night_through_real_workers_to_its_filed_issue(
 
     def filed() -> bool:
         with session_scope() as session:
-            return session.scalar(select(Alert.status).where(
-                Alert.run_id == run_id, Alert.kind == "regression")) == "filed"
+            return (
+                session.scalar(
+                    select(Alert.status).where(Alert.run_id == run_id, Alert.kind == "regression")
+                )
+                == "filed"
+            )
 
     wait_until(filed, timeout=300, interval=1, what="the regression to be filed")
     with session_scope() as session:
-        latency = session.scalar(select(Regression).where(
-            Regression.run_id == run_id, Regression.metric == "latency"))
+        latency = session.scalar(
+            select(Regression).where(Regression.run_id == run_id, Regression.metric == "latency")
+        )
         assert latency is not None and latency.confirmation == "reproduced", latency
         assert latency.change is not None and latency.change > 0.3
         confirm = session.scalar(select(Run).where(Run.parent_run_id == run_id))
         assert confirm is not None and confirm.status == "complete"
-        workers = set(session.scalars(select(Job.worker).where(
-            Job.run_id.in_((run_id, confirm.id)))))
+        workers = set(
+            session.scalars(select(Job.worker).where(Job.run_id.in_((run_id, confirm.id))))
+        )
         assert workers and all(w.startswith("w1@") for w in workers)
     [issue] = (tmp_path / "outbox").glob("issue-*.md")
     assert "resnet18 eval cpu latency" in issue.read_text()

@@ -19,22 +19,45 @@ def test_nightly_on_the_embedded_default_migrates_measures_and_compares(tmp_path
     outputs = []
     for day in ("2026-11-01", "2026-11-02"):
         proc = subprocess.run(
-            [sys.executable, "-m", "workers.cli", "nightly", "--models", "dqn", "--modes", "eval",
-             "--date", day],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            [
+                sys.executable,
+                "-m",
+                "workers.cli",
+                "nightly",
+                "--models",
+                "dqn",
+                "--modes",
+                "eval",
+                "--date",
+                day,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         outputs.append(proc.stdout)
     assert "dqn:eval:cpu" in outputs[0] and "no_baseline" in outputs[0]
     db = tmp_path / "data" / "nightbench.db"
     with sqlite3.connect(db) as conn:
-        nights = conn.execute("SELECT night, status FROM runs WHERE kind = 'nightly' "
-                              "ORDER BY night").fetchall()
-        latency = conn.execute("SELECT count(*) FROM results WHERE model = 'dqn' AND "
-                               "metric = 'latency' AND median > 0").fetchone()[0]
+        nights = conn.execute(
+            "SELECT night, status FROM runs WHERE kind = 'nightly' ORDER BY night"
+        ).fetchall()
+        latency = conn.execute(
+            "SELECT count(*) FROM results WHERE model = 'dqn' AND metric = 'latency' AND median > 0"
+        ).fetchone()[0]
         revision = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
     assert [n for n, _ in nights] == ["2026-11-01", "2026-11-02"]
     assert all(status == "complete" for _, status in nights), nights
     assert latency == 2
-    heads = subprocess.run([sys.executable, "-m", "alembic", "heads"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, check=True).stdout
+    heads = subprocess.run(
+        [sys.executable, "-m", "alembic", "heads"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert revision in heads  # migrated to the newest revision

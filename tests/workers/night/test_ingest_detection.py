@@ -26,8 +26,13 @@ def test_posted_runs_are_detected_and_filed(database_url: str, tmp_path: Path) -
     second = _posted_night(10, 13.0, rng)
     with session_scope() as session:
         assert session.get(Run, first).status == "complete"
-        regs = list(session.scalars(select(Regression).where(
-            Regression.direction == "regression", Regression.alertable.is_(True))))
+        regs = list(
+            session.scalars(
+                select(Regression).where(
+                    Regression.direction == "regression", Regression.alertable.is_(True)
+                )
+            )
+        )
         assert regs, "a persistent +30% step in posted results was not flagged"
         assert all(r.confirmation in ("reproduced", "not_possible") for r in regs)
         assert any(r.run_id == second and r.confirmation == "reproduced" for r in regs)
@@ -45,10 +50,21 @@ def test_unstable_benchmark_is_shown_not_alerted(configure: Callable[..., None])
     configure(stability_recheck_min_processes=1000)
     with session_scope() as session:
         machine = get_or_create_machine(session, environment=ENV, device="cpu")
-        session.add(BenchmarkStability(
-            model="dqn", mode="eval", device="cpu", compiler="eager", repeats=5, cv=0.2,
-            spread=0.3, threshold=0.07, unstable=True, medians_ms=[1.0, 1.3],
-            machine_id=machine.id))
+        session.add(
+            BenchmarkStability(
+                model="dqn",
+                mode="eval",
+                device="cpu",
+                compiler="eager",
+                repeats=5,
+                cv=0.2,
+                spread=0.3,
+                threshold=0.07,
+                unstable=True,
+                medians_ms=[1.0, 1.3],
+                machine_id=machine.id,
+            )
+        )
     rng = random.Random(3)
     for day in range(1, 9):
         _posted_night(day, 10.0, rng)

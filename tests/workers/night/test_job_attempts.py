@@ -20,8 +20,9 @@ NO_PYTHON = jobs.SuiteCommand(python="/nonexistent/python3")
 
 def _job_left_running_by(worker: str, losses: int) -> tuple[int, int]:
     """A night of one job that ``losses`` workers started and died on; (run id, job id)."""
-    run_id = nightly.create_night(night=date(2026, 11, 20),
-                                  benchmarks=[BenchmarkSpec(model="dcgan", mode="eval")])
+    run_id = nightly.create_night(
+        night=date(2026, 11, 20), benchmarks=[BenchmarkSpec(model="dcgan", mode="eval")]
+    )
     with session_scope() as session:
         job = session.scalars(select(Job).where(Job.run_id == run_id)).one()
         job.status, job.attempts, job.worker = "running", losses, worker

@@ -28,8 +28,12 @@ from service.runs.service import BenchmarkSpec
 from workers.enqueue import Step
 from workers.night.finish import finish, triage_step
 
-ENV = {"cpu_model": "rounds-cpu", "threads": 1, "torch_version": "2.13.0+cpu",
-       "torch_git_version": "d" * 40}
+ENV = {
+    "cpu_model": "rounds-cpu",
+    "threads": 1,
+    "torch_version": "2.13.0+cpu",
+    "torch_git_version": "d" * 40,
+}
 FIRST = date(2026, 7, 1)
 K3 = Settings(night_processes=3)
 
@@ -44,14 +48,26 @@ def _measure(run_id: int, levels: dict[str, float | None], rng: random.Random) -
         run = runs.get_run(session, run_id)
         for job in runs.list_jobs(session, run_id=run_id):
             level = levels[job.model]
-            record: dict = {"model": job.model, "mode": "eval", "device": "cpu",  # type: ignore[type-arg]
-                            "benchmark_version": "v1", "environment": ENV}
+            record: dict = {
+                "model": job.model,
+                "mode": "eval",
+                "device": "cpu",  # type: ignore[type-arg]
+                "benchmark_version": "v1",
+                "environment": ENV,
+            }
             if level is None:
                 record["error"] = "exited with code -11"
             else:
                 samples = [level * (1 + rng.uniform(-0.005, 0.005)) for _ in range(12)]
-                record["metrics"] = [{"metric": "latency", "unit": "ms", "samples": samples,
-                                      "median": sorted(samples)[6], "iqr": 0.01}]
+                record["metrics"] = [
+                    {
+                        "metric": "latency",
+                        "unit": "ms",
+                        "samples": samples,
+                        "median": sorted(samples)[6],
+                        "iqr": 0.01,
+                    }
+                ]
             rounds.store_measured(session, run=run, job=job, record=record)
             runs.end_job(session, job=job, error=record.get("error"))
         assert runs.begin_finishing(session, run_id=run_id)
@@ -59,9 +75,14 @@ def _measure(run_id: int, levels: dict[str, float | None], rng: random.Random) -
 
 def _run(day: int, models: list[str], *, kind: str = "nightly", parent: int | None = None) -> int:
     with session_scope() as session:
-        run = runs.create_run(session, night=FIRST + timedelta(days=day), kind=kind,
-                              parent_run_id=parent, deadline_s=3600,
-                              benchmarks=[BenchmarkSpec(model=m, mode="eval") for m in models])
+        run = runs.create_run(
+            session,
+            night=FIRST + timedelta(days=day),
+            kind=kind,
+            parent_run_id=parent,
+            deadline_s=3600,
+            benchmarks=[BenchmarkSpec(model=m, mode="eval") for m in models],
+        )
         return run.id
 
 
@@ -77,8 +98,9 @@ def _round_of(steps: list[Step], parent: int) -> int:
     """The replicate run whose jobs ``steps`` are: a round of ``parent``'s processes."""
     assert steps and {s.task for s in steps} == {"bench.run"}
     with session_scope() as session:
-        [run_id] = set(session.scalars(select(Job.run_id).where(
-            Job.id.in_([s.args[0] for s in steps]))))
+        [run_id] = set(
+            session.scalars(select(Job.run_id).where(Job.id.in_([s.args[0] for s in steps])))
+        )
         run = session.get(Run, run_id)
         assert run is not None and run.kind == "replicate" and run.parent_run_id == parent
         assert run.options["origin"] == "night" and "dispatch" not in run.options
@@ -87,15 +109,24 @@ def _round_of(steps: list[Step], parent: int) -> int:
 
 def _children(run_id: int) -> list[tuple[str, str, int]]:
     with session_scope() as session:
-        return [(c.kind, c.status, c.options.get("round")) for c in session.scalars(
-            select(Run).where(Run.parent_run_id == run_id).order_by(Run.id))]
+        return [
+            (c.kind, c.status, c.options.get("round"))
+            for c in session.scalars(
+                select(Run).where(Run.parent_run_id == run_id).order_by(Run.id)
+            )
+        ]
 
 
 def _regressions(run_id: int) -> dict[str, tuple[str, str]]:
     with session_scope() as session:
-        return {r.model: (r.confirmation, r.reason) for r in session.scalars(
-            select(Regression).where(Regression.run_id == run_id,
-                                     Regression.direction == "regression"))}
+        return {
+            r.model: (r.confirmation, r.reason)
+            for r in session.scalars(
+                select(Regression).where(
+                    Regression.run_id == run_id, Regression.direction == "regression"
+                )
+            )
+        }
 
 
 def test_a_night_of_three_processes_is_judged_on_the_median_of_their_medians(
@@ -112,9 +143,15 @@ def test_a_night_of_three_processes_is_judged_on_the_median_of_their_medians(
     with session_scope() as session:
         # Not detected yet; the night alone would make dqn a candidate and leave ppo unchanged.
         assert session.scalar(select(Regression.id).where(Regression.run_id == night)) is None
-        alone = {a.result.model: a.assessment.verdict for a in regressions.assess_run(
-            session, run=runs.get_run(session, night), threshold_for=_threshold,
-            baseline_nights=60)}
+        alone = {
+            a.result.model: a.assessment.verdict
+            for a in regressions.assess_run(
+                session,
+                run=runs.get_run(session, night),
+                threshold_for=_threshold,
+                baseline_nights=60,
+            )
+        }
         assert alone == {"dqn": "regression", "ppo": "unchanged", "dcgan": "unchanged"}
         assert claim_pending(session) == []  # the sweep never sends a night's rounds
         parent, child = session.get(Run, night), session.get(Run, second)
@@ -129,16 +166,19 @@ def test_a_night_of_three_processes_is_judged_on_the_median_of_their_medians(
     confirm_steps = finish(third, settings=K3)
 
     assert [c[:2] for c in _children(night)] == [("replicate", "complete")] * 2 + [
-        ("confirm", "queued")]
+        ("confirm", "queued")
+    ]
     found = _regressions(night)
     assert set(found) == {"ppo"}  # dqn's outlier is outvoted, ppo's step is in 2 of 3
     confirmation, reason = found["ppo"]
     assert confirmation == "pending" and reason.endswith("Tonight: median of 3 processes.")
     with session_scope() as session:
-        confirm_run = session.scalars(select(Run).where(Run.parent_run_id == night,
-                                                        Run.kind == "confirm")).one()
+        confirm_run = session.scalars(
+            select(Run).where(Run.parent_run_id == night, Run.kind == "confirm")
+        ).one()
         assert [s.args[0] for s in confirm_steps] == [
-            j.id for j in runs.list_jobs(session, run_id=confirm_run.id)]
+            j.id for j in runs.list_jobs(session, run_id=confirm_run.id)
+        ]
         report = run_report(session, run_id=night, settings=K3)
         note = session.get(Run, night).note
     rows = {r["model"]: r for r in report["results"] if r["metric"] == "latency"}
@@ -188,9 +228,12 @@ def test_a_queue_s_own_number_of_processes_overrides_the_default(database_url: s
     cpu = _run(8, ["dqn"])
     _measure(cpu, {"dqn": 10.0}, rng)
     with session_scope() as session:
-        gpu = runs.create_run(session, night=FIRST + timedelta(days=8), deadline_s=3600,
-                              benchmarks=[BenchmarkSpec(model="ppo", mode="eval",
-                                                        queue="gpu.h100")]).id
+        gpu = runs.create_run(
+            session,
+            night=FIRST + timedelta(days=8),
+            deadline_s=3600,
+            benchmarks=[BenchmarkSpec(model="ppo", mode="eval", queue="gpu.h100")],
+        ).id
     _measure(gpu, {"ppo": 10.0}, rng)
 
     _round_of(finish(cpu, settings=by_queue), cpu)
@@ -228,8 +271,7 @@ def test_later_nights_read_each_earlier_night_as_its_processes(database_url: str
     # The history chart plots the same level: the median of the three (not the night's own
     # 10.4 ms, nor with the 50 ms processes a comparison asked for).
     with session_scope() as session:
-        [series] = model_history(session, model="dqn", filters=HistoryFilter(),
-                                 settings=K3).series
+        [series] = model_history(session, model="dqn", filters=HistoryFilter(), settings=K3).series
         levels = dict(zip(series.run_id.tolist(), series.median.tolist(), strict=True))
     assert levels[night] == pytest.approx(10.0, rel=0.006)
     assert levels[later] == pytest.approx(10.0, rel=0.006)
@@ -288,24 +330,38 @@ def test_a_night_whose_own_process_failed_is_judged_on_its_rounds(database_url: 
         report = run_report(session, run_id=night, settings=K3)
         note = session.get(Run, night).note
         # Every result is kept: each failed process's error sits in the round that stood in.
-        errors = {(r.model, r.run_id) for r in session.scalars(
-            select(Result).where(Result.error.is_not(None)))}
-        job_runs = {r.model: session.get(Job, r.job_id).run_id for r in session.scalars(
-            select(Result).where(Result.run_id == night, Result.error.is_(None)))}
+        errors = {
+            (r.model, r.run_id)
+            for r in session.scalars(select(Result).where(Result.error.is_not(None)))
+        }
+        job_runs = {
+            r.model: session.get(Job, r.job_id).run_id
+            for r in session.scalars(
+                select(Result).where(Result.run_id == night, Result.error.is_(None))
+            )
+        }
     assert errors == {("dqn", second), ("dcgan", second), ("ppo", third), ("ppo", second)}
     assert job_runs == {"dqn": second, "dcgan": second, "ppo": third}
     rows = {r["model"]: r for r in report["results"] if r["metric"] == "latency"}
     assert {m: (r["processes"], r["verdict"]) for m, r in rows.items()} == {
-        "dqn": (2, "flagged"), "ppo": (1, "flagged"), "dcgan": (2, "unchanged")}
+        "dqn": (2, "flagged"),
+        "ppo": (1, "flagged"),
+        "dcgan": (2, "unchanged"),
+    }
     assert rows["dqn"]["value"] == pytest.approx(13.0, rel=0.02)
     assert report["run"]["jobs"]["error"] == 3
     # Each failure, numbered by the process that failed (1: the night's own), where it is kept.
     assert [(f["benchmark"], f["process"], f["run_id"]) for f in report["failed_processes"]] == [
-        ("dcgan:eval:cpu", 1, second), ("dqn:eval:cpu", 1, second), ("ppo:eval:cpu", 1, third),
-        ("ppo:eval:cpu", 2, second)]
+        ("dcgan:eval:cpu", 1, second),
+        ("dqn:eval:cpu", 1, second),
+        ("ppo:eval:cpu", 1, third),
+        ("ppo:eval:cpu", 2, second),
+    ]
     assert note is not None
-    assert (f"dqn:eval:cpu: the night's own process failed (exited with code -11); round 2 "
-            f"(run {second}) measured it in its place") in note
+    assert (
+        f"dqn:eval:cpu: the night's own process failed (exited with code -11); round 2 "
+        f"(run {second}) measured it in its place"
+    ) in note
     assert "ppo:eval:cpu: the night's own process failed (exited with code -11); round 3" in note
     assert "fewer: dcgan:eval:cpu 2, dqn:eval:cpu 2, ppo:eval:cpu 1" in note
 
@@ -314,8 +370,12 @@ def test_a_night_whose_own_process_failed_is_judged_on_its_rounds(database_url: 
     following = _run(9, ["dqn"])
     _measure(following, {"dqn": 13.0}, rng)
     with session_scope() as session:
-        [item] = regressions.assess_run(session, run=runs.get_run(session, following),
-                                        threshold_for=_threshold, baseline_nights=60)
+        [item] = regressions.assess_run(
+            session,
+            run=runs.get_run(session, following),
+            threshold_for=_threshold,
+            baseline_nights=60,
+        )
         assert item.assessment.confirmed and item.assessment.first_night == 8
         assert item.first_result.run_id == night
 
@@ -326,9 +386,14 @@ def test_a_redelivered_round_record_is_stored_once(database_url: str) -> None:
     night = _run(8, ["dqn"])
     _measure(night, {"dqn": None}, rng)
     second = _round_of(finish(night, settings=K3), night)
-    record = {"model": "dqn", "mode": "eval", "device": "cpu", "benchmark_version": "v1",
-              "environment": ENV, "metrics": [{"metric": "latency", "unit": "ms",
-                                               "samples": [10.0] * 12, "median": 10.0}]}
+    record = {
+        "model": "dqn",
+        "mode": "eval",
+        "device": "cpu",
+        "benchmark_version": "v1",
+        "environment": ENV,
+        "metrics": [{"metric": "latency", "unit": "ms", "samples": [10.0] * 12, "median": 10.0}],
+    }
     with session_scope() as session:
         run = runs.get_run(session, second)
         [job] = runs.list_jobs(session, run_id=second)
@@ -336,12 +401,19 @@ def test_a_redelivered_round_record_is_stored_once(database_url: str) -> None:
         again = rounds.store_measured(session, run=run, job=job, record=record)
         assert [r.run_id for r in first] == [night]
         assert [(r.run_id, r.error is not None) for r in again] == [(second, True)]
-        assert session.scalar(select(func.count()).select_from(Result).where(
-            Result.model == "dqn", Result.night == FIRST + timedelta(days=8))) == 2
+        assert (
+            session.scalar(
+                select(func.count())
+                .select_from(Result)
+                .where(Result.model == "dqn", Result.night == FIRST + timedelta(days=8))
+            )
+            == 2
+        )
 
 
 def test_a_young_series_shows_its_change_from_the_median_of_the_processes(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     # Two nights: too few to judge, but the report still compares; tonight's first process at
     # 13 ms is outvoted by its rounds at 10 ms, and the change shown is the level's, not 13's.
     rng = random.Random(11)
@@ -367,7 +439,8 @@ def test_a_young_series_shows_its_change_from_the_median_of_the_processes(
 
 @pytest.mark.parametrize("value", ["0", "-1", "x", "2.5", ""])
 def test_a_bad_night_processes_setting_names_the_variable(
-    value: str, monkeypatch: pytest.MonkeyPatch,
+    value: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("NIGHTBENCH_NIGHT_PROCESSES", value)
     with pytest.raises(ValidationError) as error:

@@ -32,11 +32,21 @@ def _family(run_id: int) -> tuple[str | None, list[tuple[str, str, int | None, i
         run = session.get(Run, run_id)
         children = session.scalars(select(Run).where(Run.parent_run_id == run_id).order_by(Run.id))
         return run.status if run else None, [
-            (c.kind, c.status, c.options.get("round"), session.scalar(
-                select(func.count()).select_from(Result).where(
-                    Result.run_id == c.id, Result.error.is_(None),
-                    Result.metric == "latency")) or 0)
-            for c in children]
+            (
+                c.kind,
+                c.status,
+                c.options.get("round"),
+                session.scalar(
+                    select(func.count())
+                    .select_from(Result)
+                    .where(
+                        Result.run_id == c.id, Result.error.is_(None), Result.metric == "latency"
+                    )
+                )
+                or 0,
+            )
+            for c in children
+        ]
 
 
 def test_an_embedded_night_measures_its_rounds_before_it_finishes(
@@ -55,11 +65,14 @@ def test_an_embedded_night_measures_its_rounds_before_it_finishes(
     assert note is not None and note.startswith("3 processes per benchmark")
     out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
     assert out.exit_code == 0, out.output
-    assert "median of per-process medians, 3 processes per benchmark" in " ".join(out.output.split())
+    assert "median of per-process medians, 3 processes per benchmark" in " ".join(
+        out.output.split()
+    )
 
 
 def test_an_embedded_night_whose_own_process_failed_is_measured_by_its_round(
-    configure: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+    configure: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The night's own process of dqn fails (as a crashed process's record reads); its round
     measures dqn for real and stands in, so the night has dqn's result and is judged on it."""
@@ -84,22 +97,28 @@ def test_an_embedded_night_whose_own_process_failed_is_measured_by_its_round(
     assert (kind, round_status, number, measured) == ("replicate", "complete", 2, 0)
     with session_scope() as session:
         [(error, job_run)] = session.execute(
-            select(Result.error, Job.run_id).join(Job, Job.id == Result.job_id)
-            .where(Result.model == "dqn", Result.error.is_not(None))).all()
-        night = session.scalars(select(Result).where(
-            Result.run_id == run_id, Result.metric == "latency")).one()
+            select(Result.error, Job.run_id)
+            .join(Job, Job.id == Result.job_id)
+            .where(Result.model == "dqn", Result.error.is_not(None))
+        ).all()
+        night = session.scalars(
+            select(Result).where(Result.run_id == run_id, Result.metric == "latency")
+        ).one()
         note = session.get(Run, run_id).note  # type: ignore[union-attr]
     assert error.startswith("exited with code -11") and job_run == run_id
     assert night.error is None and night.samples and night.series_key is not None
     assert note is not None and "dqn:eval:cpu: the night's own process failed" in note
     out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
     assert out.exit_code == 0, out.output
-    assert ("process failed dqn:eval:cpu, process 1 (the night reads its others): exited with "
-            "code -11 (SIGSEGV)") in " ".join(out.output.split())
+    assert (
+        "process failed dqn:eval:cpu, process 1 (the night reads its others): exited with "
+        "code -11 (SIGSEGV)"
+    ) in " ".join(out.output.split())
 
 
 def test_the_night_s_progress_bar_counts_every_round(
-    configure: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+    configure: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     configure(night_processes=3)
     run_id = nightly.create_night(night=date(2026, 6, 3), benchmarks=SPECS)
@@ -120,7 +139,9 @@ def test_the_night_s_progress_bar_counts_every_round(
 
 
 def test_a_night_through_a_worker_sends_its_rounds_itself(
-    celery_workers: WorkerPool, configure: Callable[..., None], tmp_path: Path,
+    celery_workers: WorkerPool,
+    configure: Callable[..., None],
+    tmp_path: Path,
 ) -> None:
     configure(night_processes=2)  # the worker inherits the variable
     celery_workers.start("cpu", "control", log_dir=tmp_path)
@@ -128,6 +149,9 @@ def test_a_night_through_a_worker_sends_its_rounds_itself(
 
     nightly.enqueue_jobs(run_id)
 
-    wait_until(lambda: _family(run_id)[0] == "complete", timeout=240,
-               what=f"run {run_id} complete after its rounds")
+    wait_until(
+        lambda: _family(run_id)[0] == "complete",
+        timeout=240,
+        what=f"run {run_id} complete after its rounds",
+    )
     assert _family(run_id)[1] == [("replicate", "complete", 2, 1)]

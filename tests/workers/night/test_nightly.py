@@ -29,9 +29,13 @@ def _night(day: int, benchmarks: list[BenchmarkSpec]) -> int:
 
 def test_cli_nightly_twice_compares_and_flags_nothing(database_url: str) -> None:
     runner = CliRunner()
-    first = runner.invoke(app, ["nightly", "--models", MODEL, "--modes", "eval", "--date", "2026-11-01"])
+    first = runner.invoke(
+        app, ["nightly", "--models", MODEL, "--modes", "eval", "--date", "2026-11-01"]
+    )
     assert first.exit_code == 0, first.output
-    second = runner.invoke(app, ["nightly", "--models", MODEL, "--modes", "eval", "--date", "2026-11-02"])
+    second = runner.invoke(
+        app, ["nightly", "--models", MODEL, "--modes", "eval", "--date", "2026-11-02"]
+    )
     assert second.exit_code == 0, second.output
     with session_scope() as session:
         runs = list(session.scalars(select(Run).where(Run.kind == "nightly").order_by(Run.id)))
@@ -42,8 +46,14 @@ def test_cli_nightly_twice_compares_and_flags_nothing(database_url: str) -> None
         latency = next(r for r in report["results"] if r["metric"] == "latency")
         # The second night is compared with the first: a baseline value is shown.
         assert latency["baseline"] is not None and latency["value"] > 0
-        assert session.scalar(select(func.count()).select_from(Regression).where(
-            Regression.direction == "regression", Regression.alertable.is_(True))) == 0
+        assert (
+            session.scalar(
+                select(func.count())
+                .select_from(Regression)
+                .where(Regression.direction == "regression", Regression.alertable.is_(True))
+            )
+            == 0
+        )
     as_json = runner.invoke(app, ["report", "--json"])
     assert as_json.exit_code == 0
     import json
@@ -67,13 +77,22 @@ def test_failing_and_hanging_benchmarks_become_error_results(
     with session_scope() as session:
         run = session.get(Run, run_id)
         assert run is not None and run.status == "complete"
-        errors = {r.model + ":" + r.mode: r.error for r in session.scalars(
-            select(Result).where(Result.run_id == run_id, Result.error.is_not(None)))}
+        errors = {
+            r.model + ":" + r.mode: r.error
+            for r in session.scalars(
+                select(Result).where(Result.run_id == run_id, Result.error.is_not(None))
+            )
+        }
         assert "no_such_model" in errors["no_such_model:eval"]
         assert "timed out after 12 s" in errors[f"{MODEL}:train"]
-        jobs = {j.benchmark: j.status for j in session.scalars(select(Job).where(Job.run_id == run_id))}
-        assert jobs == {f"{MODEL}:eval:cpu": "done", "no_such_model:eval:cpu": "error",
-                        f"{MODEL}:train:cpu": "error"}
+        jobs = {
+            j.benchmark: j.status for j in session.scalars(select(Job).where(Job.run_id == run_id))
+        }
+        assert jobs == {
+            f"{MODEL}:eval:cpu": "done",
+            "no_such_model:eval:cpu": "error",
+            f"{MODEL}:train:cpu": "error",
+        }
     out = CliRunner().invoke(app, ["report", "--run", str(run_id)])
     assert out.exit_code == 0
     assert "timed out" in out.output and "no_such_model" in out.output

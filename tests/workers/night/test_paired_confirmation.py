@@ -46,16 +46,20 @@ def _night(day: int) -> int:
 
 
 def _latency_ms(session, run_id: int) -> float:  # type: ignore[no-untyped-def]
-    result = session.scalar(select(Result).where(Result.run_id == run_id,
-                                                 Result.metric == "latency"))
+    result = session.scalar(
+        select(Result).where(Result.run_id == run_id, Result.metric == "latency")
+    )
     assert result is not None and result.error is None, result and result.error
     return float(statistics.median(result.samples))
 
 
 @pytest.mark.measured
 def test_a_host_slow_for_the_whole_evening_does_not_confirm_its_own_step(
-    celery_workers: WorkerPool, configure: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
-    tmp_path_factory: pytest.TempPathFactory, tmp_path,  # type: ignore[no-untyped-def]
+    celery_workers: WorkerPool,
+    configure: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
     # Nights seconds apart on a shared CPU would darken dqn by the 7% rule; the re-check has
     # its own tests. What this test follows is the confirmation.
@@ -70,12 +74,15 @@ def test_a_host_slow_for_the_whole_evening_does_not_confirm_its_own_step(
     run_id = _night(9)
 
     with session_scope() as session:
-        (regression,) = session.scalars(select(Regression).where(
-            Regression.run_id == run_id, Regression.metric == "latency"))
-        confirm = session.scalars(select(Run).where(Run.parent_run_id == run_id,
-                                                    Run.kind == "confirm")).one()
-        children = list(session.scalars(select(Run).where(Run.parent_run_id == confirm.id)
-                                        .order_by(Run.id)))
+        (regression,) = session.scalars(
+            select(Regression).where(Regression.run_id == run_id, Regression.metric == "latency")
+        )
+        confirm = session.scalars(
+            select(Run).where(Run.parent_run_id == run_id, Run.kind == "confirm")
+        ).one()
+        children = list(
+            session.scalars(select(Run).where(Run.parent_run_id == confirm.id).order_by(Run.id))
+        )
         # Three processes a build (NIGHTBENCH_PAIRED_CONFIRMATION_PROCESSES): the re-run and two
         # rounds of it on tonight's build, three paired rounds on the previous night's.
         assert confirm.options == {"paired_spec": TORCH_SPEC, "processes": 3}
@@ -83,21 +90,35 @@ def test_a_host_slow_for_the_whole_evening_does_not_confirm_its_own_step(
         beside = [c for c in children if c.options["origin"] == "paired"]
         assert len(rounds_of) == 2 and len(beside) == 3
         assert {(c.kind, c.torch_spec, c.status) for c in beside} == {
-            ("replicate", TORCH_SPEC, "complete")}
+            ("replicate", TORCH_SPEC, "complete")
+        }
         before = statistics.median(_latency_ms(session, r) for r in baseline)
         rerun = statistics.median(_latency_ms(session, r.id) for r in [confirm, *rounds_of])
         previous = statistics.median(_latency_ms(session, r.id) for r in beside)
         parent_status = session.get(Run, run_id).status  # type: ignore[union-attr]
         # Both builds on the evening's worker, in turns: tonight's first in rounds 1 and 3,
         # the previous night's first in round 2.
-        started = {j.run_id: j.started_at for j in session.scalars(select(Job).where(
-            Job.run_id.in_([c.id for c in (confirm, *children)])))}
-        workers = set(session.scalars(select(Job.worker).where(
-            Job.run_id.in_([c.id for c in (confirm, *children)]))))
+        started = {
+            j.run_id: j.started_at
+            for j in session.scalars(
+                select(Job).where(Job.run_id.in_([c.id for c in (confirm, *children)]))
+            )
+        }
+        workers = set(
+            session.scalars(
+                select(Job.worker).where(Job.run_id.in_([c.id for c in (confirm, *children)]))
+            )
+        )
         assert workers and all(w and w.startswith("w1@") for w in workers)
         order = [r.id for r in sorted((confirm, *children), key=lambda r: started[r.id])]
-        assert order == [confirm.id, beside[0].id, beside[1].id, rounds_of[0].id,
-                         rounds_of[1].id, beside[2].id], order
+        assert order == [
+            confirm.id,
+            beside[0].id,
+            beside[1].id,
+            rounds_of[0].id,
+            rounds_of[1].id,
+            beside[2].id,
+        ], order
         # Run compare counts tonight's build's processes (the night, its re-run and the re-run's
         # rounds), not the previous night's build measured beside it.
         processes = run_processes(session, run_id=run_id)

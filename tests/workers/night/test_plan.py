@@ -21,11 +21,21 @@ from workers.night.plan import plan
 CATALOG = [
     {"name": "resnet18", "suite": "nightbench", "modes": ["train", "eval"], "devices": ["cpu"]},
     {"name": "dcgan", "suite": "nightbench", "modes": ["train", "eval"], "devices": ["cpu"]},
-    {"name": "torchbench.hf_Bert", "suite": "torchbench", "modes": ["train", "eval"],
-     "devices": ["cpu", "cuda"]},
+    {
+        "name": "torchbench.hf_Bert",
+        "suite": "torchbench",
+        "modes": ["train", "eval"],
+        "devices": ["cpu", "cuda"],
+    },
     {"name": "torchbench.hf_T5", "suite": "torchbench", "modes": ["eval"], "devices": ["cpu"]},
-    {"name": "torchbench.Background_Matting", "suite": "torchbench", "modes": ["train", "eval"],
-     "devices": ["cpu"], "available": False, "reason": "missing requirement(s): tensorboardX"},
+    {
+        "name": "torchbench.Background_Matting",
+        "suite": "torchbench",
+        "modes": ["train", "eval"],
+        "devices": ["cpu"],
+        "available": False,
+        "reason": "missing requirement(s): tensorboardX",
+    },
 ]
 CHECKOUT = FIXTURES / "torchbench"
 
@@ -39,11 +49,20 @@ def test_without_models_the_night_is_the_own_suite() -> None:
 
 
 def test_an_inductor_night_leaves_out_models_that_are_eager_only() -> None:
-    catalog = [*CATALOG[:2], {"name": "quantized_lstm", "suite": "nightbench", "modes": ["eval"],
-                              "devices": ["cpu"], "compilers": ["eager"]}]
+    catalog = [
+        *CATALOG[:2],
+        {
+            "name": "quantized_lstm",
+            "suite": "nightbench",
+            "modes": ["eval"],
+            "devices": ["cpu"],
+            "compilers": ["eager"],
+        },
+    ]
     both = plan(catalog, compilers=["eager", "inductor"])
     assert {(s.model, s.compiler) for s in both if s.model == "quantized_lstm"} == {
-        ("quantized_lstm", "eager")}
+        ("quantized_lstm", "eager")
+    }
     assert {s.compiler for s in both if s.model == "dcgan"} == {"eager", "inductor"}
     with pytest.raises(InvalidInput, match="compilers"):
         plan(catalog, models=["quantized_lstm"], compilers=["inductor"])
@@ -52,11 +71,15 @@ def test_an_inductor_night_leaves_out_models_that_are_eager_only() -> None:
 def test_torchbench_models_by_name_and_pattern(caplog: pytest.LogCaptureFixture) -> None:
     specs = plan(CATALOG, models=["torchbench.hf_*", "dcgan"], modes=["eval"])
     assert [(s.model, s.mode) for s in specs] == [
-        ("torchbench.hf_Bert", "eval"), ("torchbench.hf_T5", "eval"), ("dcgan", "eval")]
+        ("torchbench.hf_Bert", "eval"),
+        ("torchbench.hf_T5", "eval"),
+        ("dcgan", "eval"),
+    ]
     specs = plan(CATALOG, models=["torchbench.*"])  # the unavailable one is skipped, told why
     assert "torchbench.Background_Matting" not in _names(specs)
-    assert "torchbench.Background_Matting skipped: missing requirement(s): tensorboardX" in \
-        caplog.text
+    assert (
+        "torchbench.Background_Matting skipped: missing requirement(s): tensorboardX" in caplog.text
+    )
 
 
 def test_a_name_or_pattern_matching_nothing_is_named() -> None:
@@ -65,19 +88,21 @@ def test_a_name_or_pattern_matching_nothing_is_named() -> None:
 
 
 def test_a_bare_torchbench_name_is_pointed_to_its_prefixed_name() -> None:
-    with pytest.raises(InvalidInput, match=r"unknown model\(s\): hf_Bert, nope; .*"
-                                           r"\(TorchBench's are named torchbench.hf_Bert\)"):
+    with pytest.raises(
+        InvalidInput,
+        match=r"unknown model\(s\): hf_Bert, nope; .*"
+        r"\(TorchBench's are named torchbench.hf_Bert\)",
+    ):
         plan(CATALOG, models=["hf_Bert", "nope"])
 
 
-def test_a_torchbench_night_twice_compares_with_the_first(
-    configure: Callable[..., None]
-) -> None:
+def test_a_torchbench_night_twice_compares_with_the_first(configure: Callable[..., None]) -> None:
     configure(torchbench_path=CHECKOUT)
     runner = CliRunner()
     for night in ("2026-11-01", "2026-11-02"):
-        out = runner.invoke(app, ["nightly", "--models", "torchbench.tiny_mlp", "--modes", "eval",
-                                  "--date", night])
+        out = runner.invoke(
+            app, ["nightly", "--models", "torchbench.tiny_mlp", "--modes", "eval", "--date", night]
+        )
         assert out.exit_code == 0, out.output
     with session_scope() as session:
         runs = list(session.scalars(select(Run).where(Run.kind == "nightly").order_by(Run.id)))
@@ -99,8 +124,9 @@ def test_status_command_exits_1_and_names_an_overdue_run(database_url: str) -> N
     runner = CliRunner()
     quiet = runner.invoke(app, ["status"])
     assert quiet.exit_code == 0 and "no problems" in quiet.output
-    run_id = create_night(night=date(2026, 11, 20), benchmarks=[BenchmarkSpec(model="dcgan",
-                                                                              mode="eval")])
+    run_id = create_night(
+        night=date(2026, 11, 20), benchmarks=[BenchmarkSpec(model="dcgan", mode="eval")]
+    )
     with session_scope() as session:
         session.get(Run, run_id).deadline_at = utcnow() - timedelta(hours=3)
     loud = runner.invoke(app, ["status", "--json"])
@@ -108,8 +134,10 @@ def test_status_command_exits_1_and_names_an_overdue_run(database_url: str) -> N
     import json
 
     problems = json.loads(loud.output)["problems"]
-    assert problems == [f"run {run_id} (nightly, night 2026-11-20) is past its deadline by "
-                        f"3.0 h with 1 job(s) not reported"]
+    assert problems == [
+        f"run {run_id} (nightly, night 2026-11-20) is past its deadline by "
+        f"3.0 h with 1 job(s) not reported"
+    ]
 
 
 def test_status_command_lists_a_failing_filing_and_exits_1(database_url: str) -> None:
@@ -121,17 +149,24 @@ def test_status_command_lists_a_failing_filing_and_exits_1(database_url: str) ->
     from service.runs.service import BenchmarkSpec
     from workers.night.plan import create_night
 
-    run_id = create_night(night=date(2026, 11, 21), benchmarks=[BenchmarkSpec(model="dcgan",
-                                                                              mode="eval")])
+    run_id = create_night(
+        night=date(2026, 11, 21), benchmarks=[BenchmarkSpec(model="dcgan", mode="eval")]
+    )
     with session_scope() as session:
         run = session.get(Run, run_id)
         assert run is not None
         run.status, run.deadline_at = "complete", None
-        alert = Alert(run_id=run_id, kind="regression", status="open", summary="dcgan eval +12%",
-                      filing_state=FilingState.FAILED_RETRYING, filing_attempts=2,
-                      filing_error="GitHub refused the token (401): set NIGHTBENCH_GITHUB_TOKEN",
-                      filing_pending_since=utcnow() - timedelta(hours=5),
-                      filing_next_at=utcnow() + timedelta(minutes=10))
+        alert = Alert(
+            run_id=run_id,
+            kind="regression",
+            status="open",
+            summary="dcgan eval +12%",
+            filing_state=FilingState.FAILED_RETRYING,
+            filing_attempts=2,
+            filing_error="GitHub refused the token (401): set NIGHTBENCH_GITHUB_TOKEN",
+            filing_pending_since=utcnow() - timedelta(hours=5),
+            filing_next_at=utcnow() + timedelta(minutes=10),
+        )
         session.add(alert)
         session.flush()
         alert_id = alert.id
@@ -140,7 +175,10 @@ def test_status_command_lists_a_failing_filing_and_exits_1(database_url: str) ->
     state = json.loads(result.output)
     [pending] = state["pending_filings"]
     assert (pending["alert_id"], pending["state"], pending["attempts"]) == (
-        alert_id, "failed_retrying", 2)
+        alert_id,
+        "failed_retrying",
+        2,
+    )
     assert "401" in pending["last_error"] and pending["age_s"] >= 5 * 3600 - 60
     assert any(p.startswith(f"alert {alert_id} ") for p in state["problems"])
     table = CliRunner().invoke(app, ["status"])
@@ -152,8 +190,20 @@ def test_nightly_suite_torchbench_from_a_checkout_flag(configure: Callable[..., 
 
     runner = CliRunner()
     try:
-        out = runner.invoke(app, ["nightly", "--suite", "torchbench", "--torchbench",
-                                  str(CHECKOUT), "--modes", "eval", "--date", "2026-11-03"])
+        out = runner.invoke(
+            app,
+            [
+                "nightly",
+                "--suite",
+                "torchbench",
+                "--torchbench",
+                str(CHECKOUT),
+                "--modes",
+                "eval",
+                "--date",
+                "2026-11-03",
+            ],
+        )
         assert out.exit_code == 0, out.output
     finally:
         os.environ.pop("NIGHTBENCH_TORCHBENCH_PATH", None)
@@ -165,13 +215,27 @@ def test_nightly_suite_torchbench_from_a_checkout_flag(configure: Callable[..., 
 
 
 def test_with_suite_torchbench_bare_model_names_are_torchbench_s(
-        configure: Callable[..., None]) -> None:
+    configure: Callable[..., None],
+) -> None:
     import os
 
     try:
-        out = CliRunner().invoke(app, ["nightly", "--suite", "torchbench", "--torchbench",
-                                       str(CHECKOUT), "--models", "tiny_mlp", "--modes", "eval",
-                                       "--date", "2026-11-03"])
+        out = CliRunner().invoke(
+            app,
+            [
+                "nightly",
+                "--suite",
+                "torchbench",
+                "--torchbench",
+                str(CHECKOUT),
+                "--models",
+                "tiny_mlp",
+                "--modes",
+                "eval",
+                "--date",
+                "2026-11-03",
+            ],
+        )
         assert out.exit_code == 0, out.output
     finally:
         os.environ.pop("NIGHTBENCH_TORCHBENCH_PATH", None)
@@ -180,11 +244,14 @@ def test_with_suite_torchbench_bare_model_names_are_torchbench_s(
         assert {r.model for r in session.scalars(select(Result))} == {"torchbench.tiny_mlp"}
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--suite", "bogus"], "--suite must be one of own, torchbench, all, got 'bogus'"),
-    (["--suite", "torchbench"], "--suite torchbench needs a TorchBench checkout"),
-    (["--torchbench", "/tmp"], "--torchbench /tmp is not a pytorch/benchmark checkout"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--suite", "bogus"], "--suite must be one of own, torchbench, all, got 'bogus'"),
+        (["--suite", "torchbench"], "--suite torchbench needs a TorchBench checkout"),
+        (["--torchbench", "/tmp"], "--torchbench /tmp is not a pytorch/benchmark checkout"),
+    ],
+)
 def test_bad_suite_arguments_are_named_and_store_nothing(
     database_url: str, args: list[str], says: str
 ) -> None:

@@ -39,16 +39,25 @@ def _children(run_id: int) -> list[tuple[str, str, int]]:
     """``(kind, status, results without an error)`` of the run's child runs, in id order."""
     with session_scope() as session:
         children = session.scalars(select(Run).where(Run.parent_run_id == run_id).order_by(Run.id))
-        return [(c.kind, c.status, session.scalar(select(func.count(func.distinct(Result.model)))
-                                                  .where(Result.run_id == c.id,
-                                                         Result.error.is_(None))) or 0)
-                for c in children]
+        return [
+            (
+                c.kind,
+                c.status,
+                session.scalar(
+                    select(func.count(func.distinct(Result.model))).where(
+                        Result.run_id == c.id, Result.error.is_(None)
+                    )
+                )
+                or 0,
+            )
+            for c in children
+        ]
 
 
 def _compare(*args: str) -> dict:  # type: ignore[type-arg]
     out = CliRunner().invoke(app, ["runs", "compare", *args, "--json"])
     assert out.exit_code == 0, out.output
-    return json.loads(out.output[out.output.index("{"):])
+    return json.loads(out.output[out.output.index("{") :])
 
 
 def test_identical_builds_need_processes_and_get_them_when_asked(database_url: str) -> None:
@@ -63,7 +72,9 @@ def test_identical_builds_need_processes_and_get_them_when_asked(database_url: s
     # Asked for 4 a side: 3 more processes of each night, measured on its build, then compared.
     asked = _compare(str(a), str(b), "--processes", "4", "--alpha", "0.05")
     assert [(r["run_id"], r["jobs"], len(r["runs"])) for r in asked["requests"]] == [
-        (a, 3, 3), (b, 3, 3)]
+        (a, 3, 3),
+        (b, 3, 3),
+    ]
     for parent in (a, b):
         assert _children(parent) == [("replicate", "complete", 1)] * 3
     floor = smallest_p_value(4, 4)
@@ -74,7 +85,9 @@ def test_identical_builds_need_processes_and_get_them_when_asked(database_url: s
     # The replicate runs are no night: nothing was detected in them, nothing confirmed.
     with session_scope() as session:
         kinds = set(session.scalars(select(Run.kind)))
-        judged = set(session.scalars(select(Run.kind).join(Regression, Regression.run_id == Run.id)))
+        judged = set(
+            session.scalars(select(Run.kind).join(Regression, Regression.run_id == Run.id))
+        )
     assert kinds == {"nightly", "replicate"} and "replicate" not in judged
     # Asking again for what is already there measures nothing.
     again = _compare(str(a), str(b), "--processes", "4", "--alpha", "0.05")
@@ -94,8 +107,9 @@ def test_bad_requests_fail_clearly_and_store_nothing(database_url: str) -> None:
         assert out.exit_code == 2 and words in " ".join(out.output.split()), out.output
     with session_scope() as session:
         assert session.scalar(select(func.count()).select_from(Run)) == 1
-    failed = nightly.create_night(night=date(2026, 11, 4), benchmarks=[
-        BenchmarkSpec(model="no_such_model", mode="eval")])
+    failed = nightly.create_night(
+        night=date(2026, 11, 4), benchmarks=[BenchmarkSpec(model="no_such_model", mode="eval")]
+    )
     for job_id, queue, _ in nightly.queued_jobs(failed):
         nightly.send_job(job_id, queue)
     out = runner.invoke(app, ["runs", "compare", str(a), str(failed), "--processes", "3"])
@@ -105,27 +119,53 @@ def test_bad_requests_fail_clearly_and_store_nothing(database_url: str) -> None:
 
 
 def test_processes_asked_over_the_api_are_sent_by_the_sweep_to_a_worker(
-    celery_workers: WorkerPool, tmp_path  # type: ignore[no-untyped-def]
+    celery_workers: WorkerPool,
+    tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
     celery_workers.start("cpu", "control", log_dir=tmp_path)
     run_id = nightly.create_night(night=date(2026, 11, 5), benchmarks=SPECS)
     nightly.enqueue_jobs(run_id)
-    wait_until(lambda: _children(run_id) == [] and _status(run_id) == "complete", timeout=240,
-               what=f"run {run_id} complete")
+    wait_until(
+        lambda: _children(run_id) == [] and _status(run_id) == "complete",
+        timeout=240,
+        what=f"run {run_id} complete",
+    )
     with session_scope() as session:  # what POST /api/runs/{id}/processes does
         asked = request_processes(session, run_id=run_id, processes=3)
     assert asked.jobs == 2 and _children(run_id) == [("replicate", "queued", 0)] * 2
     sweep_deadlines()
-    wait_until(lambda: _children(run_id) == [("replicate", "complete", 1)] * 2, timeout=240,
-               what="replicate runs measured by the worker")
+    wait_until(
+        lambda: _children(run_id) == [("replicate", "complete", 1)] * 2,
+        timeout=240,
+        what="replicate runs measured by the worker",
+    )
     with session_scope() as session:
-        workers = set(session.scalars(select(Job.worker).join(Run, Run.id == Job.run_id)
-                                      .where(Run.parent_run_id == run_id)))
+        workers = set(
+            session.scalars(
+                select(Job.worker)
+                .join(Run, Run.id == Job.run_id)
+                .where(Run.parent_run_id == run_id)
+            )
+        )
     assert workers and all(w.startswith("w0@") for w in workers)
     # The command line, with a broker, sends what it asks for and waits for the workers.
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "runs", "compare", str(run_id), str(run_id),
-         "--processes", "4"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "workers.cli",
+            "runs",
+            "compare",
+            str(run_id),
+            str(run_id),
+            "--processes",
+            "4",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "4|4" in proc.stdout and "workers measuring" in proc.stdout
     assert _children(run_id) == [("replicate", "complete", 1)] * 3

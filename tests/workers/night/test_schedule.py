@@ -40,7 +40,9 @@ def test_scheduled_dispatch_runs_the_configured_night(configure: Callable[..., N
 
 
 def test_a_worker_runs_the_periodic_tasks_where_no_beat_is_deployed(
-    celery_workers, tmp_path, configure: Callable[..., None],  # type: ignore[no-untyped-def]
+    celery_workers,
+    tmp_path,
+    configure: Callable[..., None],  # type: ignore[no-untyped-def]
 ) -> None:
     configure(data_dir=tmp_path / "data")
     celery_workers.start("cpu", log_dir=tmp_path, name="solo", extra=["--beat"])

@@ -31,22 +31,32 @@ def _jobs(run_id: int) -> list[Job]:
 # iterations at most); these limits still exceed that several times over, as the visibility
 # timeout exceeds the longest task in production, and the killed task comes back 30 s after it
 # was taken rather than the 55 s of the fixture's limits.
-SHORT_TASK_LIMITS = {"suite_timeout_s": 25, "task_soft_time_limit_s": 27,
-                     "task_time_limit_s": 29, "visibility_timeout_s": 30}
+SHORT_TASK_LIMITS = {
+    "suite_timeout_s": 25,
+    "task_soft_time_limit_s": 27,
+    "task_time_limit_s": 29,
+    "visibility_timeout_s": 30,
+}
 
 
 def test_sigkilled_worker_task_is_redelivered(
-    celery_workers: WorkerPool, tmp_path, configure  # type: ignore[no-untyped-def]
+    celery_workers: WorkerPool,
+    tmp_path,
+    configure,  # type: ignore[no-untyped-def]
 ) -> None:
     configure(suite_min_seconds=4, **SHORT_TASK_LIMITS)  # long enough to be killed mid-way
     w0 = celery_workers.start("cpu", log_dir=tmp_path, name="w0")
     celery_workers.start("cpu", log_dir=tmp_path, name="w1")
-    specs = [BenchmarkSpec(model=m, mode=mode) for m in ("resnet18", "dqn") for mode in ("eval", "train")]
+    specs = [
+        BenchmarkSpec(model=m, mode=mode) for m in ("resnet18", "dqn") for mode in ("eval", "train")
+    ]
     run_id = nightly.create_night(night=date(2026, 11, 7), benchmarks=specs)
     nightly.enqueue_jobs(run_id)
 
     def w0_busy() -> bool:
-        return any(j.status == "running" and (j.worker or "").startswith("w0@") for j in _jobs(run_id))
+        return any(
+            j.status == "running" and (j.worker or "").startswith("w0@") for j in _jobs(run_id)
+        )
 
     wait_until(w0_busy, timeout=120, interval=0.2, what="a job running on w0")
     victim = next(j for j in _jobs(run_id) if j.status == "running" and j.worker.startswith("w0@"))
@@ -63,7 +73,8 @@ def test_sigkilled_worker_task_is_redelivered(
     assert jobs[victim.id].worker.startswith("w1@")
     with session_scope() as session:
         counts = session.execute(
-            select(Result.job_id, Result.metric, func.count()).where(Result.run_id == run_id)
+            select(Result.job_id, Result.metric, func.count())
+            .where(Result.run_id == run_id)
             .group_by(Result.job_id, Result.metric)
         ).all()
     assert {job_id for job_id, *_ in counts} == set(jobs)
@@ -102,12 +113,18 @@ def _children_of_group(prefix: str, pgid: int) -> list[int]:
 
 
 def test_a_dead_worker_host_s_job_is_measured_again_by_the_sweep_not_the_broker(
-    celery_workers: WorkerPool, tmp_path, configure  # type: ignore[no-untyped-def]
+    celery_workers: WorkerPool,
+    tmp_path,
+    configure,  # type: ignore[no-untyped-def]
 ) -> None:
     # The broker would redeliver only after its visibility timeout (the default, 4 h): the
     # heartbeat and the sweep (called here as beat would call it) bring the job back.
-    configure(visibility_timeout_s=14400, suite_min_seconds=4, task_soft_time_limit_s=1800,
-              task_time_limit_s=2100)
+    configure(
+        visibility_timeout_s=14400,
+        suite_min_seconds=4,
+        task_soft_time_limit_s=1800,
+        task_time_limit_s=2100,
+    )
     w0 = celery_workers.start("cpu", log_dir=tmp_path, name="w0")
     celery_workers.start("cpu", log_dir=tmp_path, name="w1")
     specs = [BenchmarkSpec(model=m, mode="eval") for m in ("resnet18", "dqn", "ncf")]
@@ -115,20 +132,28 @@ def test_a_dead_worker_host_s_job_is_measured_again_by_the_sweep_not_the_broker(
     nightly.enqueue_jobs(run_id)
 
     def w0_busy() -> bool:
-        return any(j.status == "running" and (j.worker or "").startswith("w0@")
-                   for j in _jobs(run_id))
+        return any(
+            j.status == "running" and (j.worker or "").startswith("w0@") for j in _jobs(run_id)
+        )
 
     wait_until(w0_busy, timeout=120, interval=0.2, what="a job running on w0")
     victim = next(j for j in _jobs(run_id) if j.status == "running" and j.worker.startswith("w0@"))
     prefix = get_settings().queue_prefix
-    wait_until(lambda: bool(_children_of_group(prefix, w0.pid)), timeout=120, interval=0.2,
-               what="w0's suite process")
+    wait_until(
+        lambda: bool(_children_of_group(prefix, w0.pid)),
+        timeout=120,
+        interval=0.2,
+        what="w0's suite process",
+    )
     victims = set(_children_of_group(prefix, w0.pid))
     celery_workers.kill(w0)
     killed_at = datetime.now(UTC)
     # Only w0's own suite process: w1's may be measuring its job meanwhile.
-    wait_until(lambda: not victims & set(_orphans(prefix)), timeout=10,
-               what="the killed worker's suite process to die with it")
+    wait_until(
+        lambda: not victims & set(_orphans(prefix)),
+        timeout=10,
+        what="the killed worker's suite process to die with it",
+    )
 
     def swept_and_done() -> bool:
         deadline.sweep_deadlines()
@@ -145,8 +170,10 @@ def test_a_dead_worker_host_s_job_is_measured_again_by_the_sweep_not_the_broker(
     assert again.started_at is not None and again.started_at - killed_at < timedelta(seconds=120)
     with session_scope() as session:
         counts = session.execute(
-            select(Result.job_id, Result.metric, func.count()).where(Result.run_id == run_id)
-            .group_by(Result.job_id, Result.metric)).all()
+            select(Result.job_id, Result.metric, func.count())
+            .where(Result.run_id == run_id)
+            .group_by(Result.job_id, Result.metric)
+        ).all()
     assert {job_id for job_id, *_ in counts} == set(jobs)
     assert all(n == 1 for *_, n in counts), f"a result was stored twice: {counts}"
 
@@ -155,8 +182,9 @@ def test_a_silent_job_is_queued_again_and_one_silent_too_often_ends_as_an_error(
     configure,  # type: ignore[no-untyped-def]
 ) -> None:
     configure(job_lost_after_s=5, job_max_worker_losses=2)
-    run_id = nightly.create_night(night=date(2026, 11, 10),
-                                  benchmarks=[BenchmarkSpec(model="resnet18", mode="eval")])
+    run_id = nightly.create_night(
+        night=date(2026, 11, 10), benchmarks=[BenchmarkSpec(model="resnet18", mode="eval")]
+    )
     [job] = _jobs(run_id)
     with session_scope() as session:
         runs.start_job(session, job=runs.get_job(session, job.id, lock=True), worker="w0@host")
@@ -177,7 +205,10 @@ def test_a_silent_job_is_queued_again_and_one_silent_too_often_ends_as_an_error(
 
 
 def test_missing_report_past_deadline_raises_missing_data_alert(database_url: str) -> None:
-    specs = [BenchmarkSpec(model="resnet18", mode="eval"), BenchmarkSpec(model="resnet18", mode="train")]
+    specs = [
+        BenchmarkSpec(model="resnet18", mode="eval"),
+        BenchmarkSpec(model="resnet18", mode="train"),
+    ]
     run_id = nightly.create_night(night=date(2026, 11, 8), benchmarks=specs)
     jobs = _jobs(run_id)
     # Only the first job reports (measured for real); the second never does.
@@ -188,9 +219,13 @@ def test_missing_report_past_deadline_raises_missing_data_alert(database_url: st
     with session_scope() as session:
         run = session.get(Run, run_id)
         assert run is not None and run.status == "incomplete"
-        alert = session.scalar(select(Alert).where(Alert.run_id == run_id, Alert.kind == "missing_data"))
+        alert = session.scalar(
+            select(Alert).where(Alert.run_id == run_id, Alert.kind == "missing_data")
+        )
         assert alert is not None and "resnet18:train:cpu" in alert.summary
-        statuses = {j.benchmark: j.status for j in session.scalars(select(Job).where(Job.run_id == run_id))}
+        statuses = {
+            j.benchmark: j.status for j in session.scalars(select(Job).where(Job.run_id == run_id))
+        }
     assert statuses == {"resnet18:eval:cpu": "done", "resnet18:train:cpu": "missing"}
     # The alert reaches people: an issue in the outbox (no GitHub repository configured).
     outbox = get_settings().effective_outbox_dir
@@ -206,8 +241,12 @@ def test_missing_report_past_deadline_raises_missing_data_alert(database_url: st
     # A late report after the deadline does not reopen the run or store a second result set.
     nightly.send_job(jobs[1].id, jobs[1].queue)
     with session_scope() as session:
-        assert session.scalar(select(func.count()).select_from(Result).where(
-            Result.job_id == jobs[1].id)) == 0
+        assert (
+            session.scalar(
+                select(func.count()).select_from(Result).where(Result.job_id == jobs[1].id)
+            )
+            == 0
+        )
     # The night is measured again for what it lacked: the issue is told, once.
     again = nightly.create_night(night=date(2026, 11, 8), benchmarks=specs[1:])
     [redo] = _jobs(again)
@@ -231,11 +270,15 @@ def test_an_ingest_run_s_late_data_is_kept_and_told(database_url: str) -> None:
         _, token = create_token(session, name="runner")
     auth = {"Authorization": f"Bearer {token}"}
     benches = [{"model": "dcgan", "mode": "eval"}, {"model": "dcgan", "mode": "train"}]
-    record = {mode: make_record("dcgan", mode, {"latency": [3.0, 3.1, 2.9]})
-              for mode in ("eval", "train")}
+    record = {
+        mode: make_record("dcgan", mode, {"latency": [3.0, 3.1, 2.9]}) for mode in ("eval", "train")
+    }
     with TestClient(create_app()) as client:
-        run = client.post("/api/runs", headers=auth, json={
-            "night": "2026-11-11", "benchmarks": benches, "key": "shard-3"}).json()
+        run = client.post(
+            "/api/runs",
+            headers=auth,
+            json={"night": "2026-11-11", "benchmarks": benches, "key": "shard-3"},
+        ).json()
         url = f"/api/runs/{run['id']}/results"
         assert client.post(url, headers=auth, json=[record["eval"]]).json()["stored"] == 1
         later = datetime.now(UTC) + timedelta(days=1)
@@ -253,8 +296,10 @@ def test_an_ingest_run_s_late_data_is_kept_and_told(database_url: str) -> None:
     deadline.sweep_deadlines(now=later)
     deadline.sweep_deadlines(now=later)
     text = path.read_text()
-    assert text.count("**Data arrived**") == 1 and "`dcgan:train:cpu`" in text.split(
-        "**Data arrived**")[1]
+    assert (
+        text.count("**Data arrived**") == 1
+        and "`dcgan:train:cpu`" in text.split("**Data arrived**")[1]
+    )
     assert len(list(outbox.glob("issue-*.md"))) == 1
 
 
