@@ -7,6 +7,8 @@ Usage::
                         [--batch-size N] [--iterations N] [--min-seconds S] [--threads N]
                         [--cpus 0,1] [--no-setup] --out FILE|-
     python -m suite coverage [--json] [--models M ...] [--threads N]
+    python -m suite count --benchmarks M:MODE[:BATCH],... [--warmup-steps N] [--steps N]
+                          [--repeats N] [--timeout S] --out FILE|-
 
 ``run`` exits 0 when the record has no error, 1 when the benchmark failed (the record then holds
 the reason: an exception, ``NotImplementedError`` for an unsupported configuration, an
@@ -33,6 +35,7 @@ import faulthandler
 import json
 import os
 import sys
+from pathlib import Path
 
 from suite.registry import ModelInfo, list_models
 
@@ -118,6 +121,46 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{args.model} {args.mode} {args.device}: {record.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _count(args: argparse.Namespace) -> int:
+    """``python -m suite count``: instructions per step of each benchmark (``suite.counting``).
+
+    Outside valgrind it starts one valgrind process that counts every benchmark in turn and
+    writes ``{"records": [...]}`` to ``--out``, one record per benchmark in the order given (a
+    host without valgrind: each ``skipped`` with the reason, exit 0); inside it (``NIGHTBENCH_COUNT_MANIFEST`` set) it counts and writes the manifest.
+    """
+    from suite import counting
+
+    try:
+        benchmarks = counting.parse_benchmarks(args.benchmarks)
+        cfg = counting.CountConfig(
+            warmup_steps=args.warmup_steps,
+            steps=args.steps,
+            repeats=args.repeats,
+            timeout_s=args.timeout,
+        )
+    except ValueError as exc:
+        print(f"python -m suite count: {exc}", file=sys.stderr)
+        return 2
+    manifest = os.environ.get(counting.INSIDE_ENV)
+    if manifest:
+        with contextlib.redirect_stdout(sys.stderr):
+            counting.count_benchmarks(benchmarks, cfg, Path(manifest))
+        return 0
+    try:
+        records = counting.count_records(benchmarks, cfg)
+    except counting.CountUnavailable as exc:
+        records = [counting.skipped_record(m, mo, b, str(exc)) for m, mo, b in benchmarks]
+    text = json.dumps({"records": records}, indent=1)
+    if args.out == "-":
+        print(text)
+    else:
+        Path(args.out).write_text(text)
+    failed = [r for r in records if r["error"]]
+    for r in failed:
+        print(f"{r['model']} {r['mode']} cpu: {r['error']}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _apply_setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -243,6 +286,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_run.add_argument("--out", required=True, help="output JSON file, or - for stdout")
     p_run.set_defaults(func=_run)
+    p_count = sub.add_parser(
+        "count", help="count instructions per step under valgrind (cpu_instructions)"
+    )
+    p_count.add_argument(
+        "--benchmarks",
+        required=True,
+        help="MODEL:MODE[:BATCH],... counted in turn in one valgrind process (CPU)",
+    )
+    p_count.add_argument("--warmup-steps", type=int, default=2, help="uncounted steps first")
+    p_count.add_argument("--steps", type=int, default=1, help="steps in each counted window")
+    p_count.add_argument("--repeats", type=int, default=3, help="counted windows (samples)")
+    p_count.add_argument("--timeout", type=float, default=3600.0, help="seconds for the process")
+    p_count.add_argument("--out", required=True, help="output JSON file, or - for stdout")
+    p_count.set_defaults(func=_count)
     p_cov = sub.add_parser("coverage", help="distinct operators the models exercise")
     p_cov.add_argument("--json", action="store_true", help="print JSON")
     p_cov.add_argument(
@@ -255,7 +312,7 @@ def _parser() -> argparse.ArgumentParser:
     p_cov.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p_cov.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: default)")
     p_cov.set_defaults(func=_coverage)
-    for p in (p_list, p_run):
+    for p in (p_list, p_run, p_count):
         p.add_argument(
             "--torchbench",
             metavar="PATH",

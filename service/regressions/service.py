@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput, NotFound
+from service.metrics import ALERT_METRICS, host_bound
 from service.models import (
     TRIAGE_STATES,
     Alert,
@@ -22,7 +23,6 @@ from service.models import (
 from service.regressions import paired
 from service.regressions.detection import Assessment, Night, assess_night, confirm
 from service.series import (
-    ALERT_METRICS,
     night_processes,
     night_samples,
     round_results,
@@ -231,8 +231,9 @@ def assess_run(
             tonight,
             metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
-            # The verdict judges latency (its processes' medians); peak memory alerts as anywhere.
-            unstable=result.metric == "latency" and key in dark,
+            # The verdict judges the host-bound metric (latency: its processes' medians); peak
+            # memory and instruction counts alert as anywhere (``service.metrics.KindRule``).
+            unstable=host_bound(result.metric) and key in dark,
             unstable_spread=dark.get(key),
         )
         every = [*nights, tonight], [*history, result]

@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
+from service.metrics import METRIC_TABLE
 from service.models import (
     FILING_UNFILED,
     PROBE_ENDED,
@@ -120,12 +121,15 @@ class StabilityChange:
 @dataclass(frozen=True)
 class UnstableBenchmark:
     """A benchmark marked unstable on a machine now: shown, and alerted only on a latency
-    regression of at least ``alerts_from`` (a fraction; None: never, its spread unknown)."""
+    regression of at least ``alerts_from`` (a fraction; None: never, its spread unknown).
+    ``still_alerts_on``: the metrics its device measures that the host's speed does not move
+    (peak memory, instruction counts), which alert as on any benchmark."""
 
     benchmark: str
     machine_id: int
     spread: float | None
     alerts_from: float | None
+    still_alerts_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,11 @@ def unstable_now(
                     r.machine_id,
                     r.spread,
                     alerts_from(r.spread, thr),
+                    still_alerts_on=tuple(
+                        m.name
+                        for m in METRIC_TABLE
+                        if m.alerts and not m.rule.host_bound and r.device in m.devices
+                    ),
                 )
             )
     return out, len(rows)

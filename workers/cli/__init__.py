@@ -15,6 +15,7 @@ from rich.table import Table
 
 from service.config import get_settings
 from service.errors import NightbenchError
+from service.metrics import ALERT_METRICS
 from suite.model_info import TORCHBENCH_PREFIX
 from workers.cli.common import console, err_console, fit_to_output, with_unit
 from workers.cli.common import csv as _csv
@@ -359,7 +360,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for res in data["results"]:
-        if res["metric"] not in ("latency", "cpu_peak_mem", "gpu_peak_mem") and not res["error"]:
+        if res["metric"] not in ALERT_METRICS and not res["error"]:
             continue
         change = f"{res['change'] * 100:+.1f}" if res["change"] is not None else "—"
         verdict = res["verdict"] if not res["error"] else "error (below)"

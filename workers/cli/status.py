@@ -156,7 +156,9 @@ def _unstable_line(state: Any) -> str:
         else f"{u.benchmark} never"
         for u in state.unstable
     )
+    still = sorted({m for u in state.unstable for m in getattr(u, "still_alerts_on", ())})
     return (
         f"{len(state.unstable)} of {state.judged} benchmark verdicts are unstable: shown, "
         f"alerted only beyond their noise ({bars})"
+        + (f"; on latency only: {', '.join(still)} alert as on any benchmark" if still else "")
     )

@@ -7,28 +7,11 @@ import math
 import re
 from collections.abc import Sequence
 
+from service.metrics import format_change as format_change  # the one formatter, re-exported
+from service.metrics import format_value as format_value
 from workers.issues.model import Bisection, Commit, Environment, IssueReport
 
 _SPARK = "▁▂▃▄▅▆▇█"
-_MIB = 1024 * 1024
-
-
-def format_value(value: float, unit: str) -> str:
-    """A number with its unit: ``12.41 ms``, ``1,234.5 MiB`` (bytes are shown in MiB)."""
-    if unit == "bytes":
-        return f"{value / _MIB:,.1f} MiB"
-    if unit == "ms":
-        if abs(value) >= 100:
-            return f"{value:,.1f} ms"
-        if abs(value) >= 1:
-            return f"{value:.2f} ms"
-        return f"{value:.3f} ms"
-    return f"{value:,.4g} {unit}".rstrip()
-
-
-def format_change(relative: float) -> str:
-    """``+12.4%`` for a relative change of 0.124."""
-    return f"{relative * 100:+.1f}%"
 
 
 def format_p_value(p_value: float | None) -> str:

@@ -28,7 +28,7 @@ class Change:
 
     Attributes:
         model, mode, device, compiler: the benchmark (``compiler`` is ``eager`` unless compiled).
-        metric: ``latency`` | ``gpu_peak_mem`` | ``cpu_peak_mem`` (any name renders).
+        metric: a metric name (``service.metrics``; any name renders).
         unit: ``ms`` or ``bytes`` (memory renders as MiB); other units render verbatim.
         baseline: the series' baseline, in ``unit``.
         tonight: tonight's value (median of samples), in ``unit``.

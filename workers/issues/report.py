@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.errors import InvalidInput
+from service.metrics import exact_levels, host_bound
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run
 from service.regressions import paired
-from service.regressions.detection import MEMORY_METRICS, confirm
+from service.regressions.detection import confirm
 from service.regressions.rules import DEFAULT_PARAMS
 from service.regressions.service import (
     history_nights,
@@ -195,7 +196,7 @@ def _noise(session: Session, regression: Regression) -> str | None:
         regression.compiler,
         result.machine_id if result is not None else None,
     )
-    spreads = unstable_spreads(session, by_machine=True) if regression.metric == "latency" else {}
+    spreads = unstable_spreads(session, by_machine=True) if host_bound(regression.metric) else {}
     if key not in spreads:
         return None
     spread, beyond = spreads[key], DEFAULT_PARAMS.unstable_beyond
@@ -278,12 +279,12 @@ def _confidence(
     p-value stored when tonight was flagged. Peak memory has none (the detector uses an
     envelope there, not a test).
     """
-    if regression.metric in MEMORY_METRICS:
+    if exact_levels(regression.metric):
         return None, "no test: above the baseline's recurring peak each night"
     history = history_nights(session, result=result, limit=settings.baseline_nights)
     confirm_run = _confirm_run(session, regression.run_id)
     rerun = _rerun(session, confirm_run, regression) if confirm_run is not None else None
-    if rerun is not None and history:
+    if rerun is not None and confirm_run is not None and history:
         # Judged as the confirmation judged it: beside the previous night's build when paired.
         again, _ = paired.judged_rerun(
             session,
@@ -322,7 +323,7 @@ def _checks(session: Session, run: Run, regressions: Sequence[Regression]) -> Ch
         change = (level - g.baseline) / g.baseline
         beside = (
             paired.previous_build_level(session, confirm_run=confirm_run, regression=g)
-            if g.metric == "latency"
+            if host_bound(g.metric)
             else None
         )
         if beside:  # both builds as the confirmation judged them: medians of process medians

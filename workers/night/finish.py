@@ -23,13 +23,13 @@ from sqlalchemy.orm import Session
 from service.benchmarks import benchmark_name
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import Alert, Run, RunKind
+from service.models import RUN_OPEN, Alert, Run, RunKind
 from service.regressions import back
 from service.regressions import service as regressions
 from service.runs import rounds
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
-from service.series import is_night_round, is_paired_round
+from service.series import is_count_round, is_night_round, is_paired_round
 from workers.app import queue_for
 from workers.builds.torch_envs import CURRENT
 from workers.enqueue import Step
@@ -65,7 +65,11 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
         round_of = (
             parent_id
             if kind == RunKind.REPLICATE
-            and (is_night_round(run.options) or is_paired_round(run.options))
+            and (
+                is_night_round(run.options)
+                or is_paired_round(run.options)
+                or is_count_round(run.options)
+            )
             else None
         )
         if round_of is not None:
@@ -103,7 +107,20 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
         left = rounds.rounds_left(session, run_id=run_id, processes=wanted)
         if left is None:
             return []
-        if left > 0:
+        counting = rounds.count_round(session, run_id=run_id) if left == 0 else None
+        if counting is not None and counting.status in RUN_OPEN:
+            return []  # the count pass is still counting
+        if left == 0 and counting is None and kind in (RunKind.NIGHTLY, RunKind.CONFIRM):
+            queue = rounds.run_queue(session, run_id=run_id)
+            count = rounds.create_count_round(
+                session,
+                parent=run,
+                models=lambda model: settings.counts_on(queue, model),
+                deadline_s=settings.night_deadline_s,
+            )
+            if count is not None:  # the timed processes have all ended: count, then judge
+                created.append(count.id)
+        elif left > 0:
             created.append(
                 rounds.create_round(
                     session, parent=run, rounds=wanted, deadline_s=settings.night_deadline_s
