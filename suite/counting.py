@@ -29,11 +29,13 @@ import gc
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +128,7 @@ def _count_one(model: str, mode: str, batch_size: int | None, cfg: CountConfig) 
     from suite.registry import benchmark_version, load_model_class
 
     out: dict[str, Any] = {"model": model, "mode": mode, "batch_size": batch_size, "dumps": 0}
+    wall, cpu = time.perf_counter(), time.process_time()
     try:
         out["benchmark_version"] = benchmark_version(model)
         bench = load_model_class(model)(test=mode, device="cpu", batch_size=batch_size)
@@ -150,6 +153,9 @@ def _count_one(model: str, mode: str, batch_size: int | None, cfg: CountConfig) 
 
         out["error"] = describe_failure(exc)
         out["traceback"] = traceback.format_exc(limit=5)
+    # Under valgrind: what counting this benchmark cost (build, warm-up, counted steps, dumps).
+    out["wall_s"] = round(time.perf_counter() - wall, 2)
+    out["cpu_s"] = round(time.process_time() - cpu, 2)
     return out
 
 
@@ -268,6 +274,7 @@ def count_records(
             "MKL_NUM_THREADS": "1",
         }
         why = None
+        started, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             proc = subprocess.run(
                 cmd, env=env, capture_output=True, text=True, timeout=cfg.timeout_s, check=False
@@ -277,6 +284,15 @@ def count_records(
                 why = f"the count process exited with code {proc.returncode}: {tail}"
         except subprocess.TimeoutExpired:
             why = f"the count process timed out after {cfg.timeout_s:.0f} s"
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        environment["counter"] = {
+            **environment["counter"],
+            "process_wall_s": round(time.perf_counter() - started, 2),
+            "process_cpu_s": round(
+                after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime, 2
+            ),
+            "process_benchmarks": len(benchmarks),
+        }
         counted = json.loads(manifest.read_text())["benchmarks"] if manifest.exists() else []
         numbered = [p for p in work.glob("callgrind.out.*") if p.suffix[1:].isdigit()]
         dumps = sorted(numbered, key=lambda p: int(p.suffix[1:]))
@@ -303,6 +319,11 @@ def _records(
             out.append(record)
             continue
         entry = counted[i]
+        record["environment"]["counter"] = {
+            **environment.get("counter", {}),
+            "wall_s": entry.get("wall_s"),
+            "cpu_s": entry.get("cpu_s"),
+        }
         record["batch_size"] = entry.get("batch_size", batch_size)
         record["benchmark_version"] = entry.get("benchmark_version")
         mine = numbered[at : at + int(entry["dumps"])]

@@ -137,6 +137,10 @@ def database_url(
     monkeypatch.setenv(
         "NIGHTBENCH_SUITE_ITERATIONS", os.environ.get("NIGHTBENCH_SUITE_ITERATIONS", "12")
     )
+    # The count pass (valgrind, about a minute a night) only where a test asks for it.
+    monkeypatch.setenv("NIGHTBENCH_COUNT_INSTRUCTIONS", "false")
+    monkeypatch.setenv("NIGHTBENCH_COUNT_WARMUP_STEPS", "1")
+    monkeypatch.setenv("NIGHTBENCH_COUNT_REPEATS", "2")
     _reset_caches()
     yield url
     from service.db import get_engine

@@ -296,12 +296,12 @@ def run_count(
         "--repeats",
         str(settings.count_repeats),
         "--timeout",
-        str(settings.count_timeout_s),
+        str(settings.count_process_timeout_s),
     ]
     outcome = runner.run_suite(
         command.python,
         args,
-        timeout_s=settings.count_timeout_s + 120,
+        timeout_s=settings.count_process_timeout_s + 60,
         cwd=command.cwd or ROOT,
         env=suite_environment(dict(command.env)),
     )
