@@ -4,10 +4,14 @@ Run by path with that environment's interpreter (``python suite/torchbench_probe
 it needs the standard library only, plus whatever the models themselves import:
 
     python torchbench_probe.py identity
+    python torchbench_probe.py freeze
+    python torchbench_probe.py libraries NAME...
     python torchbench_probe.py check --root ROOT --out FILE [--devices cpu,cuda]
                                      [--timeout SECONDS] NAME...
 
-``identity`` prints the environment's identity as JSON (:func:`identity`). ``check`` imports
+``identity`` prints the environment's identity as JSON (:func:`identity`), ``freeze`` its
+installed distributions as constraints (:func:`freeze`), ``libraries`` why each named module
+does not import (:func:`import_error`, JSON). ``check`` imports
 ``torchbenchmark.models.<NAME>`` for each name in turn and appends one JSON line per model to
 ``FILE`` (a ``start`` line first, so a caller whose batch timed out or crashed knows which model
 was running): whether it imported, and if not the exception, the missing module and the library
@@ -79,6 +83,27 @@ def identity() -> dict[str, Any]:
     }
     out["id"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:16]
     return out
+
+
+def freeze() -> list[str]:
+    """``name==version`` of every installed distribution, sorted: constraints that keep what is
+    installed where it is."""
+    found = {
+        (d.metadata["Name"] or "").lower(): d.version for d in importlib.metadata.distributions()
+    }
+    return [f"{name}=={version}" for name, version in sorted(found.items()) if name]
+
+
+def import_error(module: str) -> str | None:
+    """Why ``import module`` fails here (``not installed``, or ``Type: message``), None when it
+    imports."""
+    if importlib.util.find_spec(module) is None:
+        return "not installed"
+    try:
+        importlib.import_module(module)
+    except BaseException as exc:  # noqa: BLE001 - a broken build fails in many ways
+        return describe_exception(exc, os.getcwd())["error"]
+    return None
 
 
 def _stdlib_dirs() -> list[str]:
@@ -257,9 +282,18 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--devices", default="cpu")
     check.add_argument("--timeout", type=int, default=0, help="seconds per model (0: none)")
     check.add_argument("names", nargs="+")
+    sub.add_parser("freeze")
+    libraries = sub.add_parser("libraries")
+    libraries.add_argument("names", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "identity":
         print(json.dumps(identity()))
+        return 0
+    if args.command == "freeze":
+        print("\n".join(freeze()))
+        return 0
+    if args.command == "libraries":
+        print(json.dumps({name: import_error(name) for name in args.names}))
         return 0
     root = os.path.realpath(args.root)
     sys.path.insert(0, root)
