@@ -424,9 +424,13 @@ PLANTED_FILES = {
     "models/hub_broken/__init__.py": "import nightbench_fixture_hub  # noqa\n",
     "models/vision_broken/__init__.py": "import torchvision  # noqa\n",
     "models/eval_only/__init__.py": (
-        "from ..tiny_mlp import Model as Tiny\nfrom ...util.model import BenchmarkModel\n\n\n"
-        "class Model(BenchmarkModel):\n    DEFAULT_EVAL_BSIZE = 4\n"
-        "    __init__ = Tiny.__init__\n    eval = Tiny.eval\n"
+        "import torch\n\nfrom ...util.model import BenchmarkModel\n\n\n"
+        "class Model(BenchmarkModel):\n    DEFAULT_EVAL_BSIZE = 4\n\n"
+        "    def __init__(self, test, device, batch_size=None, extra_args=None):\n"
+        "        super().__init__(test, device, batch_size, extra_args)\n"
+        "        self.model = torch.nn.Linear(8, 1)\n"
+        "        self.example_inputs = (torch.randn(self.batch_size, 8),)\n\n"
+        "    def eval(self):\n        return (self.model(*self.example_inputs),)\n"
     ),
     "models/train_raises/__init__.py": (
         "from ...util.model import BenchmarkModel\n\n\nclass Model(BenchmarkModel):\n"

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from suite import torchbench_install
 from tests.suite.helpers import FIXTURES
+from tests.suite.test_suite_torchbench import PLANTED_FILES
 from workers.cli import app
 
 CHECKOUT = FIXTURES / "torchbench"
@@ -268,3 +269,55 @@ Building wheel for torch_scatter
     )
     assert found["basic_gnn_gcn"].error == "ERROR: Failed building wheel for torch_scatter"
     assert found["BERT_pytorch"].error is None
+
+
+def test_check_prints_the_matrix_with_each_cause(record: Path, tmp_path: Path) -> None:
+    copy = _checkout(tmp_path)
+    (copy / "torchbenchmark" / "models" / "eval_only").mkdir()
+    (copy / "torchbenchmark" / "models" / "eval_only" / "__init__.py").write_text(
+        PLANTED_FILES["models/eval_only/__init__.py"]
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "torchbench",
+            "check",
+            "--torchbench",
+            str(copy),
+            "--models",
+            "torchbench.cpu_unsupported,torchbench.needs_*,torchbench.eval_only,"
+            "torchbench.tiny_mlp",
+            "--run",
+            "1",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = {r["model"].removeprefix("torchbench."): r for r in doc["models"]}
+    assert rows["needs_tensorboardx"]["installed"].startswith("missing requirement(s)")
+    assert rows["needs_tensorboardx"]["importable"] == "-"
+    assert rows["cpu_unsupported"]["eval"].startswith(
+        "not offered: TorchBench's metadata.yaml marks eval on cpu"
+    )
+    # The one model run (--run 1) is the first that offers a test here.
+    assert rows["eval_only"] == {
+        "model": "torchbench.eval_only",
+        "installed": "yes",
+        "importable": "yes",
+        "eval": "ok",
+        "train": "not offered: TorchBench gives no train batch size on cpu "
+        "(DEFAULT_TRAIN_BSIZE unset)",
+    }
+    assert rows["tiny_mlp"]["eval"] == rows["tiny_mlp"]["train"] == "not run"
+    assert doc["counts"] == {
+        "listed": 4,
+        "installed": 3,
+        "importable": 3,
+        "eval_offered": 2,
+        "eval_run": 1,
+        "eval_ok": 1,
+        "train_offered": 1,
+        "train_run": 0,
+        "train_ok": 0,
+    }

@@ -364,3 +364,171 @@ def _held_after_top_level(root: Path, python: str) -> Path:
             typer.echo(f"TorchBench's requirements.txt did not install: {last[0]}", err=True)
         tb_install.write_constraints(python, held)
     return held
+
+
+# ---------------------------------------------------------------------------------------------
+# nightbench torchbench check: the matrix
+# ---------------------------------------------------------------------------------------------
+
+MATRIX_TESTS = ("eval", "train")
+QUICK_RUN = [
+    "--iterations",
+    "3",
+    "--max-iterations",
+    "3",
+    "--min-seconds",
+    "0.01",
+    "--warmup",
+    "1",
+    "--warmup-seconds",
+    "0",
+]
+
+
+def matrix_row(entry: dict[str, Any], runs: dict[str, str], device: str) -> dict[str, Any]:
+    """One model's line of the matrix, from its listing entry (``python -m suite list --json
+    --check-imports`` in the environment under test) and what its runs gave (``{test: "ok" |
+    "error: ..."}``; a test missing from ``runs`` was not run).
+
+    Returns:
+        ``{"model", "installed", "importable", "eval", "train"}``: ``installed`` and
+        ``importable`` are ``"yes"`` or why not, each test ``"ok"``, ``"not offered: why"``,
+        ``"error: ..."``, ``"not run"``, or ``"-"`` where the model does not import.
+    """
+    reason = entry.get("reason") or ""
+    installed = reason if reason.startswith("missing requirement") else "yes"
+    if entry.get("available"):
+        importable = "yes"
+    elif installed != "yes":
+        importable = "-"
+    else:
+        importable = reason
+    row = {"model": entry["name"], "installed": installed, "importable": importable}
+    for test in MATRIX_TESTS:
+        key = f"{test}:{device}"
+        if importable != "yes":
+            row[test] = "-"
+        elif key in (entry.get("not_offered") or {}):
+            row[test] = f"not offered: {entry['not_offered'][key]}"
+        elif test not in entry.get("modes", []) or device not in entry.get("devices", []):
+            row[test] = "not offered"
+        else:
+            row[test] = runs.get(test, "not run")
+    return row
+
+
+def matrix_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """The matrix's totals: listed, installed, importable, and per test offered, run, ok."""
+    counts = {
+        "listed": len(rows),
+        "installed": sum(r["installed"] == "yes" for r in rows),
+        "importable": sum(r["importable"] == "yes" for r in rows),
+    }
+    for test in MATRIX_TESTS:
+        offered = [
+            r[test] for r in rows if r[test] != "-" and not r[test].startswith("not offered")
+        ]
+        counts[f"{test}_offered"] = len(offered)
+        counts[f"{test}_run"] = sum(v != "not run" for v in offered)
+        counts[f"{test}_ok"] = sum(v == "ok" for v in offered)
+    return counts
+
+
+def check_torchbench(
+    models: Annotated[
+        str | None,
+        typer.Option(help="comma-separated models or patterns (default: every model)"),
+    ] = None,
+    torchbench: Annotated[
+        str | None,
+        typer.Option(
+            "--torchbench",
+            help="a pytorch/benchmark checkout (default: NIGHTBENCH_TORCHBENCH_PATH)",
+        ),
+    ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option(help="the interpreter of the environment to check (default: this one)"),
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
+    run: Annotated[
+        int | None,
+        typer.Option(
+            help="run eval and train (one iteration each) for the first N importable models "
+            "chosen (default: all of them; 0: none)"
+        ),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds per run")] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Print the matrix of TorchBench's models in an environment: listed, installed (its
+    requirements.txt satisfied), importable (the import check, with the cause), and whether
+    eval and train run on ``--device`` (one iteration each through ``python -m suite run``),
+    each failure with its cause. Exit code 0 whatever the matrix says; 2 for bad input.
+    """
+    from suite import torchbench_install as tb_install
+    from workers import runner
+    from workers.night.jobs import ROOT, suite_environment
+
+    try:
+        root = tb_install.checkout_for_install(torchbench)
+        chosen = tb_install.select(root, _csv(models) or [])
+    except tb_install.InstallInputError as exc:
+        _fail(str(exc))
+        raise
+    python = python or sys.executable
+    env = suite_environment()
+    env[ENV_VAR] = str(root)
+    typer.echo(f"checking the imports of {len(chosen.torchbench)} model(s) in {python}", err=True)
+    listing = runner.run_suite(
+        python,
+        ["list", "--json", "--suite", "torchbench", "--check-imports"],
+        timeout_s=max(1800.0, 120.0 * len(chosen.torchbench)),
+        env=env,
+        cwd=ROOT,
+        record=False,
+    )
+    if listing.error:
+        _fail(f"python -m suite list failed: {listing.error}")
+    wanted = {TORCHBENCH_PREFIX + n for n in chosen.torchbench}
+    entries = [e for e in json.loads(listing.stdout) if e["name"] in wanted]
+    budget = len(entries) if run is None else run
+    rows = []
+    for entry in entries:
+        runs: dict[str, str] = {}
+        offered = [
+            t
+            for t in MATRIX_TESTS
+            if entry.get("available")
+            and t in entry.get("modes", [])
+            and device in entry.get("devices", [])
+            and f"{t}:{device}" not in (entry.get("not_offered") or {})
+        ]
+        if offered and budget > 0:
+            budget -= 1
+            for test in offered:
+                runs[test] = _run_once(python, entry["name"], test, device, timeout, env)
+        rows.append(matrix_row(entry, runs, device))
+    counts = matrix_counts(rows)
+    if as_json:
+        print(json.dumps({"device": device, "counts": counts, "models": rows}, indent=1))
+        return
+    for row in rows:
+        print(
+            f"{row['model']}\tinstalled: {row['installed']}\timportable: {row['importable']}\t"
+            f"eval: {row['eval']}\ttrain: {row['train']}"
+        )
+    print(json.dumps(counts))
+
+
+def _run_once(python: str, model: str, test: str, device: str, timeout: float, env: dict) -> str:
+    """``ok`` or ``error: <why>`` for one iteration of one benchmark in its own process."""
+    from workers import runner
+
+    typer.echo(f"running {model} {test} on {device}", err=True)
+    args = ["run", "--model", model, "--mode", test, "--device", device, "--no-setup", *QUICK_RUN]
+    outcome = runner.run_suite(python, args, timeout_s=timeout, env=env)
+    if outcome.record is not None and not outcome.record.get("error"):
+        return "ok"
+    why = (outcome.record or {}).get("error") or outcome.error or "no record"
+    return "error: " + " ".join(str(why).split())[:300]
