@@ -3,6 +3,7 @@
 Usage::
 
     python -m suite list [--json] [--suite nightbench|own|torchbench|all] [--torchbench PATH]
+                         [--check-imports]
     python -m suite run --model M --mode train|eval --device cpu|cuda [--compiler eager|inductor]
                         [--batch-size N] [--iterations N] [--min-seconds S] [--threads N]
                         [--cpus 0,1] [--no-setup] --out FILE|-
@@ -14,8 +15,11 @@ Usage::
 the reason: an exception, ``NotImplementedError`` for an unsupported configuration, an
 out-of-memory), 2 on bad arguments (a ``--torchbench`` path that is not a pytorch/benchmark
 checkout included). ``list --suite torchbench`` exits 0 with an empty list and a message on
-stderr when no TorchBench checkout is configured; a TorchBench model whose requirements are
-missing is listed with ``"available": false`` and the reason (also on stderr). ``coverage`` prints
+stderr when no TorchBench checkout is configured; a TorchBench model is listed
+``"available": true`` only once its import passed in this environment (``--check-imports``
+checks those not checked yet, see :mod:`suite.torchbench_check`), else ``"available": false``
+with the reason: a missing requirement, the import's failure, or "not checked" (also on
+stderr). ``coverage`` prints
 the distinct operators one train and one eval iteration of each model send to the dispatcher, per
 model and in union (:mod:`suite.coverage`); it exits 1 when a model failed (reported, not raised).
 This module uses argparse on purpose: it runs
@@ -40,7 +44,7 @@ from pathlib import Path
 from suite.registry import ModelInfo, list_models
 
 
-def _selected_models(suite: str) -> list[ModelInfo]:
+def _selected_models(suite: str, check_imports: bool = False) -> list[ModelInfo]:
     models: list[ModelInfo] = []
     if suite in ("nightbench", "own", "all"):
         models += list_models()
@@ -49,7 +53,7 @@ def _selected_models(suite: str) -> list[ModelInfo]:
         from suite import torchbench_checkout as checkout
 
         try:
-            found = torchbench.list_models()
+            found = torchbench.list_models(check_imports=check_imports)
         except checkout.TorchBenchUnavailable as exc:
             print(f"torchbench suite skipped: {exc}", file=sys.stderr)
         else:
@@ -61,14 +65,14 @@ def _selected_models(suite: str) -> list[ModelInfo]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    models = _selected_models(args.suite)
+    models = _selected_models(args.suite, args.check_imports)
     if args.json:
         print(json.dumps([m.as_json() for m in models], indent=1))
     else:
         width = max((len(m.name) for m in models), default=10)
         for m in models:
             print(
-                f"{m.name:<{width}}  {m.domain:<22}  {m.task:<24}  "
+                f"{m.name:<{width}}  {m.status:<11}  {m.domain:<22}  {m.task:<24}  "
                 f"{','.join(m.modes):<10}  {','.join(m.devices)}"
             )
     return 0
@@ -245,6 +249,12 @@ def _parser() -> argparse.ArgumentParser:
         help="which models: the suite's own (nightbench or own, as "
         "`nightbench nightly --suite` names it), TorchBench's (if "
         "installed), or both",
+    )
+    p_list.add_argument(
+        "--check-imports",
+        action="store_true",
+        help="check the imports of TorchBench's models not checked in this environment yet "
+        "(a subprocess per batch, cached); without it they are listed as not checked",
     )
     p_list.set_defaults(func=_list)
     p_run = sub.add_parser("run", help="measure one benchmark")

@@ -46,6 +46,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 MEASURED_RERUNS = 1
 
 
+@pytest.fixture(autouse=True)
+def torchbench_import_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test its own cache of TorchBench import checks (suite/torchbench_check.py), passed
+    on to the suite processes it starts: no test reads a check another one made."""
+    path = tmp_path / "torchbench-imports"
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_CACHE", str(path))
+    return path
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One more try for each test marked ``measured`` (see the module docstring)."""
     for item in items:

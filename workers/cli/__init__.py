@@ -583,7 +583,9 @@ app.add_typer(export_app, name="export")
 export_app.command("torchbench")(_torchbench_cli.export_torchbench)
 
 torchbench_app = typer.Typer(
-    help="A TorchBench checkout: its models' requirements.", no_args_is_help=True
+    help="A TorchBench checkout: its models' requirements, and which of them run here.",
+    no_args_is_help=True,
 )
 app.add_typer(torchbench_app, name="torchbench")
 torchbench_app.command("install")(_torchbench_cli.install_torchbench)
+torchbench_app.command("check")(_torchbench_cli.check_torchbench)

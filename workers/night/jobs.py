@@ -62,9 +62,13 @@ def suite_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def list_suite(command: SuiteCommand | None = None, timeout_s: float = 300) -> list[dict[str, Any]]:
+def list_suite(
+    command: SuiteCommand | None = None, timeout_s: float = 1800
+) -> list[dict[str, Any]]:
     """``python -m suite list --json`` of the build under test; with ``torchbench_path`` set
-    (``NIGHTBENCH_TORCHBENCH_PATH``), TorchBench's models too (``--suite all``).
+    (``NIGHTBENCH_TORCHBENCH_PATH``), TorchBench's models too (``--suite all``), their imports
+    checked in that build's environment where not cached (``--check-imports``: minutes for the
+    whole real checkout the first time, hence the timeout).
 
     Args:
         command: the interpreter and extra environment; None: this interpreter.
@@ -76,8 +80,10 @@ def list_suite(command: SuiteCommand | None = None, timeout_s: float = 300) -> l
     """
     command = command or SuiteCommand()
     torchbench = get_settings().torchbench_path
+    # TorchBench's models are available once their import passed in the environment under
+    # test: the listing checks those not checked there yet (suite/torchbench_check.py).
     args = ["list", "--json"] + (
-        ["--suite", "all", "--torchbench", str(torchbench)] if torchbench else []
+        ["--suite", "all", "--torchbench", str(torchbench), "--check-imports"] if torchbench else []
     )
     outcome = runner.run_suite(
         command.python,
