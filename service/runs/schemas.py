@@ -7,9 +7,9 @@ from collections import Counter
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from service.api import NAME_PATTERN, IsoDate
+from service.api import NAME_PATTERN, IsoDate, StrictBody
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)]
 # results.metric is String(32).
@@ -232,10 +232,8 @@ class CompareRead(BaseModel):
     errors: list[str] = Field(description="benchmark metrics that failed in either run")
 
 
-class BenchmarkIn(BaseModel):
+class BenchmarkIn(StrictBody):
     """One benchmark of a run being created: model, mode, device, compiler."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: Name
     mode: Literal["train", "eval"]
@@ -244,10 +242,8 @@ class BenchmarkIn(BaseModel):
     batch_size: int | None = Field(default=None, ge=1, le=2**31 - 1)
 
 
-class RunCreate(BaseModel):
+class RunCreate(StrictBody):
     """A run whose results a runner will post (``kind`` = ``ingest``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     night: IsoDate
     benchmarks: list[BenchmarkIn] = Field(
@@ -354,10 +350,8 @@ class IngestRead(BaseModel):
     completeness: CompletenessRead
 
 
-class ProcessesCreate(BaseModel):
+class ProcessesCreate(StrictBody):
     """How many processes each benchmark of a run should have (its own and its re-runs')."""
-
-    model_config = ConfigDict(extra="forbid")
 
     processes: int = Field(ge=2, le=50, description="processes per benchmark, 2 to 50")
 
