@@ -48,8 +48,8 @@ def create_token(session: Session, *, name: str) -> tuple[ApiToken, str]:
     return token, plain
 
 
-def verify_token(session: Session, *, token: str | None) -> ApiToken:
-    """The stored token matching ``token``; records its use.
+def find_token(session: Session, *, token: str | None) -> ApiToken:
+    """The stored token matching ``token``, read only.
 
     Raises:
         Unauthorized: no token given, or it matches no stored token.
@@ -59,6 +59,16 @@ def verify_token(session: Session, *, token: str | None) -> ApiToken:
     row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
     if row is None:
         raise Unauthorized("the API token is not valid (unknown or revoked)")
+    return row
+
+
+def verify_token(session: Session, *, token: str | None) -> ApiToken:
+    """The stored token matching ``token``; records its use.
+
+    Raises:
+        Unauthorized: no token given, or it matches no stored token.
+    """
+    row = find_token(session, token=token)
     row.last_used_at = utcnow()
     session.flush()
     return row

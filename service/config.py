@@ -80,6 +80,24 @@ class Settings(BaseSettings):
         ge=1024,
         description="request bodies above this are refused (413) before they are read",
     )
+    api_header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="nightbench serve: a request's headers must arrive within this (slowloris)",
+    )
+    api_body_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="nightbench serve: a request's body must arrive within this of its headers",
+    )
+    api_keep_alive_s: int = Field(
+        default=5, ge=1, description="nightbench serve: an idle kept-alive connection closes"
+    )
+    api_max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="nightbench serve: connections and requests at once; past it, 503",
+    )
     torchbench_path: Path | None = Field(
         default=None,
         description="a pytorch/benchmark checkout: its models join the listing "

@@ -7,15 +7,18 @@ only ``flush()``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import JSON, MetaData, create_engine, event
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from service.config import get_settings
 
@@ -29,6 +32,35 @@ NAMING_CONVENTION = {
 
 # JSONB on Postgres (indexable, compact), plain JSON elsewhere.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class FloatList(TypeDecorator[list[float]]):
+    """A JSON array of numbers (raw samples) read back as Python floats.
+
+    JSONB prints numbers without an exponent, so a stored ``1e308`` comes back as a 309-digit
+    integer, which numpy cannot average; a float list is what every reader expects. A number
+    past the float range reads as infinity (analyses then treat it as any outlier).
+    """
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        """JSONB on Postgres, JSON elsewhere (as :data:`JSONType`)."""
+        return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> list[float] | None:
+        """The stored array as floats."""
+        if value is None:
+            return None
+        return [_as_float(x) for x in value]
+
+
+def _as_float(x: Any) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 class Base(DeclarativeBase):

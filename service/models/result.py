@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.benchmarks import benchmark_name
-from service.db import Base, JSONType
+from service.db import Base, FloatList, JSONType
 from service.models.base import TimestampMixin
 
 
@@ -71,7 +71,7 @@ class Result(TimestampMixin, Base):
     batch_size: Mapped[int | None] = mapped_column(Integer)
     metric: Mapped[str] = mapped_column(String(32))
     unit: Mapped[str] = mapped_column(String(16))
-    samples: Mapped[list[float]] = mapped_column(JSONType, default=list)
+    samples: Mapped[list[float]] = mapped_column(FloatList, default=list)
     # Kept beside the samples so the history index covers it (the JSON stays in the heap).
     sample_count: Mapped[int | None] = mapped_column(Integer, default=_count_samples)
     median: Mapped[float | None] = mapped_column(Float)

@@ -73,6 +73,8 @@ class Run(TimestampMixin, Base):
     previous_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     commit_range: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     options: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    # An ingest run's idempotency key: unique, so two requests racing with one key make one run.
+    ingest_key: Mapped[str | None] = mapped_column(String(128), unique=True)
     deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from service.api import StrictBody
 from service.models import TRIAGE_STATES
 
 TriageState = Literal[TRIAGE_STATES]  # type: ignore[valid-type]
@@ -63,10 +64,8 @@ class RegressionsPage(BaseModel):
     next_cursor: int | None
 
 
-class RegressionPatch(BaseModel):
+class RegressionPatch(StrictBody):
     """A triage update of one regression: its new state."""
-
-    model_config = ConfigDict(extra="forbid")
 
     state: TriageState = Field(description="the triage state")
 

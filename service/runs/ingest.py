@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import orjson
 from sqlalchemy import ARRAY, Integer, Table, any_, bindparam, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
@@ -256,9 +257,10 @@ def create_ingest_run(
         InvalidInput: no benchmarks or a benchmark listed twice.
         Conflict: ``key`` names a run of another night, other benchmarks or another build.
     """
-    if key is not None:
-        existing = ingest_run_by_key(session, key=key)
-        if existing is not None:
+
+    def made_by_key() -> Run | None:
+        existing = ingest_run_by_key(session, key=key) if key is not None else None
+        if existing is not None and key is not None:
             _check_same_request(
                 session,
                 existing,
@@ -268,30 +270,41 @@ def create_ingest_run(
                 torch_version=torch_version,
                 torch_git_commit=torch_git_commit,
             )
-            return existing, False
-    run = create_run(
-        session,
-        night=night,
-        benchmarks=benchmarks,
-        torch_spec=torch_spec,
-        kind=RunKind.INGEST,
-        options={"ingest_key": key} if key else {},
-        deadline_s=deadline_s,
-    )
-    run.torch_version = torch_version
-    run.torch_git_commit = torch_git_commit
-    run.note = note
-    run.status = RunStatus.RUNNING
-    run.started_at = utcnow()
-    session.flush()
+        return existing
+
+    existing = made_by_key()
+    if existing is not None:
+        return existing, False
+    try:
+        # A savepoint: a request racing with the same key loses at the unique index (waiting
+        # for the winner's commit), and then answers with the winner's run.
+        with session.begin_nested():
+            run = create_run(
+                session,
+                night=night,
+                benchmarks=benchmarks,
+                torch_spec=torch_spec,
+                kind=RunKind.INGEST,
+                deadline_s=deadline_s,
+            )
+            run.ingest_key = key
+            run.torch_version = torch_version
+            run.torch_git_commit = torch_git_commit
+            run.note = note
+            run.status = RunStatus.RUNNING
+            run.started_at = utcnow()
+            session.flush()
+    except IntegrityError:
+        existing = made_by_key()
+        if existing is None:
+            raise
+        return existing, False
     return run, True
 
 
 def ingest_run_by_key(session: Session, *, key: str) -> Run | None:
     """The ingest run that ``key`` made, or None."""
-    return session.scalar(
-        select(Run).where(Run.kind == "ingest", Run.options["ingest_key"].as_string() == key)
-    )
+    return session.scalar(select(Run).where(Run.ingest_key == key))
 
 
 def _check_same_request(

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from service.api import NAME_PATTERN, IsoDate
+from service.api import NAME_PATTERN, IsoDate, StrictBody
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)]
-Sample = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-SignedSample = Annotated[float, Field(allow_inf_nan=False)]
+# results.metric is String(32).
+MetricName = Annotated[str, Field(min_length=1, max_length=32, pattern=NAME_PATTERN)]
+# No metric comes near: an hour is 3.6e6 ms, a terabyte 1e12 bytes, a step of a large model
+# ~1e12 instructions. The bound keeps sums and squares of samples finite in every analysis.
+MAX_SAMPLE = 1e15
+Sample = Annotated[float, Field(ge=0, le=MAX_SAMPLE, allow_inf_nan=False)]
+SignedSample = Annotated[float, Field(ge=-MAX_SAMPLE, le=MAX_SAMPLE, allow_inf_nan=False)]
+# Free-form JSON (a record's environment and leak) is stored as JSONB through orjson: both
+# refuse integers outside 64 bits, orjson refuses nesting past 254 levels, and neither stores
+# a lone surrogate. The depth here is far below what Python's parser and validator can take.
+MAX_JSON_DEPTH = 32
+INT64 = (-(2**63), 2**63 - 1)
 
 # Metrics that may be negative: a process's memory growth is negative when its RSS shrinks.
 # Latency and peak memory stay >= 0.
@@ -33,32 +45,64 @@ ENVIRONMENT_INTEGERS = ("cpu_count", "threads")
 _CONTROL = {chr(c) for c in range(0x20)} - {"\t", "\n", "\r"}
 
 
-def _no_control_characters(value: str) -> str:
+def _text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text (control characters, lone surrogates), or None."""
     bad = sorted({f"U+{ord(c):04X}" for c in value if c in _CONTROL})
     if bad:
-        raise ValueError(f"contains control characters ({', '.join(bad)}), which cannot be stored")
+        return f"contains control characters ({', '.join(bad)}), which cannot be stored"
+    surrogates = sorted({f"U+{ord(c):04X}" for c in value if "\ud800" <= c <= "\udfff"})
+    if surrogates:
+        return (
+            f"contains a lone surrogate ({', '.join(surrogates[:3])}), which is not text "
+            "and cannot be stored"
+        )
+    return None
+
+
+def _storable_text(value: str) -> str:
+    problem = _text_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
-Text = Annotated[str, AfterValidator(_no_control_characters)]
+Text = Annotated[str, AfterValidator(_storable_text)]
 
 
-def _control_characters_in(value: Any, where: str) -> str | None:
-    """The path of the first string inside ``value`` (JSON) holding a control character."""
-    if isinstance(value, str):
-        return where if any(c in _CONTROL for c in value) else None
+def _json_problem(value: Any, where: str, depth: int = 0) -> str | None:
+    """Why decoded JSON ``value`` cannot be stored, prefixed by the path of the first bad part
+    (``environment.a[2]``), or None. Refused: text that :func:`_text_problem` refuses (in keys
+    too), integers outside 64 bits, non-finite numbers, nesting deeper than MAX_JSON_DEPTH."""
+    if depth > MAX_JSON_DEPTH:
+        return f"{where}: nested deeper than {MAX_JSON_DEPTH} levels, which cannot be stored"
     if isinstance(value, dict):
         for key, item in value.items():
-            found = _control_characters_in(key, where) or _control_characters_in(
-                item, f"{where}.{key}"
+            problem = _text_problem(key)
+            found = (f"{where}: a key {problem}" if problem else None) or _json_problem(
+                item, f"{where}.{key}", depth + 1
             )
             if found:
                 return found
+        return None
     if isinstance(value, list):
         for i, item in enumerate(value):
-            found = _control_characters_in(item, f"{where}[{i}]")
+            found = _json_problem(item, f"{where}[{i}]", depth + 1)
             if found:
                 return found
+        return None
+    problem = _scalar_problem(value)
+    return f"{where}: {problem}" if problem else None
+
+
+def _scalar_problem(value: Any) -> str | None:
+    if isinstance(value, str):
+        return _text_problem(value)
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+        return f"an integer outside 64 bits ({len(str(abs(value)))} digits) cannot be stored"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} cannot be stored"
     return None
 
 
@@ -188,10 +232,8 @@ class CompareRead(BaseModel):
     errors: list[str] = Field(description="benchmark metrics that failed in either run")
 
 
-class BenchmarkIn(BaseModel):
+class BenchmarkIn(StrictBody):
     """One benchmark of a run being created: model, mode, device, compiler."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: Name
     mode: Literal["train", "eval"]
@@ -200,10 +242,8 @@ class BenchmarkIn(BaseModel):
     batch_size: int | None = Field(default=None, ge=1, le=2**31 - 1)
 
 
-class RunCreate(BaseModel):
+class RunCreate(StrictBody):
     """A run whose results a runner will post (``kind`` = ``ingest``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     night: IsoDate
     benchmarks: list[BenchmarkIn] = Field(
@@ -233,7 +273,7 @@ class MetricIn(BaseModel):
     """One metric of an ingested record: its unit and raw samples (>= 0 but for the signed
     metrics, ``SIGNED_METRICS``)."""
 
-    metric: Name
+    metric: MetricName
     unit: str = Field(min_length=1, max_length=16, pattern=NAME_PATTERN)
     samples: list[SignedSample] = Field(min_length=1, max_length=100000)
     median: SignedSample | None = None
@@ -275,11 +315,12 @@ class RecordIn(BaseModel):
             value = env.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ValueError(f"environment.{key}: must be an integer, got {_json_type(value)}")
-        found = _control_characters_in(env, "environment") or _control_characters_in(
-            self.leak, "leak"
-        )
-        if found:
-            raise ValueError(f"{found}: contains control characters, which cannot be stored")
+        problem = _json_problem(env, "environment") or _json_problem(self.leak, "leak")
+        if problem:
+            raise ValueError(problem)
+        twice = sorted(m for m, n in Counter(m.metric for m in self.metrics).items() if n > 1)
+        if twice:
+            raise ValueError(f"metrics: {', '.join(twice)} listed twice; one entry per metric")
         return self
 
 
@@ -309,10 +350,8 @@ class IngestRead(BaseModel):
     completeness: CompletenessRead
 
 
-class ProcessesCreate(BaseModel):
+class ProcessesCreate(StrictBody):
     """How many processes each benchmark of a run should have (its own and its re-runs')."""
-
-    model_config = ConfigDict(extra="forbid")
 
     processes: int = Field(ge=2, le=50, description="processes per benchmark, 2 to 50")
 

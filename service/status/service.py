@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
 from sqlalchemy import func, select
@@ -38,7 +38,7 @@ from service.models.base import utcnow
 from service.regressions.unstable import alerts_from
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
-from service.status.broker import broker_state
+from service.status.broker import BrokerState, broker_state
 
 WORKER_WINDOW = timedelta(hours=1)
 _KIND_WORDS = {"missing_data": "missing-data ", "failing": "failing-benchmark "}
@@ -485,6 +485,9 @@ def system_status(
     filing, a broker that cannot be read, a queue holding messages that no worker listens to
     (:func:`service.status.broker.broker_state`), a bisection running over ``BISECTION_STALE``.
 
+    :func:`store_status` then :func:`with_broker`; the API calls them apart so that no database
+    connection is held while the workers are asked (up to ``LISTEN_TIMEOUT_S``).
+
     Args:
         session: an open database session.
         now: the time to judge by (default: now, UTC).
@@ -493,6 +496,50 @@ def system_status(
         queue_prefix: its key prefix.
         threshold_for: ``(metric, "model:mode") -> threshold`` for the unstable benchmarks'
             bars (:func:`unstable_now`).
+    """
+    stored = store_status(
+        session, now=now, stale_after_nights=stale_after_nights, threshold_for=threshold_for
+    )
+    return with_broker(
+        stored, broker_state(broker_url, prefix=queue_prefix, waiting_on=stored.waiting_on)
+    )
+
+
+@dataclass(frozen=True)
+class StoredStatus:
+    """What the database says: the status without the broker's part; per queue what waits
+    there (named in the broker's problem lines); the bisections' problems (listed after the
+    broker's)."""
+
+    status: SystemStatus
+    waiting_on: dict[str, list[str]]
+    bisection_problems: list[str]
+
+
+def with_broker(stored: StoredStatus, broker: BrokerState) -> SystemStatus:
+    """The stored status with the broker's queue lengths, listeners and problems."""
+    return replace(
+        stored.status,
+        problems=stored.status.problems + broker.problems + stored.bisection_problems,
+        queues=broker.queues,
+        listeners=broker.listeners,
+    )
+
+
+def store_status(
+    session: Session,
+    *,
+    now: datetime | None = None,
+    stale_after_nights: int = 1,
+    threshold_for: Callable[[str, str], float] | None = None,
+) -> StoredStatus:
+    """The status as the database tells it (:func:`system_status` without the broker).
+
+    Args:
+        session: an open database session.
+        now: the time to judge by (default: now, UTC).
+        stale_after_nights: nights a machine class may go without results before it is told.
+        threshold_for: as :func:`system_status`.
     """
     now = now or utcnow()
     classes = machine_classes(session, today=now.date())
@@ -532,9 +579,6 @@ def system_status(
         if f.state == FilingState.FAILED_RETRYING
     ]
     bisections = running_bisections(session, now=now)
-    broker = broker_state(
-        broker_url, prefix=queue_prefix, waiting_on=waiting_on(session, bisections)
-    )
     changes = [
         StabilityChange(
             benchmark=c["benchmark"],
@@ -548,18 +592,21 @@ def system_status(
         for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)
     ]
     unstable, judged = unstable_now(session, threshold_for)
-    return SystemStatus(
+    status = SystemStatus(
         now=now,
         machine_classes=classes,
         open_runs=runs,
         workers=workers_seen(session, now=now),
-        problems=problems + broker.problems + _bisection_problems(bisections),
+        problems=problems,
         pending_filings=filings,
-        queues=broker.queues,
-        listeners=broker.listeners,
         stability_changes=changes,
         unstable=unstable,
         judged=judged,
         failing=failing,
         bisections=bisections,
+    )
+    return StoredStatus(
+        status=status,
+        waiting_on=waiting_on(session, bisections),
+        bisection_problems=_bisection_problems(bisections),
     )

@@ -271,7 +271,9 @@ def test_malformed_json_is_a_bad_request(client: TestClient, auth: dict) -> None
     assert r.status_code == 400 and r.json()["detail"].startswith("request body: malformed JSON")
 
 
-def test_a_body_over_the_limit_is_refused_before_any_token_or_parse(db: Session) -> None:
+def test_a_body_over_the_limit_is_refused_before_any_token_or_parse(
+    db: Session, auth: dict
+) -> None:
     conn = db.connection()
     app = create_app(
         settings=Settings(api_max_request_bytes=4096),
@@ -289,7 +291,10 @@ def test_a_body_over_the_limit_is_refused_before_any_token_or_parse(db: Session)
             for i in range(0, len(big), 1000):
                 yield big[i : i + 1000]
 
-        r = c.post("/api/runs", content=chunks(), headers={"Content-Type": "application/json"})
+        # Without a token it is refused unread (401, tests/api/test_token_first.py).
+        r = c.post(
+            "/api/runs", content=chunks(), headers={**auth, "Content-Type": "application/json"}
+        )
         assert r.status_code == 413
         # Under the limit the request goes on to the token check as before.
         r = c.post("/api/runs", json={"night": "2026-03-01", "benchmarks": BENCHES})

@@ -432,14 +432,14 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes")] = 1,
 ) -> None:
-    """Serve the REST API, charts and model pages (FastAPI on uvicorn)."""
-    import uvicorn
-
+    """Serve the REST API, charts and model pages (FastAPI on uvicorn), with deadlines for slow
+    clients (NIGHTBENCH_API_HEADER_TIMEOUT_S, _BODY_TIMEOUT_S, _KEEP_ALIVE_S, _MAX_CONNECTIONS)."""
     from service.migrate import upgrade_embedded_store
+    from service.server import serve as serve_api
 
     upgrade_embedded_store()
     console.print(f"nightbench API on http://{host}:{port} (database {_safe_url()})")
-    uvicorn.run("service.main:app", host=host, port=port, workers=workers, log_level="info")
+    serve_api(host=host, port=port, workers=workers)
 
 
 @token_app.command("create")

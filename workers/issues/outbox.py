@@ -2,6 +2,11 @@
 
 :class:`OutboxTracker` satisfies :class:`~workers.issues.tracker.IssueTracker`: filing writes a
 file, and sync-back reads the state and labels a person edited in its front matter.
+
+The folder is storage that can fail (a full disk, a read-only mount): a write that fails raises
+:class:`~service.errors.InfrastructureError` (filing records it on the alert and retries) and
+leaves no partial file behind; a file that cannot be read (one a crash cut short, or a person
+broke) is skipped with a warning, so it never blocks the filings after it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from service.errors import InvalidInput, NotFound
+from service.errors import InfrastructureError, InvalidInput, NotFound
 from workers.issues.markers import (
     _check_key,
     _with_comment_marker,
@@ -47,7 +52,10 @@ class OutboxTracker:
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(self.directory, exc) from exc
 
     kind = "outbox"
 
@@ -66,8 +74,8 @@ class OutboxTracker:
     def find_open(self, fingerprint: str) -> TrackedIssue | None:
         """The newest open outbox issue carrying ``fingerprint``, or ``None``."""
         for number in sorted(self._numbers(), reverse=True):
-            issue = self._tracked(number)
-            if issue.state == "open" and issue.fingerprint == fingerprint:
+            issue = self._readable(number)
+            if issue is not None and issue.state == "open" and issue.fingerprint == fingerprint:
                 return issue
         return None
 
@@ -89,13 +97,9 @@ class OutboxTracker:
                 "created_at": now,
                 "updated_at": now,
             }
-            try:
-                # "x" refuses an existing file, so two writers never share a number.
-                with self.path(number).open("x", encoding="utf-8") as handle:
-                    handle.write(_compose(front, f"# {issue.title}\n\n{issue.body}"))
+            if self._write_new(number, _compose(front, f"# {issue.title}\n\n{issue.body}")):
                 break
-            except FileExistsError:
-                number += 1
+            number += 1
         log.info("wrote issue %d to the outbox: %s", number, self.path(number))
         return self._tracked(number)
 
@@ -163,7 +167,7 @@ class OutboxTracker:
         """Outbox issues changed at or after ``since`` (front matter time or file time)."""
         if since is not None and since.tzinfo is None:
             raise InvalidInput("since must be timezone-aware")
-        found = [self._tracked(n) for n in self._numbers()]
+        found = [i for i in map(self._readable, self._numbers()) if i is not None]
         if since is not None:
             found = [i for i in found if i.updated_at >= since]
         return sorted(found, key=lambda i: (i.updated_at, i.number))
@@ -176,6 +180,36 @@ class OutboxTracker:
             for p in self.directory.iterdir()
             if (m := self._NAME.fullmatch(p.name)) is not None
         ]
+
+    def _write_new(self, number: int, text: str) -> bool:
+        """Write issue ``number``'s file unless it exists (False then); all of it or nothing.
+
+        Raises:
+            InfrastructureError: the folder cannot be written (the part written is removed).
+        """
+        path = self.path(number)
+        try:
+            # "x" refuses an existing file, so two writers never share a number.
+            handle = path.open("x", encoding="utf-8")
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise _unwritable(self.directory, exc) from exc
+        try:
+            with handle:
+                handle.write(text)
+        except OSError as exc:
+            path.unlink(missing_ok=True)  # a full disk cut it short: no partial issue
+            raise _unwritable(self.directory, exc) from exc
+        return True
+
+    def _readable(self, number: int) -> TrackedIssue | None:
+        """Issue ``number``, or None (logged) when its file cannot be read as an issue."""
+        try:
+            return self._tracked(number)
+        except (InvalidInput, NotFound, OSError) as exc:
+            log.warning("outbox: skipping %s: %s", self.path(number), exc)
+            return None
 
     def _read(self, number: int) -> tuple[dict[str, Any], str]:
         path = self.path(number)
@@ -197,11 +231,17 @@ class OutboxTracker:
     def _replace(self, number: int, front: dict[str, Any], text: str) -> None:
         # Write beside the file, then rename over it: a crash leaves the old or the new file.
         target = self.path(number)
-        handle, temp = tempfile.mkstemp(dir=self.directory, prefix=".issue-", suffix=".tmp")
+        try:
+            handle, temp = tempfile.mkstemp(dir=self.directory, prefix=".issue-", suffix=".tmp")
+        except OSError as exc:
+            raise _unwritable(self.directory, exc) from exc
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 out.write(_compose(front, text))
             os.replace(temp, target)
+        except OSError as exc:
+            Path(temp).unlink(missing_ok=True)
+            raise _unwritable(self.directory, exc) from exc
         except BaseException:
             Path(temp).unlink(missing_ok=True)
             raise
@@ -228,6 +268,10 @@ class OutboxTracker:
             state_reason=front.get("state_reason"),
             run_id=find_run_id(text),
         )
+
+
+def _unwritable(directory: Path, exc: OSError) -> InfrastructureError:
+    return InfrastructureError(f"the outbox {directory} cannot be written: {exc}")
 
 
 def _compose(front: dict[str, Any], text: str) -> str:

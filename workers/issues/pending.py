@@ -176,13 +176,8 @@ def _to_outbox(
     try:
         outbox = OutboxTracker(settings.effective_outbox_dir)
         return [outbox.create(issue).url for issue in rendered]
-    except OSError as exc:
-        log.error(
-            "alert %s: could not write the outbox %s: %s",
-            alert_id,
-            settings.effective_outbox_dir,
-            exc,
-        )
+    except InfrastructureError as exc:
+        log.error("alert %s: %s", alert_id, exc.message)
         return []
 
 
@@ -240,11 +235,16 @@ def _mark_outbox_filed(settings: Settings, urls: dict[str, str]) -> None:
     """Mark the outbox copies of the issues just filed (fingerprint → URL) as filed."""
     if not settings.effective_outbox_dir.is_dir():
         return
-    outbox = OutboxTracker(settings.effective_outbox_dir)
-    for fingerprint, url in urls.items():
-        kept = outbox.find_open(fingerprint)
-        if kept is not None:
-            outbox.mark_filed(kept.number, url)
+    try:
+        outbox = OutboxTracker(settings.effective_outbox_dir)
+        for fingerprint, url in urls.items():
+            kept = outbox.find_open(fingerprint)
+            if kept is not None:
+                outbox.mark_filed(kept.number, url)
+    except InfrastructureError as exc:
+        # Filed all the same; the outbox copy only says so later (nobody files it twice: its
+        # fingerprint finds the filed issue).
+        log.warning("the filed issues' outbox copies are not marked filed: %s", exc.message)
 
 
 def due_alert_ids(

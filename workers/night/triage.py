@@ -12,7 +12,7 @@ import logging
 
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import Confirmation, Run
+from service.models import Alert, Confirmation, Run
 from service.regressions import service as regressions
 from service.runs import service as runs
 from workers import commits
@@ -106,8 +106,15 @@ def file_night(run_id: int, *, settings: Settings | None = None) -> None:
     """
     settings = settings or get_settings()
     with session_scope() as session:
+        alert_id = _regression_alert_id(session, runs.get_run(session, run_id))
+        if alert_id is not None:
+            alert = session.get(Alert, alert_id, with_for_update=True)
+            if alert is not None:
+                pending.mark_pending(alert)
+    # Committed: whatever the attempt below meets (a full disk, a crash), the alert is pending
+    # and the periodic retry files it.
+    with session_scope() as session:
         run = runs.get_run(session, run_id)
-        alert_id = _regression_alert_id(session, run)
         if alert_id is not None:
             bisection = causes.night_bisection_input(session, run_id=run_id)
             pending.file_durably(session, alert_id=alert_id, settings=settings, bisection=bisection)
