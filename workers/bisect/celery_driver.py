@@ -55,7 +55,7 @@ from service.models.base import utcnow
 from workers.bisect import failure_driver
 from workers.bisect.local_driver import run_probe
 from workers.bisect.measure import CommandMeasurer, Measurer, SuiteMeasurer
-from workers.bisect.report import _commit_info, outcome_json
+from workers.bisect.report import commit_info, outcome_json
 from workers.bisect.search import (
     BisectionState,
     ProbeRequest,
@@ -247,7 +247,7 @@ def advance(session: Session, *, bisection_id: int) -> Advance:
     if not requests:
         final = outcome(state)
         assert final is not None
-        info = {c["sha"]: _commit_info(c) for c in bisection.commits}
+        info = {c["sha"]: commit_info(c) for c in bisection.commits}
         bisection.result = outcome_json(state, final, info)
         bisection.outcome = final.kind
         bisection.builds, bisection.rounds = final.builds, final.rounds

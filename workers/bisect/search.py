@@ -92,11 +92,11 @@ from workers.bisect.state import (
     start,
 )
 from workers.bisect.tracks import (
-    _batches,
-    _more,
-    _Track,
-    _track,
-    _values,
+    batches_of,
+    more_samples,
+    Track,
+    track_of,
+    values_of,
     paired,
     paired_direction,
     side_of,
@@ -193,7 +193,7 @@ def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
         Requests, one per commit, in range order.
     """
     commits = state.commits
-    tracks = [_track(state, b) for b in state.benchmarks]
+    tracks = [track_of(state, b) for b in state.benchmarks]
     n = len(commits) - 1
     endpoint_tracks = [t for t in tracks if t.status == "endpoints"]
     if endpoint_tracks:
@@ -224,7 +224,7 @@ def _want(wanted: dict[int, dict], index: int, benchmark: str, samples: int, pur
     entry["samples"] = max(entry["samples"], samples)
 
 
-def _remeasurements(state: BisectionState, tracks: list[_Track]) -> list[tuple[int, dict]]:
+def _remeasurements(state: BisectionState, tracks: list[Track]) -> list[tuple[int, dict]]:
     """A verification's commits (all of them), then at most W re-measurements of undecided
     probes: they need no new build. A verification's commits are measured in one round
     whatever W is: their comparison needs them side by side in time."""
@@ -238,17 +238,17 @@ def _remeasurements(state: BisectionState, tracks: list[_Track]) -> list[tuple[i
         for index in t.refine:
             have = len(paired(state, index, t.benchmark, (SEARCH, REFINE))[0])
             if index not in wanted or wanted[index]["purpose"] == REFINE:
-                _want(wanted, index, t.benchmark, _more(have, state.config), REFINE)
+                _want(wanted, index, t.benchmark, more_samples(have, state.config), REFINE)
     refining = sorted((i, e) for i, e in wanted.items() if e["purpose"] == REFINE)
     return verifying + refining[: state.config.workers]
 
 
 def _new_probes(
-    state: BisectionState, searching: list[_Track], free: int, taken: set[int]
+    state: BisectionState, searching: list[Track], free: int, taken: set[int]
 ) -> list[tuple[int, dict]]:
     """New commits to build, ``free`` of them, spread over the open intervals (the widest per
     slot first); ``taken`` gains the chosen indices."""
-    groups: dict[tuple[int, int], list[_Track]] = {}
+    groups: dict[tuple[int, int], list[Track]] = {}
     for t in searching:
         groups.setdefault((t.lo, t.hi), []).append(t)
     slots = {key: 0 for key in groups}
@@ -381,15 +381,15 @@ def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> Be
     n = len(state.commits) - 1
     this_round = {state.round}  # the round being recorded
     if index in (0, n):
-        other = _values(_batches(state, n if index == 0 else 0, name), rounds=this_round)
+        other = values_of(batches_of(state, n if index == 0 else 0, name), rounds=this_round)
         if not other:
             return BenchmarkVerdict(name, taken, None, None, GOOD if index == 0 else BAD)
         verdict = compare(taken, other, alpha=cfg.alpha).verdict
         if index == 0:
             return BenchmarkVerdict(name, taken, None, verdict, GOOD)
         return BenchmarkVerdict(name, taken, verdict, None, BAD)
-    good = _values(_batches(state, 0, name), rounds=this_round)
-    bad = _values(_batches(state, n, name), rounds=this_round)
+    good = values_of(batches_of(state, 0, name), rounds=this_round)
+    bad = values_of(batches_of(state, n, name), rounds=this_round)
     if not good or not bad:
         return BenchmarkVerdict(name, taken, None, None, None)
     vs_good = compare(
@@ -413,7 +413,7 @@ def outcome(state: BisectionState) -> Outcome | None:
         return None
     commits = state.commits
     per: list[BenchmarkOutcome] = []
-    for t in (_track(state, b) for b in state.benchmarks):
+    for t in (track_of(state, b) for b in state.benchmarks):
         if t.status == CULPRIT:
             per.append(
                 BenchmarkOutcome(t.benchmark, CULPRIT, commits[t.hi], (commits[t.hi],), t.change)

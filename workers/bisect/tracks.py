@@ -54,8 +54,8 @@ def classify(
 
 
 @dataclass(frozen=True)
-class _Track:
-    """One benchmark's standing (internal)."""
+class Track:
+    """One benchmark's standing, as :func:`track_of` reads it from the state."""
 
     benchmark: str
     # "endpoints" | "not_reproduced" | "searching" | "verifying" | "culprit" | "inconclusive"
@@ -71,23 +71,25 @@ class _Track:
     change: float | None = None
 
 
-def _more(have: int, config: SearchConfig) -> int:
+def more_samples(have: int, config: SearchConfig) -> int:
     """Samples to add when doubling ``have`` (0 at the cap)."""
     if have >= config.max_samples:
         return 0
     return min(max(have, config.initial_samples), config.max_samples - have)
 
 
-def _batches(state: BisectionState, index: int, benchmark: str) -> tuple[Batch, ...]:
+def batches_of(state: BisectionState, index: int, benchmark: str) -> tuple[Batch, ...]:
+    """Every batch of ``benchmark`` measured at commit ``index``, in round order."""
     return state.samples.get((state.commits[index], benchmark), ())
 
 
-def _values(
+def values_of(
     batches: Iterable[Batch],
     *,
     rounds: Collection[int] | None = None,
     purposes: Collection[str] | None = None,
 ) -> tuple[float, ...]:
+    """The samples (ms) of ``batches`` taken in ``rounds`` for ``purposes`` (all when None)."""
     out: list[float] = []
     for batch in batches:
         if rounds is not None and batch.round not in rounds:
@@ -118,30 +120,31 @@ def paired(
         all three (an endpoint failed to measure beside the probe).
     """
     n = len(state.commits) - 1
-    own = [b for b in _batches(state, index, benchmark) if b.purpose in purposes]
+    own = [b for b in batches_of(state, index, benchmark) if b.purpose in purposes]
     rounds = {b.round for b in own}
-    rounds &= {b.round for b in _batches(state, 0, benchmark)}
-    rounds &= {b.round for b in _batches(state, n, benchmark)}
+    rounds &= {b.round for b in batches_of(state, 0, benchmark)}
+    rounds &= {b.round for b in batches_of(state, n, benchmark)}
     if rounds:
         return (
-            _values(own, rounds=rounds),
-            _values(_batches(state, 0, benchmark), rounds=rounds),
-            _values(_batches(state, n, benchmark), rounds=rounds),
+            values_of(own, rounds=rounds),
+            values_of(batches_of(state, 0, benchmark), rounds=rounds),
+            values_of(batches_of(state, n, benchmark), rounds=rounds),
         )
     return (
-        _values(own),
-        _values(_batches(state, 0, benchmark), purposes={ENDPOINT}),
-        _values(_batches(state, n, benchmark), purposes={ENDPOINT}),
+        values_of(own),
+        values_of(batches_of(state, 0, benchmark), purposes={ENDPOINT}),
+        values_of(batches_of(state, n, benchmark), purposes={ENDPOINT}),
     )
 
 
-def _track(state: BisectionState, benchmark: str) -> _Track:
+def track_of(state: BisectionState, benchmark: str) -> Track:
+    """Where ``benchmark`` stands in ``state``: read afresh from its samples every time."""
     cfg, commits = state.config, state.commits
     n = len(commits) - 1
     for end in (0, n):
         if commits[end] in state.skipped:
             which = "good" if end == 0 else "bad"
-            return _Track(
+            return Track(
                 benchmark,
                 INCONCLUSIVE,
                 0,
@@ -150,7 +153,7 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
             )
         if (commits[end], benchmark) in state.errors:
             which = "good" if end == 0 else "bad"
-            return _Track(
+            return Track(
                 benchmark,
                 INCONCLUSIVE,
                 0,
@@ -158,13 +161,13 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
                 reason=f"the {which} endpoint failed to measure: "
                 f"{state.errors[(commits[end], benchmark)]}",
             )
-    good = _values(_batches(state, 0, benchmark), purposes={ENDPOINT})
-    bad = _values(_batches(state, n, benchmark), purposes={ENDPOINT})
+    good = values_of(batches_of(state, 0, benchmark), purposes={ENDPOINT})
+    bad = values_of(batches_of(state, n, benchmark), purposes={ENDPOINT})
     if len(good) == 0 or len(bad) == 0:
-        return _Track(benchmark, "endpoints", 0, n, endpoint_more=cfg.initial_samples)
+        return Track(benchmark, "endpoints", 0, n, endpoint_more=cfg.initial_samples)
     levels = (
-        slot_levels(b for b in _batches(state, 0, benchmark) if b.purpose == ENDPOINT),
-        slot_levels(b for b in _batches(state, n, benchmark) if b.purpose == ENDPOINT),
+        slot_levels(b for b in batches_of(state, 0, benchmark) if b.purpose == ENDPOINT),
+        slot_levels(b for b in batches_of(state, n, benchmark) if b.purpose == ENDPOINT),
     )
     if len(levels[0].keys() & levels[1].keys()) >= PAIRED_MIN_SLOTS:
         return _paired_track(state, benchmark, len(good), len(bad), *levels)
@@ -199,18 +202,18 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
     else:
         return _search_track(state, benchmark, change, slower_is_bad=None)
     # Not a step yet: measure the endpoints more (doubling, to the cap) before concluding.
-    more = _more(min(len(good), len(bad)), cfg)
+    more = more_samples(min(len(good), len(bad)), cfg)
     if more:
-        return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-    return _Track(benchmark, outcome, 0, n, change=change, reason=reason)
+        return Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
+    return Track(benchmark, outcome, 0, n, change=change, reason=reason)
 
 
 def paired_direction(state: BisectionState, benchmark: str) -> bool | None:
     """True when the bad endpoint is slower slot by slot, False when faster, None when the
     endpoints were not measured interleaved in enough slots (or show no significant shift)."""
     n = len(state.commits) - 1
-    good = slot_levels(b for b in _batches(state, 0, benchmark) if b.purpose == ENDPOINT)
-    bad = slot_levels(b for b in _batches(state, n, benchmark) if b.purpose == ENDPOINT)
+    good = slot_levels(b for b in batches_of(state, 0, benchmark) if b.purpose == ENDPOINT)
+    bad = slot_levels(b for b in batches_of(state, n, benchmark) if b.purpose == ENDPOINT)
     if len(good.keys() & bad.keys()) < PAIRED_MIN_SLOTS:
         return None
     slower, faster, _ = paired_shift(good, bad)
@@ -228,17 +231,17 @@ def _paired_track(
     bad_count: int,
     good: Mapping[tuple[int, int], float],
     bad: Mapping[tuple[int, int], float],
-) -> _Track:
+) -> Track:
     """The endpoint check when the endpoints were measured interleaved: paired by slot."""
     cfg = state.config
     n = len(state.commits) - 1
     slower, faster, change = paired_shift(good, bad)
     p_slower, p_faster = sign_test(slower, faster), sign_test(faster, slower)
     if min(p_slower, p_faster) > cfg.alpha:
-        more = _more(min(good_count, bad_count), cfg)
+        more = more_samples(min(good_count, bad_count), cfg)
         if more:
-            return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-        return _Track(
+            return Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
+        return Track(
             benchmark,
             NOT_REPRODUCED,
             0,
@@ -249,7 +252,7 @@ def _paired_track(
             f"side (p={min(p_slower, p_faster):.3g})",
         )
     if abs(change) < cfg.min_change:
-        return _Track(
+        return Track(
             benchmark,
             NOT_REPRODUCED,
             0,
@@ -259,7 +262,7 @@ def _paired_track(
             f"{bad_count} samples, below the {cfg.min_change:.0%} that counts",
         )
     if cfg.slower is not None and (p_slower <= cfg.alpha) != cfg.slower:
-        return _Track(
+        return Track(
             benchmark,
             NOT_REPRODUCED,
             0,
@@ -308,7 +311,7 @@ def side_of(
     n = len(state.commits) - 1
     own = [
         b
-        for b in _batches(state, index, benchmark)
+        for b in batches_of(state, index, benchmark)
         if b.purpose in purposes and (rounds is None or b.round in rounds)
     ]
     count = sum(len(b.values) for b in own)
@@ -317,8 +320,8 @@ def side_of(
     if slower_is_bad is not None:
         taken = {b.round for b in own}
         levels = slot_levels(own)
-        good = slot_levels(b for b in _batches(state, 0, benchmark) if b.round in taken)
-        bad = slot_levels(b for b in _batches(state, n, benchmark) if b.round in taken)
+        good = slot_levels(b for b in batches_of(state, 0, benchmark) if b.round in taken)
+        bad = slot_levels(b for b in batches_of(state, n, benchmark) if b.round in taken)
         if len(levels.keys() & good.keys() & bad.keys()) >= PAIRED_MIN_SLOTS:
             near_good, near_bad = paired_sides(levels, good, bad, slower_is_bad=slower_is_bad)
             if sign_test(near_good, near_bad) <= state.config.alpha:
@@ -327,17 +330,17 @@ def side_of(
                 return BAD, count
             return UNDECIDED, count
     taken_rounds = {b.round for b in own}
-    good_ref = _values(_batches(state, 0, benchmark), rounds=taken_rounds)
-    bad_ref = _values(_batches(state, n, benchmark), rounds=taken_rounds)
+    good_ref = values_of(batches_of(state, 0, benchmark), rounds=taken_rounds)
+    bad_ref = values_of(batches_of(state, n, benchmark), rounds=taken_rounds)
     if not good_ref or not bad_ref:
-        good_ref = _values(_batches(state, 0, benchmark), purposes={ENDPOINT})
-        bad_ref = _values(_batches(state, n, benchmark), purposes={ENDPOINT})
-    return classify(_values(own), good_ref, bad_ref, state.config).side, count
+        good_ref = values_of(batches_of(state, 0, benchmark), purposes={ENDPOINT})
+        bad_ref = values_of(batches_of(state, n, benchmark), purposes={ENDPOINT})
+    return classify(values_of(own), good_ref, bad_ref, state.config).side, count
 
 
 def _search_track(
     state: BisectionState, benchmark: str, change: float, *, slower_is_bad: bool | None
-) -> _Track:
+) -> Track:
     cfg, commits = state.config, state.commits
     n = len(commits) - 1
     sides: dict[int, str] = {0: GOOD, n: BAD}
@@ -354,7 +357,7 @@ def _search_track(
             continue
         have[index] = count
         sides[index] = side
-        if side == UNDECIDED and _more(count, cfg):
+        if side == UNDECIDED and more_samples(count, cfg):
             refine.append(index)
     goods = [i for i, s in sides.items() if s == GOOD]
     bads = [i for i, s in sides.items() if s == BAD]
@@ -364,9 +367,9 @@ def _search_track(
     if last_good > first_bad:
         # Not a single step: re-measure the probes that disagree before believing either.
         clash = [i for i in goods if i > first_bad] + [i for i in bads if i < last_good]
-        clash = [i for i in clash if 0 < i < n and _more(have[i], cfg)]
+        clash = [i for i in clash if 0 < i < n and more_samples(have[i], cfg)]
         if clash:
-            return _Track(
+            return Track(
                 benchmark,
                 "searching",
                 lo,
@@ -375,7 +378,7 @@ def _search_track(
                 refine=tuple(sorted(set(clash) | set(refine))),
                 change=change,
             )
-        return _Track(
+        return Track(
             benchmark,
             INCONCLUSIVE,
             lo,
@@ -409,7 +412,7 @@ def _search_track(
         failed = [i for i in range(lo + 1, hi) if (commits[i], benchmark) in state.errors]
         if failed:
             parts.append(f"{len(failed)} commit(s) failed to measure")
-        return _Track(
+        return Track(
             benchmark,
             INCONCLUSIVE,
             lo,
@@ -418,7 +421,7 @@ def _search_track(
             change=change,
             reason="; ".join(parts) or "no commit left to probe",
         )
-    return _Track(
+    return Track(
         benchmark,
         "searching",
         lo,
@@ -438,7 +441,7 @@ def _verify_track(
     sides: Mapping[int, str],
     change: float,
     slower_is_bad: bool | None = None,
-) -> _Track:
+) -> Track:
     """Verification: fresh samples of the parent and the candidate, beside both endpoints.
 
     The parent and the candidate (or, for a one-commit range, the endpoints themselves) are
@@ -447,19 +450,19 @@ def _verify_track(
     """
     cfg, commits = state.config, state.commits
     if not cfg.verify:
-        return _Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
+        return Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
     n = len(commits) - 1
     targets = [i for i in (lo, hi) if 0 < i < n] or [0, n]
     rounds = {
-        b.round for i in targets for b in _batches(state, i, benchmark) if b.purpose == VERIFY
+        b.round for i in targets for b in batches_of(state, i, benchmark) if b.purpose == VERIFY
     }
     fresh = {
-        i: _values(_batches(state, i, benchmark), rounds=rounds) for i in sorted({0, lo, hi, n})
+        i: values_of(batches_of(state, i, benchmark), rounds=rounds) for i in sorted({0, lo, hi, n})
     }
     have = min(len(v) for v in fresh.values()) if rounds else 0
     if have < cfg.initial_samples:
         more = cfg.initial_samples - have
-        return _Track(
+        return Track(
             benchmark,
             "verifying",
             lo,
@@ -487,11 +490,11 @@ def _verify_track(
         )[0]
     )
     if ends_hold and parent_side == GOOD and child_side == BAD and step_holds:
-        return _Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
+        return Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
     contradicted = ends_hold and (parent_side == BAD or child_side == GOOD)
-    more = 0 if contradicted else _more(have, cfg)
+    more = 0 if contradicted else more_samples(have, cfg)
     if more:
-        return _Track(
+        return Track(
             benchmark,
             "verifying",
             lo,
@@ -501,7 +504,7 @@ def _verify_track(
             verify_more=tuple((i, more) for i in targets),
         )
     start, end = _unverified_range(sides, lo, hi, n, parent_side, child_side)
-    return _Track(
+    return Track(
         benchmark,
         INCONCLUSIVE,
         start,
@@ -566,7 +569,7 @@ def _fresh_checks(
     ends = compare(bad, good, alpha=cfg.alpha)
     direct = compare(child, parent, alpha=cfg.alpha)
     levels = {
-        i: slot_levels(b for b in _batches(state, i, benchmark) if b.round in rounds) for i in fresh
+        i: slot_levels(b for b in batches_of(state, i, benchmark) if b.round in rounds) for i in fresh
     }
     common = set.intersection(*(set(v) for v in levels.values()))
     if slower_is_bad is not None and len(common) >= PAIRED_MIN_SLOTS:
