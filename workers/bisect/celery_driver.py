@@ -173,8 +173,17 @@ def replay(bisection: Bisection, probes: Sequence[Probe]) -> BisectionState:
         rows = sorted(by_round[number], key=lambda p: p.index)
         if number != state.round or any(p.status not in PROBE_ENDED for p in rows):
             break
-        state = record_round(state, [_result(p) for p in rows])
+        state = record_round(state, [_result(p) for p in rows], seconds=_round_seconds(rows))
     return state
+
+
+def _round_seconds(rows: Sequence[Probe]) -> float:
+    """A round's wall time (s): its first probe's start to its last probe's end (0 if unknown)."""
+    starts = [p.started_at for p in rows if p.started_at is not None]
+    ends = [p.finished_at for p in rows if p.finished_at is not None]
+    if not starts or not ends:
+        return 0.0
+    return max(0.0, (max(ends) - min(starts)).total_seconds())
 
 
 def _result(p: Probe) -> ProbeResult:
