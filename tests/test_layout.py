@@ -26,13 +26,6 @@ CHECKED = (*PACKAGES, "tests", "benchmarks")
 # "importing/module.py -> package.module._name": may only shrink.
 KNOWN: frozenset[str] = frozenset(
     {
-        "workers/bisect/celery_driver.py -> workers.bisect.report._commit_info",
-        "workers/bisect/failure_driver.py -> workers.bisect.report._commit_info",
-        "workers/bisect/search.py -> workers.bisect.tracks._batches",
-        "workers/bisect/search.py -> workers.bisect.tracks._more",
-        "workers/bisect/search.py -> workers.bisect.tracks._Track",
-        "workers/bisect/search.py -> workers.bisect.tracks._track",
-        "workers/bisect/search.py -> workers.bisect.tracks._values",
         "workers/issues/filing.py -> workers.issues.causes._Group",
         "workers/issues/filing.py -> workers.issues.causes._groups",
         "workers/issues/github.py -> workers.issues.markers._check_key",

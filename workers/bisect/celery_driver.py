@@ -55,7 +55,7 @@ from service.models.base import utcnow
 from workers.bisect import failure_driver
 from workers.bisect.local_driver import run_probe
 from workers.bisect.measure import CommandMeasurer, Measurer, SuiteMeasurer
-from workers.bisect.report import _commit_info, outcome_json
+from workers.bisect.report import commit_info, outcome_json
 from workers.bisect.search import (
     BisectionState,
     ProbeRequest,
@@ -173,8 +173,17 @@ def replay(bisection: Bisection, probes: Sequence[Probe]) -> BisectionState:
         rows = sorted(by_round[number], key=lambda p: p.index)
         if number != state.round or any(p.status not in PROBE_ENDED for p in rows):
             break
-        state = record_round(state, [_result(p) for p in rows])
+        state = record_round(state, [_result(p) for p in rows], seconds=_round_seconds(rows))
     return state
+
+
+def _round_seconds(rows: Sequence[Probe]) -> float:
+    """A round's wall time (s): its first probe's start to its last probe's end (0 if unknown)."""
+    starts = [p.started_at for p in rows if p.started_at is not None]
+    ends = [p.finished_at for p in rows if p.finished_at is not None]
+    if not starts or not ends:
+        return 0.0
+    return max(0.0, (max(ends) - min(starts)).total_seconds())
 
 
 def _result(p: Probe) -> ProbeResult:
@@ -247,7 +256,7 @@ def advance(session: Session, *, bisection_id: int) -> Advance:
     if not requests:
         final = outcome(state)
         assert final is not None
-        info = {c["sha"]: _commit_info(c) for c in bisection.commits}
+        info = {c["sha"]: commit_info(c) for c in bisection.commits}
         bisection.result = outcome_json(state, final, info)
         bisection.outcome = final.kind
         bisection.builds, bisection.rounds = final.builds, final.rounds

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -301,11 +302,12 @@ def run_bisection(
             return state
         if on_round:
             on_round(state, requests)
+        began = time.monotonic()
         results = run_round(requests, build=build, measurer=measurer, workers=state.config.workers)
         if on_probe:
             for request, result in zip(requests, results, strict=True):
                 on_probe(request, result)
-        state = record_round(state, results)
+        state = record_round(state, results, seconds=time.monotonic() - began)
 
 
 def bisect_repository(

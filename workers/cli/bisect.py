@@ -73,6 +73,18 @@ def bisect(
         typer.Option(min=0.0, help="endpoints closer than this fraction count as not reproduced"),
     ] = 0.05,
     direction: Annotated[Direction, typer.Option(help=_DIRECTION_HELP)] = Direction.either,
+    budget_builds: Annotated[
+        int | None,
+        typer.Option(min=2, help="commits a benchmark may build (default: ⌈log2(N+1)⌉ + 8)"),
+    ] = None,
+    budget_samples: Annotated[
+        int | None,
+        typer.Option(min=1, help="samples of one benchmark in all (default: 60 × max-samples)"),
+    ] = None,
+    budget_seconds: Annotated[
+        float | None,
+        typer.Option(min=1.0, help="wall time of the bisection's rounds, s (default: no limit)"),
+    ] = None,
     provider: Annotated[
         str, typer.Option(help="build provider: checkout | python-overlay | wheel")
     ] = "checkout",
@@ -109,6 +121,7 @@ def bisect(
             max_samples=max_samples,
             min_change=min_change,
             slower=direction is Direction.slower,
+            budget=(budget_builds, budget_samples, budget_seconds),
             provider=provider,
             install=install,
             wheel_url=wheel_url,
@@ -156,6 +169,7 @@ def _bisect_inputs(
     max_samples: int,
     min_change: float,
     slower: bool,
+    budget: tuple[int | None, int | None, float | None] = (None, None, None),
     provider: str,
     install: str,
     wheel_url: str | None,
@@ -164,7 +178,8 @@ def _bisect_inputs(
     work_dir: Path | None,
 ) -> tuple[SearchConfig, list[CommitInfo], BuildProvider]:
     """The options of ``nightbench bisect`` checked: the search settings, the commit range and
-    the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``).
+    the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``);
+    ``budget``: builds, samples and seconds (``SearchConfig.budget_*``, None: the default).
 
     Raises:
         NightbenchError: an option is out of range, the commit range or the provider is bad.
@@ -179,6 +194,9 @@ def _bisect_inputs(
         max_samples=max(max_samples, samples),
         min_change=min_change,
         slower=True if slower else None,
+        budget_builds=budget[0],
+        budget_samples=budget[1],
+        budget_seconds=budget[2],
     )
     commits = local_commit_range(repo, good, bad)
     builder = make_provider(
