@@ -43,7 +43,18 @@ class Confirmation(StrEnum):
 
 
 CONFIRMATIONS = tuple(Confirmation)
-ALERT_KINDS = ("regression", "missing_data", "failing")
+
+
+class AlertKind(StrEnum):
+    """What an alert is about (stored as its value); each kind is one row of the filing table
+    (``workers/issues/kinds.py``): its report, its Markdown, its fingerprint."""
+
+    REGRESSION = "regression"
+    MISSING_DATA = "missing_data"
+    FAILING = "failing"
+
+
+ALERT_KINDS = tuple(AlertKind)
 
 
 class AlertStatus(StrEnum):
@@ -76,7 +87,7 @@ class Alert(TimestampMixin, Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16), default="regression")
+    kind: Mapped[str] = mapped_column(String(16), default=AlertKind.REGRESSION)
     status: Mapped[str] = mapped_column(String(16), default=AlertStatus.OPEN)
     summary: Mapped[str] = mapped_column(Text, default="")
     # Filing its issue, a state of its own: a failed filing is retried until it is filed.

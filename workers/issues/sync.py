@@ -23,7 +23,7 @@ from service.models import IssueRecord, IssueRegression, Regression
 from service.models.base import utcnow
 from service.regressions.service import set_state
 from workers.issues.model import TrackedIssue
-from workers.issues.tracker import IssueTracker, make_tracker
+from workers.issues.trackers import IssueTracker, make_tracker
 
 log = logging.getLogger(__name__)
 

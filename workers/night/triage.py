@@ -18,7 +18,8 @@ from service.runs import service as runs
 from workers import commits
 from workers.bisect import celery_driver as bisecting
 from workers.enqueue import Step
-from workers.issues import causes, pending
+from workers.issues import pending
+from workers.issues.reports import causes
 
 log = logging.getLogger(__name__)
 

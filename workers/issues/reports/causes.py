@@ -119,7 +119,9 @@ def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | 
 
 
 @dataclass
-class _Group:
+class CauseGroup:
+    """Regressions of one alert that share a cause, and what the bisection says of it."""
+
     outcome: str  # culprit | inconclusive | not_reproduced | not_bisected
     regressions: list[Regression]
     culprit: str | None = None
@@ -129,15 +131,15 @@ class _Group:
     reason: str = ""
 
 
-def _groups(
+def cause_groups(
     session: Session, run: Run, regressions: Sequence[Regression], bisection: BisectionInput | None
-) -> list[_Group]:
+) -> list[CauseGroup]:
     """The regressions split by what the bisection says caused them, in a stable order."""
     night_good, night_bad = _night_range(session, run)
     if bisection is None:
-        suspects = tuple(_commit_dicts(run.commit_range or [])[1:])
+        suspects = tuple(commit_dicts(run.commit_range or [])[1:])
         return [
-            _Group(
+            CauseGroup(
                 "not_bisected",
                 list(regressions),
                 good=night_good,
@@ -145,22 +147,22 @@ def _groups(
                 suspects=tuple(c["sha"] for c in suspects),
             )
         ]
-    shas = [c["sha"] for c in _commit_dicts(bisection.commits)]
+    shas = [c["sha"] for c in commit_dicts(bisection.commits)]
     per_benchmark = {o.benchmark: o for o in bisection.outcome.benchmarks}
-    groups: dict[tuple[str, ...], _Group] = {}
+    groups: dict[tuple[str, ...], CauseGroup] = {}
     for regression in regressions:
         found = per_benchmark.get(regression.benchmark)
         if found is None:
             key: tuple[str, ...] = ("not_bisected",)
-            group = _Group("not_bisected", [], good=night_good, bad=night_bad)
+            group = CauseGroup("not_bisected", [], good=night_good, bad=night_bad)
         elif found.status == CULPRIT and found.culprit:
             key = ("culprit", found.culprit)
-            group = _Group("culprit", [], culprit=found.culprit)
+            group = CauseGroup("culprit", [], culprit=found.culprit)
         elif found.status == INCONCLUSIVE and found.range:
             first = shas.index(found.range[0]) if found.range[0] in shas else 1
             good = shas[first - 1] if first >= 1 else shas[0]
             key = ("inconclusive", good, found.range[-1])
-            group = _Group(
+            group = CauseGroup(
                 "inconclusive",
                 [],
                 good=good,
@@ -171,7 +173,7 @@ def _groups(
         else:
             outcome = NOT_REPRODUCED if found.status == NOT_REPRODUCED else "not_bisected"
             key = (outcome,)
-            group = _Group(
+            group = CauseGroup(
                 outcome,
                 [],
                 good=shas[0],
@@ -184,7 +186,7 @@ def _groups(
 
 def _night_range(session: Session, run: Run) -> tuple[str | None, str | None]:
     """``(good, bad)`` shas of the night: the recorded commit range, else the two builds."""
-    commits = _commit_dicts(run.commit_range or [])
+    commits = commit_dicts(run.commit_range or [])
     if len(commits) >= 2:
         return commits[0]["sha"], commits[-1]["sha"]
     previous = range_start(session, run=run)
@@ -198,7 +200,8 @@ def _sha_or_none(value: str | None) -> str | None:
     return None
 
 
-def _commit_dicts(commits: Sequence[Any]) -> list[dict[str, Any]]:
+def commit_dicts(commits: Sequence[Any]) -> list[dict[str, Any]]:
+    """``commits`` (``CommitInfo`` or dicts) as dicts, those without a valid sha left out."""
     out = []
     for c in commits:
         data = c.as_json() if hasattr(c, "as_json") else dict(c)
@@ -219,9 +222,11 @@ def _commit(info: Mapping[str, Any] | None, sha: str) -> Commit:
     )
 
 
-def _bisection(
-    group: _Group, bisection: BisectionInput | None, commits: Mapping[str, Mapping[str, Any]]
+def issue_bisection(
+    group: CauseGroup, bisection: BisectionInput | None, commits: Mapping[str, Mapping[str, Any]]
 ) -> Bisection:
+    """What the issue of ``group`` says of the bisection: its commits, probes and answer."""
+
     def commit(sha: str | None) -> Commit | None:
         return _commit(commits.get(sha), sha) if sha else None
 
@@ -234,7 +239,7 @@ def _bisection(
             commits=len(group.suspects) or None,
             suspects=suspects,
         )
-    shas = [c["sha"] for c in _commit_dicts(bisection.commits)]
+    shas = [c["sha"] for c in commit_dicts(bisection.commits)]
     names = {g.benchmark for g in group.regressions}
     probes = tuple(_probes(bisection.probes, names, commits))
     if group.outcome == "culprit" and group.culprit:
