@@ -17,16 +17,19 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.models import Bisection as BisectionRow
 from service.models import BisectionStatus, Regression, Run
 from service.regressions.service import range_start
 from workers.bisect.search import (
     CULPRIT,
     INCONCLUSIVE,
     NOT_REPRODUCED,
+    REFERENCE,
     SKIPPED,
     Outcome,
     ProbeRecord,
 )
+from workers.bisect.state import BenchmarkOutcome, BenchmarkVerdict
 from workers.issues.model import Bisection, Commit, Probe
 
 TORCH_CODE_URL = "https://github.com/pytorch/pytorch"
@@ -83,39 +86,91 @@ class BisectionInput:
 
 
 def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | None:
-    """The finished bisection of a night, for its issue: every probe but the endpoints' reference
-    measurements, and the commits, links and install command its provider recorded.
+    """The finished bisection of a night, for its issue, read from its stored answer
+    (``Bisection.result``, :func:`workers.bisect.report.outcome_json`): every probe but the
+    endpoints' reference measurements, and the commits, links and install command its provider
+    recorded. Nothing is replayed.
 
     Returns:
-        None when no bisection of the night finished (none ran, or it failed).
+        None when no bisection of the night finished (none ran, or it failed), or its stored
+        answer holds no outcome.
     """
-    from service.models import Bisection as BisectionRow
-    from workers.bisect.celery_driver import probes_of, replay
-    from workers.bisect.search import REFERENCE, outcome
-
     bisection = session.scalar(
         select(BisectionRow)
         .where(BisectionRow.run_id == run_id)
         .order_by(BisectionRow.id.desc())
         .limit(1)
     )
-    if bisection is None or bisection.status != BisectionStatus.DONE:
+    if bisection is None or bisection.status != BisectionStatus.DONE or not bisection.result:
         return None
-    state = replay(bisection, probes_of(session, bisection.id))
-    final = outcome(state)
-    if final is None:
+    stored = stored_outcome(bisection.result)
+    if stored is None:
         return None
+    final, probes = stored
     spec = bisection.provider
     # The endpoints measured again beside every round are the yardstick, not findings: the
     # issue lists the probes themselves (the full record stays in Bisection.result).
     return BisectionInput(
         outcome=final,
-        probes=tuple(p for p in state.probes if p.purpose != REFERENCE),
+        probes=tuple(p for p in probes if p.purpose != REFERENCE),
         commits=tuple(bisection.commits),
         repo=spec.get("repo"),
         code_url=spec["code_url"] if "code_url" in spec else TORCH_CODE_URL,
         install_command=spec.get("install_command"),
     )
+
+
+def stored_outcome(
+    result: Mapping[str, Any],
+) -> tuple[Outcome, tuple[ProbeRecord, ...]] | None:
+    """A bisection's answer and probes as :func:`workers.bisect.report.outcome_json` stored
+    them (``Bisection.result``); None when it holds no outcome."""
+    if not result.get("outcome"):
+        return None
+    outcome = Outcome(
+        kind=str(result["outcome"]),
+        benchmarks=tuple(
+            BenchmarkOutcome(
+                benchmark=b["benchmark"],
+                status=b["status"],
+                culprit=b.get("culprit"),
+                range=tuple(b.get("range") or ()),
+                change=b.get("change"),
+                reason=b.get("reason") or "",
+            )
+            for b in result.get("benchmarks") or []
+        ),
+        culprits=tuple(
+            (c["sha"], tuple(c.get("benchmarks") or ())) for c in result.get("culprits") or []
+        ),
+        skipped=tuple((s["sha"], s.get("reason") or "") for s in result.get("skipped") or []),
+        builds=int(result.get("builds") or 0),
+        rounds=int(result.get("rounds") or 0),
+    )
+    probes = tuple(
+        ProbeRecord(
+            round=p["round"],
+            sha=p["sha"],
+            index=p["index"],
+            purpose=p["purpose"],
+            status=p["status"],
+            build_seconds=p.get("build_seconds"),
+            results=tuple(
+                BenchmarkVerdict(
+                    benchmark=r["benchmark"],
+                    samples=tuple(r.get("samples") or ()),
+                    vs_good=r.get("vs_good"),
+                    vs_bad=r.get("vs_bad"),
+                    side=r.get("side"),
+                    error=r.get("error"),
+                )
+                for r in p.get("results") or []
+            ),
+            reason=p.get("reason"),
+        )
+        for p in result.get("probes") or []
+    )
+    return outcome, probes
 
 
 @dataclass
