@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -56,11 +54,6 @@ def still_missing(session: Session, *, run: Run, queue: str) -> list[str]:
     )
 
 
-def _aware(ts: datetime) -> datetime:
-    """``ts`` as UTC-aware (SQLite gives naive datetimes back)."""
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-
-
 def arrived_benchmarks(session: Session, run: Run, *, alert: Alert) -> dict[str, list[str]]:
     """Benchmarks of ``run`` that missed its deadline and whose data came since, by queue.
 
@@ -79,7 +72,7 @@ def arrived_benchmarks(session: Session, run: Run, *, alert: Alert) -> dict[str,
         or (
             j.status == JobStatus.DONE
             and j.finished_at is not None
-            and _aware(j.finished_at) > _aware(alert.created_at)
+            and j.finished_at > alert.created_at
         )
     ]
     if not missed:
