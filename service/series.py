@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
-from service.models import Result, Run
+from service.models import Result, Run, RunKind
 
 ALERT_METRICS = ("latency", "cpu_peak_mem", "gpu_peak_mem")
 """The metrics detection judges and alerts on (ms, bytes, bytes)."""
@@ -97,7 +97,7 @@ def round_results(
         select(Result, Run.parent_run_id, Run.options)
         .join(Run, Run.id == Result.run_id)
         .where(
-            Run.kind == "replicate",
+            Run.kind == RunKind.REPLICATE,
             Run.parent_run_id.in_(set(run_ids)),
             Result.error.is_(None),
             Result.series_key.is_not(None),

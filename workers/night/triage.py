@@ -12,7 +12,7 @@ import logging
 
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import Confirmation, Run
+from service.models import AlertKind, Confirmation, Run
 from service.regressions import service as regressions
 from service.runs import service as runs
 from workers import commits
@@ -126,7 +126,7 @@ def _regression_alert_id(session, run: Run) -> int | None:  # type: ignore[no-un
         .join(Regression, Regression.alert_id == Alert.id)
         .where(
             Alert.run_id == run.id,
-            Alert.kind == "regression",
+            Alert.kind == AlertKind.REGRESSION,
             Regression.confirmation == Confirmation.REPRODUCED,
         )
         .limit(1)

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.errors import InvalidInput
-from service.models import Alert, Confirmation, Machine, Regression, Result, Run
+from service.models import Alert, Confirmation, Machine, Regression, Result, Run, RunKind
 from service.regressions import paired
 from service.regressions.detection import MEMORY_METRICS, confirm
 from service.regressions.rules import DEFAULT_PARAMS
@@ -314,7 +314,7 @@ def _allocator(setup: Any) -> str | None:
 def _confirm_run(session: Session, run_id: int) -> Run | None:
     return session.scalar(
         select(Run)
-        .where(Run.parent_run_id == run_id, Run.kind == "confirm")
+        .where(Run.parent_run_id == run_id, Run.kind == RunKind.CONFIRM)
         .order_by(Run.id.desc())
         .limit(1)
     )
