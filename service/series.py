@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
-from service.models import Result, Run
+from service.models import Result, Run, RunKind
 
 NIGHT_ROUND = "night"
 """``Run.options["origin"]`` of a replicate run that is one of a night's own rounds of processes
@@ -106,7 +106,7 @@ def round_results(
         select(Result, Run.parent_run_id, Run.options)
         .join(Run, Run.id == Result.run_id)
         .where(
-            Run.kind == "replicate",
+            Run.kind == RunKind.REPLICATE,
             Run.parent_run_id.in_(set(run_ids)),
             Result.error.is_(None),
             Result.series_key.is_not(None),

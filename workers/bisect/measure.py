@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from service.benchmarks import benchmark_name
-from service.errors import InvalidInput, NightbenchError
+from service.errors import InvalidInput, MeasureError
 from workers.builds.base import BuildEnvironment
 from workers.runner import run_suite
 
@@ -40,10 +40,6 @@ DEFAULT_MEASURE_TIMEOUT_S = 1800.0
 _MODES = ("train", "eval")
 _DEVICES = ("cpu", "cuda")
 _COMPILERS = ("eager", "inductor")
-
-
-class MeasureError(NightbenchError):
-    """A benchmark could not be measured at a probe (recorded as that benchmark's error)."""
 
 
 class Measurer(Protocol):

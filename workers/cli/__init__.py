@@ -175,7 +175,7 @@ def nightly(
     suite: SuiteOpt = "own",
     torchbench: TorchbenchOpt = None,
 ) -> None:
-    """Run tonight's check: measure, store, detect, confirm and report (embedded by default)."""
+    """Run tonight's check: measure, detect, confirm, report (embedded by default)."""
     if device not in ("cpu", "cuda"):
         _fail(f"--device must be cpu or cuda, got {device!r}")
     models = _suite_models(suite, torchbench, models)
@@ -210,8 +210,11 @@ def dispatch(
     suite: SuiteOpt = "own",
     torchbench: TorchbenchOpt = None,
 ) -> None:
-    """Create tonight's runs and enqueue one task per benchmark on its device class's queue;
-    warn (stderr) of each queue that no worker listens to, with what waits there."""
+    """Create tonight's runs and enqueue one task per benchmark.
+
+    Each benchmark goes to its device class's queue; a queue that no worker listens to is
+    warned of (stderr), with what waits there.
+    """
     from workers.night import plan as night_mod
 
     models = _suite_models(suite, torchbench, models)

@@ -107,7 +107,7 @@ def bisect(
     keep_builds: Annotated[bool, typer.Option(help="leave the builds on disk")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
 ) -> None:
-    """Bisect GOOD..BAD of a local repository to the commit(s) that changed benchmarks' latency."""
+    """Bisect GOOD..BAD of a local repository to the commits that changed latency."""
     from workers.bisect.local_driver import bisect_repository
     from workers.bisect.search import floor_builds
 
@@ -367,9 +367,11 @@ def resume(
         int, typer.Argument(help="the bisection, as `nightbench status` lists it")
     ],
 ) -> None:
-    """Send a running bisection's unfinished probes to its queue again (after an outage, or when
-    `nightbench status` says its probes have waited a day), or plan its next round when none is
-    left."""
+    """Send a running bisection's unfinished probes to its queue again.
+
+    After an outage, or when `nightbench status` says its probes have waited a day; when no
+    probe is left unfinished, its next round is planned instead.
+    """
     from workers.bisect.celery_driver import resume as resume_bisection
 
     try:

@@ -78,9 +78,9 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
         # One round of a night's (or a re-run's, or its paired build's) processes ended: the
         # next round, or verdicts.
         return _settle(round_of, settings)
-    if (kind == "confirm" and parent_id is not None) or kind == "nightly":
+    if (kind == RunKind.CONFIRM and parent_id is not None) or kind == RunKind.NIGHTLY:
         return _settle(run_id, settings)
-    if kind == "ingest":
+    if kind == RunKind.INGEST:
         return _detect(run_id, settings)
     # Any other run (a replicate run: more processes of a night, for a comparison) only closes.
     with session_scope() as session:
@@ -146,7 +146,7 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
         # A paired round's jobs go out beside the re-run's, in turns: which build goes first
         # alternates from round to round.
         return interleaved(*(job_steps(c) for c in created), swap=swap)
-    if kind == "confirm" and parent_id is not None:
+    if kind == RunKind.CONFIRM and parent_id is not None:
         return _after_confirmation(parent_id, run_id, settings)
     return _detect(run_id, settings)
 
@@ -170,7 +170,7 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
         failing_alert = failing.note_failing(session, run=run)
         file_now |= failing_alert is not None
         pending = regressions.pending_regressions(session, run_id=run_id)
-        if run.kind == "ingest":
+        if run.kind == RunKind.INGEST:
             # Results posted by runners: no re-run here; the next night confirms instead.
             for r in pending:
                 r.confirmation = "not_possible"
@@ -253,7 +253,7 @@ def _create_confirmation(
         night=run.night,
         benchmarks=specs,
         torch_spec=run.torch_spec,
-        kind="confirm",
+        kind=RunKind.CONFIRM,
         parent_run_id=run.id,
         deadline_s=settings.night_deadline_s,
         options=options,

@@ -5,13 +5,14 @@ confidence, the machine, the recent nights and links to the series' history; for
 environment of tonight and of the baseline, how the build's identity moved between the baseline
 nights and tonight (the night report's :func:`service.runs.report.environment_changes`, against
 the series' latest baseline night and the night before), the confirmation re-run, and the
-bisection's commits and probes (:mod:`workers.issues.causes`).
+bisection's commits and probes (:mod:`workers.issues.reports.causes`).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.errors import InvalidInput
 from service.metrics import exact_levels, host_bound
-from service.models import Alert, Confirmation, Machine, Regression, Result, Run
+from service.models import Alert, Confirmation, Machine, Regression, Result, Run, RunKind
 from service.regressions import paired
 from service.regressions.detection import confirm
 from service.regressions.rules import DEFAULT_PARAMS
@@ -34,14 +35,15 @@ from service.regressions.service import (
 from service.regressions.unstable import alerts_from
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
-from workers.issues.causes import (
+from workers.issues.model import Change, Checks, Environment, IssueReport
+from workers.issues.reports.causes import (
     TORCH_CODE_URL,
     BisectionInput,
-    _bisection,
-    _commit_dicts,
-    _Group,
+    CauseGroup,
+    cause_groups,
+    commit_dicts,
+    issue_bisection,
 )
-from workers.issues.model import Change, Checks, Environment, IssueReport
 
 RECENT_NIGHTS = 14
 BUILD_MOVED = (
@@ -49,12 +51,80 @@ BUILD_MOVED = (
 )
 
 
+@dataclass(frozen=True)
+class GroupReport:
+    """One issue of a regression alert: the regressions sharing a cause, and what it says."""
+
+    group: CauseGroup
+    report: IssueReport
+
+
+def reproduced(session: Session, alert_id: int) -> list[Regression]:
+    """The alert's regressions that the confirmation re-run reproduced, oldest first."""
+    return list(
+        session.scalars(
+            select(Regression)
+            .where(
+                Regression.alert_id == alert_id,
+                Regression.direction == "regression",
+                Regression.confirmation == Confirmation.REPRODUCED,
+            )
+            .order_by(Regression.id)
+        )
+    )
+
+
+def improvements(session: Session, run: Run) -> list[Regression]:
+    """The run's improvements, oldest first (its issues list them beside the regressions)."""
+    return list(
+        session.scalars(
+            select(Regression)
+            .where(Regression.run_id == run.id, Regression.direction == "improvement")
+            .order_by(Regression.id)
+        )
+    )
+
+
+def group_reports(
+    session: Session,
+    *,
+    alert: Alert,
+    run: Run,
+    bisection: BisectionInput | None,
+    settings: Settings,
+) -> list[GroupReport]:
+    """One report per cause of the alert's reproduced regressions (:func:`cause_groups`).
+
+    Returns:
+        Empty when nothing was reproduced.
+    """
+    regressions = reproduced(session, alert.id)
+    if not regressions:
+        return []
+    better = improvements(session, run)
+    return [
+        GroupReport(
+            group,
+            build_report(
+                session,
+                run=run,
+                alert=alert,
+                group=group,
+                improvements=better,
+                bisection=bisection,
+                settings=settings,
+            ),
+        )
+        for group in cause_groups(session, run, regressions, bisection)
+    ]
+
+
 def build_report(
     session: Session,
     *,
     run: Run,
     alert: Alert,
-    group: _Group,
+    group: CauseGroup,
     improvements: Sequence[Regression],
     bisection: BisectionInput | None,
     settings: Settings,
@@ -76,8 +146,8 @@ def build_report(
     first = results.get(group.regressions[0].result_id)
     tonight = _environment(first.environment if first else {}, run.torch_git_commit)
     baseline_env, build_changes = _baseline(session, run, first)
-    commits = {c["sha"]: c for c in _commit_dicts(bisection.commits if bisection else [])}
-    commits.update({c["sha"]: c for c in _commit_dicts(run.commit_range or [])})
+    commits = {c["sha"]: c for c in commit_dicts(bisection.commits if bisection else [])}
+    commits.update({c["sha"]: c for c in commit_dicts(run.commit_range or [])})
     code_url = bisection.code_url if bisection is not None else TORCH_CODE_URL
     options: dict[str, Any] = {}
     if bisection is not None and bisection.repo:
@@ -89,7 +159,7 @@ def build_report(
         night=run.night,
         tonight=tonight,
         baseline=baseline_env,
-        bisection=_bisection(group, bisection, commits),
+        bisection=issue_bisection(group, bisection, commits),
         improvements=better,
         checks=_checks(session, run, group.regressions),
         code_url=code_url,
@@ -245,7 +315,7 @@ def _allocator(setup: Any) -> str | None:
 def _confirm_run(session: Session, run_id: int) -> Run | None:
     return session.scalar(
         select(Run)
-        .where(Run.parent_run_id == run_id, Run.kind == "confirm")
+        .where(Run.parent_run_id == run_id, Run.kind == RunKind.CONFIRM)
         .order_by(Run.id.desc())
         .limit(1)
     )
