@@ -65,6 +65,12 @@ KIND_RULES: dict[MetricKind, KindRule] = {
 }
 
 
+BISECT_METRICS: tuple[str, ...] = tuple(
+    dict.fromkeys(r.bisect_by for r in KIND_RULES.values() if r.bisect_by)
+)
+"""What a bisection's probes can measure: ``latency``, ``cpu_instructions``."""
+
+
 @dataclass(frozen=True)
 class Unit:
     """How values of one unit are printed.

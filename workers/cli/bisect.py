@@ -66,8 +66,13 @@ def bisect(
         typer.Option(help='install command run in each probe\'s checkout, e.g. "pip install -e ."'),
     ] = "",
     workers: Annotated[int, typer.Option(min=1, max=64, help="commits probed per round")] = 1,
-    samples: Annotated[int, typer.Option(min=3, help="samples per benchmark per probe")] = 12,
-    max_samples: Annotated[int, typer.Option(min=3, help="cap when doubling samples")] = 48,
+    samples: Annotated[
+        int | None,
+        typer.Option(min=3, help="samples per benchmark per probe (default 12; counted: 3)"),
+    ] = None,
+    max_samples: Annotated[
+        int | None, typer.Option(min=3, help="cap when doubling samples (default 48; counted: 6)")
+    ] = None,
     min_change: Annotated[
         float,
         typer.Option(min=0.0, help="endpoints closer than this fraction count as not reproduced"),
@@ -106,11 +111,25 @@ def bisect(
     ] = None,
     keep_builds: Annotated[bool, typer.Option(help="leave the builds on disk")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="what each probe measures: latency, or cpu_instructions (counted under "
+            "valgrind's callgrind: the command's toggled windows, or its whole run)"
+        ),
+    ] = "latency",
 ) -> None:
     """Bisect GOOD..BAD of a local repository to the commits that changed latency."""
+    from service.metrics import BISECT_METRICS, INSTRUCTIONS
     from workers.bisect.local_driver import bisect_repository
     from workers.bisect.search import floor_builds
 
+    if metric not in BISECT_METRICS:
+        _fail(f"--metric must be one of {', '.join(BISECT_METRICS)}, got {metric!r}")
+        return
+    counted = metric == INSTRUCTIONS  # near-deterministic: few samples, one process a probe
+    samples = samples or (3 if counted else 12)
+    max_samples = max_samples or (6 if counted else 48)
     try:
         config, commits, builder = _bisect_inputs(
             repo,
@@ -151,6 +170,7 @@ def bisect(
                 keep_builds=keep_builds,
                 on_round=on_round,
                 on_probe=on_probe,
+                metric=metric,
             )
         except NightbenchError as exc:
             _fail(exc.message)
