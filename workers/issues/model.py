@@ -45,6 +45,8 @@ class Change:
             raised once it persisted); ``None`` when it began tonight.
         noise: one sentence when the benchmark is marked unstable (alerted only beyond its
             noise): its spread and the bar the change cleared; ``None`` otherwise.
+        work: one sentence on the work per step (``cpu_instructions``) beside a change in
+            time: whether the count moved with it, ``None`` when the night counted nothing.
     """
 
     model: str
@@ -65,6 +67,7 @@ class Change:
     recent: tuple[float, ...] = ()
     since: date | None = None
     noise: str | None = None
+    work: str | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.baseline) and self.baseline > 0):

@@ -313,6 +313,8 @@ def _history_section(ordered: Sequence[Change]) -> str:
         lines = [f"**{c.benchmark} {c.metric}**"]
         if c.noise:
             lines.append(c.noise)
+        if c.work:
+            lines.append(c.work)
         if c.chart_url:
             lines.append(f"![{c.benchmark} {c.metric} history]({c.chart_url})")
         if c.recent:

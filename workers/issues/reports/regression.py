@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.errors import InvalidInput
-from service.metrics import exact_levels, host_bound
+from service.metrics import INSTRUCTIONS, exact_levels, format_change, format_value, host_bound
 from service.models import Alert, Confirmation, Machine, Regression, Result, Run, RunKind
 from service.regressions import paired
 from service.regressions.detection import confirm
@@ -252,6 +252,66 @@ def _change(
             else None
         ),
         noise=_noise(session, regression) if full else None,
+        work=work_per_step(session, regression) if full else None,
+    )
+
+
+WORK_NIGHTS = 7
+"""Earlier nights of a count series whose median a latency regression's count is compared with."""
+
+
+def work_per_step(session: Session, regression: Regression) -> str | None:
+    """The sentence on the work per step beside a regression in time (``Change.work``).
+
+    The night's ``cpu_instructions`` of the same benchmark, when it was counted: a count that
+    regressed too says what each step executes changed (and the bisection counts); one within
+    the threshold of the median of its last :data:`WORK_NIGHTS` nights says the time moved for
+    another reason. None for a metric the host does not move, or a night that counted nothing.
+    """
+    if not host_bound(regression.metric):
+        return None
+    count = session.scalar(
+        select(Result).where(
+            Result.run_id == regression.run_id,
+            Result.model == regression.model,
+            Result.mode == regression.mode,
+            Result.device == regression.device,
+            Result.compiler == regression.compiler,
+            Result.metric == INSTRUCTIONS,
+            Result.error.is_(None),
+        )
+    )
+    if count is None or count.median is None or not count.series_key:
+        return None
+    moved = session.scalar(
+        select(Regression).where(
+            Regression.run_id == regression.run_id,
+            Regression.series_key == count.series_key,
+            Regression.direction == "regression",
+        )
+    )
+    if moved is not None:
+        return (
+            f"The work per step moved too: {INSTRUCTIONS} "
+            f"{format_value(moved.baseline, moved.unit)} → {format_value(count.median, count.unit)} "
+            f"({format_change(count.median / moved.baseline - 1)}): each step executes more, "
+            "and the bisection counts instructions."
+        )
+    history = series_history(
+        session,
+        series_key=count.series_key,
+        night=count.night,
+        run_id=count.run_id,
+        limit=WORK_NIGHTS,
+    )
+    levels = [r.median for r in history if r.median]
+    if not levels:
+        return None
+    before = statistics.median(levels)
+    return (
+        f"The work per step did not change: {INSTRUCTIONS} {format_value(before, count.unit)} → "
+        f"{format_value(count.median, count.unit)} ({format_change(count.median / before - 1)}); "
+        "the time moved for another reason (threading, caches, memory layout, the allocator)."
     )
 
 
