@@ -66,6 +66,7 @@ class Noise:
         same_round: the night's processes share one round (one ``r``) instead of one each.
         metric: the metric the series is judged as (``--metric``; its kind's rule in
             ``service.metrics``): ``latency``, or ``cpu_instructions`` at a count's noise.
+        threshold: the relative threshold the series is judged at (``--threshold``; 0.07).
 
     Raises:
         ValueError: a negative cv or fewer than one process, naming the option.
@@ -76,6 +77,7 @@ class Noise:
     processes: int = 1
     same_round: bool = False
     metric: str = "latency"
+    threshold: float = 0.07
 
     def __post_init__(self) -> None:
         for option, value in (("--process-cv", self.process_cv), ("--round-cv", self.round_cv)):
@@ -158,12 +160,21 @@ def run_series(
     false_alerts = reruns = 0
     for i, (level, again) in enumerate(zip(levels, rerun_levels, strict=True)):
         tonight = Night(night=i, samples=noise.draw(level, rng))
-        a = assess_night(history, tonight, metric=noise.metric, params=params)
+        a = assess_night(
+            history, tonight, metric=noise.metric, threshold=noise.threshold, params=params
+        )
         history.append(tonight)
         raised = a.verdict == "regression" and a.confirmed
         if a.verdict == "regression" and not a.confirmed:
             rerun = Night(night=i, samples=noise.draw(again, rng), rerun=True)
-            c = confirm(history[:-1], tonight, rerun, metric=noise.metric, params=params)
+            c = confirm(
+                history[:-1],
+                tonight,
+                rerun,
+                metric=noise.metric,
+                threshold=noise.threshold,
+                params=params,
+            )
             history.append(rerun)
             raised = c.verdict == "regression"
             reruns += i < event
@@ -317,6 +328,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=["latency", "cpu_instructions"],
         help="judge the series as this metric (its kind's rule in service.metrics)",
     )
+    ap.add_argument("--threshold", type=float, default=0.07, help="relative threshold (0.07 = 7%%)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -329,7 +341,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "give as many of each, or one of either"
         )
     args.noises = [
-        Noise(p, r, k, args.same_round, args.metric)
+        Noise(p, r, k, args.same_round, args.metric, args.threshold)
         for k in args.processes
         for r, p in zip(rounds, procs, strict=True)
     ]

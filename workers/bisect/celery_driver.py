@@ -54,7 +54,7 @@ from service.models import (
 )
 from service.models.base import utcnow
 from workers.bisect import failure_driver
-from workers.bisect.counts import CommandCountMeasurer, SuiteCountMeasurer
+from workers.bisect.counts import COUNT_SAMPLES, CommandCountMeasurer, SuiteCountMeasurer
 from workers.bisect.local_driver import run_probe
 from workers.bisect.measure import CommandMeasurer, Measurer, SuiteMeasurer
 from workers.bisect.report import commit_info, outcome_json
@@ -603,11 +603,6 @@ def bisected_by(regressions: Sequence[Regression]) -> tuple[str, list[Regression
     if not counted:
         return "latency", [r for r in regressions if r.metric == "latency"]
     return INSTRUCTIONS, [r for r in regressions if r.benchmark in counted]
-
-
-COUNT_SAMPLES = (3, 6)
-"""Samples a counted probe starts with and may double to: counts stray by a fraction of a
-percent between processes (docs/benchmarks.md, "Instruction counts"), so three suffice."""
 
 
 def night_search_config(settings: Settings, metric: str = "latency") -> SearchConfig:

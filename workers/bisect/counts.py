@@ -42,6 +42,12 @@ from workers.builds.base import BuildEnvironment, log_tail
 from workers.runner import run_suite
 
 VALGRIND = ("--tool=callgrind", "--dump-instr=no", "--trace-children=yes")
+COUNT_SAMPLES = (3, 6)
+"""Samples a counted probe starts with and may double to: counts stray by a fraction of a
+percent between processes (docs/benchmarks.md, "Instruction counts"), so three suffice."""
+WHOLE_RUN_SAMPLES = 3
+"""``NIGHTBENCH_SAMPLES`` of a command counted whole: always the same, so every run does the
+same work (what the command does may depend on it)."""
 # A profile's total, as suite/counting.py reads it (the suite runs in the build's environment,
 # so workers read its files rather than import it).
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
@@ -183,6 +189,7 @@ class CommandCountMeasurer:
         self.commands = dict(commands)
         self.timeout_s = timeout_s
         self.processes = processes
+        self.whole: set[str] = set()  # benchmarks whose command toggles nothing
 
     def measure(self, env: BuildEnvironment, benchmark: str, samples: int) -> tuple[float, ...]:
         """At least ``samples`` counts: the command's windows, or whole runs when it toggles
@@ -206,10 +213,12 @@ class CommandCountMeasurer:
             MeasureError: valgrind is missing, the command failed or timed out, or it counted
                 nothing.
         """
-        windows = self._run(env, benchmark, samples, collect_at_start=False)[0]
-        if windows:
-            return [float(v) for v in windows]
-        whole = self._run(env, benchmark, samples, collect_at_start=True)[1]
+        if benchmark not in self.whole:
+            windows = self._run(env, benchmark, samples, collect_at_start=False)[0]
+            if windows:
+                return [float(v) for v in windows]
+            self.whole.add(benchmark)  # it toggles nothing: count its runs whole from now on
+        whole = self._run(env, benchmark, WHOLE_RUN_SAMPLES, collect_at_start=True)[1]
         if whole <= 0:
             raise MeasureError(f"{self.commands[benchmark]!r}: callgrind counted nothing")
         return [float(whole)]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from service.errors import InvalidInput
 from service.metrics import BISECT_METRICS, INSTRUCTIONS
-from workers.bisect.counts import CommandCountMeasurer, SuiteCountMeasurer
+from workers.bisect.counts import COUNT_SAMPLES, CommandCountMeasurer, SuiteCountMeasurer
 from workers.bisect.measure import (
     DEFAULT_MEASURE_TIMEOUT_S,
     CommandMeasurer,
@@ -360,6 +360,8 @@ def bisect_repository(
     if bool(benchmarks) == bool(commands):
         raise InvalidInput("give either --benchmark MODEL:MODE:DEVICE or --command CMD (not both)")
     names, measurer = _names_and_measurer(benchmarks, commands, measure_timeout_s, metric)
+    if config is None and metric == INSTRUCTIONS:
+        config = SearchConfig(initial_samples=COUNT_SAMPLES[0], max_samples=COUNT_SAMPLES[1])
     commits = local_commit_range(repo, good, bad)
     provider = provider or CheckoutProvider(repo, install, work_dir=work_dir)
     state = start([c.sha for c in commits], names, config)

@@ -121,6 +121,7 @@ def bisect(
 ) -> None:
     """Bisect GOOD..BAD of a local repository to the commits that changed latency."""
     from service.metrics import BISECT_METRICS, INSTRUCTIONS
+    from workers.bisect.counts import COUNT_SAMPLES
     from workers.bisect.local_driver import bisect_repository
     from workers.bisect.search import floor_builds
 
@@ -128,8 +129,8 @@ def bisect(
         _fail(f"--metric must be one of {', '.join(BISECT_METRICS)}, got {metric!r}")
         return
     counted = metric == INSTRUCTIONS  # near-deterministic: few samples, one process a probe
-    samples = samples or (3 if counted else 12)
-    max_samples = max_samples or (6 if counted else 48)
+    samples = samples or (COUNT_SAMPLES[0] if counted else 12)
+    max_samples = max_samples or (COUNT_SAMPLES[1] if counted else 48)
     try:
         config, commits, builder = _bisect_inputs(
             repo,

@@ -58,6 +58,7 @@ def test_a_bisection_refuses_a_metric_it_cannot_measure(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_a_pure_python_slowdown_is_bisected_by_its_instruction_count(tmp_path: Path) -> None:
     # bench.py toggles nothing: each probe's whole run is counted (python's start, the
