@@ -86,6 +86,8 @@ def test_a_count_pass_counts_the_nights_benchmarks_in_one_valgrind_process(
     assert set(counted) == {"dqn", "ncf"}, [(r.model, r.metric, r.error) for r in results]
     for r in counted.values():
         assert r.error is None and r.unit == "instructions" and r.median > 100_000
+        # Counted windows of one process agree closely (an exact count of the same work).
+        assert len(r.samples) == 2 and max(r.samples) / min(r.samples) - 1 < 0.02, r.samples
         assert r.series_key and r.series_key != next(
             x.series_key for x in results if x.model == r.model and x.metric == "latency"
         )
