@@ -210,6 +210,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
             "torch_spec": run.torch_spec,
             "torch_version": run.torch_version,
             "torch_git_commit": run.torch_git_commit,
+            "note": run.note,
             "jobs": {
                 "total": len(jobs),
                 "done": counts["done"],

@@ -193,9 +193,9 @@ def create_count_round(
 
 
 def note_not_counted(session: Session, *, run: Run, reason: str) -> None:
-    """Say once in the night's note (``run``'s parent, a count pass's night) why its
-    instructions were not counted (no valgrind on the host): the metric is skipped, the rest of
-    the night stands. Only flushes."""
+    """Say once in the night's note (``run``'s parent, a count pass's night) why instructions
+    were not counted: no valgrind on the host (the metric is skipped), or one benchmark's count
+    failed (``"model:mode:cpu: reason"``); the rest of the night stands. Only flushes."""
     night = session.get(Run, run.parent_run_id) if run.parent_run_id is not None else run
     if night is None:
         return

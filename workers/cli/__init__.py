@@ -383,6 +383,9 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
     )
     _print_processes(data)
     _print_failures(data)
+    for line in (r.get("note") or "").splitlines():  # the count pass's skips and failures
+        if line.startswith("cpu_instructions not counted"):
+            console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
     regs = [g for g in data["regressions"] if g["direction"] == "regression"]
     reproduced = [g for g in regs if g["confirmation"] == "reproduced"]
     if reproduced:

@@ -403,6 +403,10 @@ def count_jobs(
                 rounds.note_not_counted(session, run=run, reason=skipped)
             else:
                 rounds.store_measured(session, run=run, job=job, record=record)
+                if record.get("error"):  # the night's note says which count failed, and why
+                    rounds.note_not_counted(
+                        session, run=run, reason=f"{job.benchmark}: {record['error']}"
+                    )
             runs.end_job(session, job=job, error=record.get("error"))
     with session_scope() as session:
         return run_id if runs.begin_finishing(session, run_id=run_id) else None

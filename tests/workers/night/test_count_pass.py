@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from typer.testing import CliRunner
 
 from service.db import session_scope
 from service.models import Job, Result, Run
 from service.runs.service import BenchmarkSpec
 from service.series import is_count_round
+from workers.cli import app
 from workers.night import plan as nightly
 
 
@@ -51,6 +53,9 @@ def test_a_host_without_valgrind_skips_the_count_and_the_night_stands(
     with session_scope() as session:
         jobs = list(session.scalars(select(Job).where(Job.run_id == count.id)))
         assert [(j.status, j.error) for j in jobs] == [("done", None)]
+    out = CliRunner().invoke(app, ["report", "--run", str(run_id)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "cpu_instructions not counted: valgrind is not installed" in out.output
 
 
 def test_counting_is_off_where_the_settings_say(configure: Callable[..., None]) -> None:
