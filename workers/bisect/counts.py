@@ -35,6 +35,8 @@ from workers.bisect.measure import (
     DEFAULT_MEASURE_TIMEOUT_S,
     REPO_ROOT,
     SAMPLES_ENV,
+    CommandMeasurer,
+    SuiteMeasurer,
     parse_benchmark,
     quiet_env,
 )
@@ -85,8 +87,9 @@ def dump_totals(directory: Path) -> tuple[list[int], int]:
     return [v for _, _, v in sorted(windows)], whole
 
 
-class SuiteCountMeasurer:
-    """Counts ``MODEL:MODE:cpu`` suite benchmarks with ``python -m suite count``.
+class SuiteCountMeasurer(SuiteMeasurer):
+    """Counts ``MODEL:MODE:cpu`` suite benchmarks with ``python -m suite count``; a probe's
+    samples are spread over processes as :class:`SuiteMeasurer` spreads timed ones.
 
     Args:
         timeout_s: seconds one counting process may take.
@@ -102,24 +105,7 @@ class SuiteCountMeasurer:
         warmup_steps: int = 2,
         processes: int = 1,
     ) -> None:
-        if processes < 1:
-            raise InvalidInput(f"processes must be at least 1, got {processes}")
-        self.timeout_s = timeout_s
-        self.warmup_steps = warmup_steps
-        self.processes = processes
-
-    def measure(self, env: BuildEnvironment, benchmark: str, samples: int) -> tuple[float, ...]:
-        """``samples`` counted steps (instructions each), over ``processes`` processes.
-
-        Raises:
-            MeasureError: as :meth:`measure_once`.
-        """
-        taken: list[float] = []
-        runs = max(1, min(self.processes, samples))
-        for run in range(runs):
-            want = -(-(samples - len(taken)) // (runs - run))
-            taken.extend(self.measure_once(env, benchmark, want))
-        return tuple(taken)
+        super().__init__(timeout_s=timeout_s, warmup=warmup_steps, processes=processes)
 
     def measure_once(self, env: BuildEnvironment, benchmark: str, samples: int) -> list[float]:
         """``samples`` counted steps of one valgrind process (instructions per step).
@@ -142,7 +128,7 @@ class SuiteCountMeasurer:
             "--benchmarks",
             f"{b.model}:{b.mode}",
             "--warmup-steps",
-            str(self.warmup_steps),
+            str(self.warmup),
             "--repeats",
             str(max(1, samples)),
             "--timeout",
@@ -162,7 +148,7 @@ class SuiteCountMeasurer:
         return [float(v) for v in record["metrics"][0]["samples"]]
 
 
-class CommandCountMeasurer:
+class CommandCountMeasurer(CommandMeasurer):
     """Counts the instructions of benchmark commands under callgrind (module docstring).
 
     Args:
@@ -182,13 +168,7 @@ class CommandCountMeasurer:
         timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S,
         processes: int = 1,
     ) -> None:
-        if not commands or not all(c.strip() for c in commands.values()):
-            raise InvalidInput("command: give a non-empty benchmark command")
-        if processes < 1:
-            raise InvalidInput(f"processes must be at least 1, got {processes}")
-        self.commands = dict(commands)
-        self.timeout_s = timeout_s
-        self.processes = processes
+        super().__init__(commands, timeout_s=timeout_s, processes=processes)
         self.whole: set[str] = set()  # benchmarks whose command toggles nothing
 
     def measure(self, env: BuildEnvironment, benchmark: str, samples: int) -> tuple[float, ...]:
