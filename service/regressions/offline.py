@@ -2,7 +2,7 @@
 
 The moving two-window scan with non-maximum suppression, a robust two-level step fit near
 each peak and a drift check per stretch between change points; the method and its sources are
-described in ``service.regressions.detection``. Pure: numpy and scipy only.
+described in docs/detection.md. Pure: numpy and scipy only.
 """
 
 from __future__ import annotations

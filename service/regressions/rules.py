@@ -3,7 +3,7 @@ significance; shared by the online pass (:mod:`service.regressions.scan`) and th
 change-point scan (:mod:`service.regressions.offline`). The baseline rule (window, noise,
 band) is in :mod:`service.regressions.baseline`.
 
-The method and its sources are described in ``service.regressions.detection``. Pure: numpy
+The method and its sources are described in docs/detection.md. Pure: numpy
 and scipy only.
 """
 

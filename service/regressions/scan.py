@@ -2,7 +2,7 @@
 
 The method (baseline window, noise, grey-zone magnitude rule, persistence, significance,
 drift anchor, and the offline two-window change-point scan) is described, with its sources, in
-``service.regressions.detection``. This module holds the online pass (night by night) and the
+docs/detection.md. This module holds the online pass (night by night) and the
 batch driver shared by one series (``assess_night``), a document (``detect_document``) and the
 100,000-series benchmark; the rules both passes share are in :mod:`service.regressions.rules`
 and :mod:`service.regressions.baseline`, the offline scan in :mod:`service.regressions.offline`.
