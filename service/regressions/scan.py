@@ -319,9 +319,8 @@ def _online_pass(
         anchor = median_last(y[:, :w])
     screen = _screen(y, lengths, n_min, thr, p, level, anchor)
     cr, cn = np.nonzero(screen)  # row-major: by row, then night
-    e = np.zeros(0, dtype=int)
     if cr.size == 0:
-        return Found(e, e, e, e.astype(bool), np.zeros(0), e.astype(bool), e, e, e, e)
+        return Found.empty()
     starts = np.r_[0, np.nonzero(np.diff(cr))[0] + 1]
     rank = np.arange(cr.size) - np.repeat(starts, np.diff(np.r_[starts, cr.size]))
     # At one night: the longest run first (the earliest first night), the recent window before
@@ -362,16 +361,16 @@ def _online_pass(
     size = np.where(kind == RECENT, np.minimum(s, w), w)
     b0 = np.where(kind == RECENT, s - size, 0)
     return Found(
-        r,
-        located_first(y, r, s, run, up, level, kind, s_min, history.clock, p),
-        n,
-        up.astype(bool),
-        pv,
-        np.asarray(kind == ANCHOR),
-        b0,
-        size,
-        s,
-        run,
+        rows=r,
+        first=located_first(y, r, s, run, up, level, kind, s_min, history.clock, p),
+        raised=n,
+        up=up.astype(bool),
+        pval=pv,
+        drift=np.asarray(kind == ANCHOR),
+        base_start=b0,
+        base_size=size,
+        post_start=s,
+        post_size=run,
     )
 
 
@@ -547,13 +546,7 @@ def detect_series(
         back = np.concatenate(resumed) if resumed else np.zeros(0, dtype=int)
     else:
         raw = offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
-    found = Found(
-        *(
-            np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
-            for name in Found.__dataclass_fields__
-        )
-    )
-    return _flags(found, y_lin, order, lengths, online, back)
+    return _flags(Found.concat(raw), y_lin, order, lengths, online, back)
 
 
 def _online_chunked(
@@ -632,9 +625,7 @@ def _online_chunked(
         )
         f.rows = f.rows + c0
         parts.append(f)
-    return Found(
-        *(np.concatenate([getattr(f, name) for f in parts]) for name in Found.__dataclass_fields__)
-    )
+    return Found.concat(parts)
 
 
 def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
@@ -670,20 +661,7 @@ def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
         rows = seg_rows[found.rows]
         starts = seg_starts[found.rows]
         ends = seg_ends[found.rows]
-        out.append(
-            Found(
-                rows,
-                starts + found.first,
-                starts + found.raised,
-                found.up,
-                found.pval,
-                found.drift,
-                starts + found.base_start,
-                found.base_size,
-                starts + found.post_start,
-                found.post_size,
-            )
-        )
+        out.append(found.moved(seg_rows, seg_starts))
         # The baseline restarts at the first night of a raised step, unless the series came
         # back from it before a new baseline stood: the baseline before it resumes there.
         back = came_back(y, rows, starts, ends, found, p)
