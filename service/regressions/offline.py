@@ -2,7 +2,7 @@
 
 The moving two-window scan with non-maximum suppression, a robust two-level step fit near
 each peak and a drift check per stretch between change points; the method and its sources are
-described in ``service.regressions.detection``. Pure: numpy and scipy only.
+described in docs/detection.md. Pure: numpy and scipy only.
 """
 
 from __future__ import annotations
@@ -74,12 +74,23 @@ def _offline_pass(y, lengths, thr, memory, p: DetectorParams):
     kb_s, kf_s = kb[r, j], kf[r, j]
     ok, pv = significant(y, r, j, kf_s, j - kb_s, kb_s, up, memory, noise[r, j], p, w)
     r, j, up, pv, kb_s, kf_s = r[ok], j[ok], up[ok], pv[ok], kb_s[ok], kf_s[ok]
-    found = [Found(r, j, j, up, pv, np.zeros(r.size, dtype=bool), j - kb_s, kb_s, j, kf_s)]
+    found = [
+        Found(
+            rows=r,
+            first=j,
+            raised=j,
+            up=up,
+            pval=pv,
+            drift=np.zeros(r.size, dtype=bool),
+            base_start=j - kb_s,
+            base_size=kb_s,
+            post_start=j,
+            post_size=kf_s,
+        )
+    ]
     if p.drift:
         found.append(_offline_drift(y, lengths, r, j, fwd, thr, memory, p))
-    return Found(
-        *(np.concatenate([getattr(f, name) for f in found]) for name in Found.__dataclass_fields__)
-    )
+    return Found.concat(found)
 
 
 def _forward_median(y, lengths, level_padded, w):
@@ -145,8 +156,7 @@ def _offline_drift(y, lengths, cp_rows, cp_cols, fwd, thr, memory, p):
     long = ends - starts >= 3 * w
     rows, starts, ends = rows[long], starts[long], ends[long]
     if rows.size == 0:
-        e = np.zeros(0, dtype=int)
-        return Found(e, e, e, e.astype(bool), np.zeros(0), e.astype(bool), e, e, e, e)
+        return Found.empty()
     head = gather(y, rows, starts, np.full(rows.size, w), w)
     tail = gather(y, rows, ends - w, np.full(rows.size, w), w)
     h, t = median_last(head), median_last(tail)
@@ -183,7 +193,16 @@ def _offline_drift(y, lengths, cp_rows, cp_cols, fwd, thr, memory, p):
     full = np.full(rows.size, w)
     # The new level is the stretch's last window.
     return Found(
-        rows, first, first, up, pv, np.ones(rows.size, dtype=bool), starts, full, ends - w, full
+        rows=rows,
+        first=first,
+        raised=first,
+        up=up,
+        pval=pv,
+        drift=np.ones(rows.size, dtype=bool),
+        base_start=starts,
+        base_size=full,
+        post_start=ends - w,
+        post_size=full,
     )
 
 
@@ -194,18 +213,5 @@ def offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p):
         rs, st = seg_rows[c0 : c0 + CHUNK], seg_starts[c0 : c0 + CHUNK]
         ym, lengths = segment_matrix(y, rs, st, seg_ends[c0 : c0 + CHUNK])
         f = _offline_pass(ym, lengths, thr[rs], mem[rs], p)
-        out.append(
-            Found(
-                rs[f.rows],
-                st[f.rows] + f.first,
-                st[f.rows] + f.raised,
-                f.up,
-                f.pval,
-                f.drift,
-                st[f.rows] + f.base_start,
-                f.base_size,
-                st[f.rows] + f.post_start,
-                f.post_size,
-            )
-        )
+        out.append(f.moved(rs, st))
     return out

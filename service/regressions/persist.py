@@ -1,14 +1,15 @@
 """The online rules of persistence: what a run must pass besides its magnitude and
 significance (outlasting the series' own excursions; judged on a short baseline after a
 raised step, standing beyond the level before it), where a raised step began, and whether
-the series came back from it.
+the series came back from it. Method: docs/detection.md, "Persistence".
 
-The method and its sources are described in :mod:`service.regressions.detection`; the
-callers are in :mod:`service.regressions.scan` (``_judge``, ``_online_pass``,
-``_online_batch``), whose ``hist`` tuple the first two read.
+The callers are in :mod:`service.regressions.scan` (``_judge``, ``_online_pass``,
+``_online_batch``), which hand the first two a :class:`History`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,7 +17,37 @@ from service.regressions.robust import gather, row_median
 from service.regressions.rules import DetectorParams, excursion_rate, longest_excursion
 
 
-def short_baseline_cut(cut, rows, ref, est, thr, p: DetectorParams, hist) -> np.ndarray:
+@dataclass(frozen=True)
+class History:
+    """What the online rules read of a segment's past, across the resets of raised steps.
+
+    Attributes:
+        devs: (first segments, nights) float32, the first pass's nights against their
+            baseline (log): the excursions a later run must outlast.
+        origin: per segment row, the row of ``devs`` (and ``before``) its series started in.
+        offset: per segment row, how many nights into that row the segment starts.
+        clock: (segment rows, nights), the night each of the segment's nights was measured on
+            (:func:`~service.regressions.rules.night_clock`): lengths by the calendar.
+        before: (first segments, nights) float32, the first pass's baselines (log): the level
+            before a raised step.
+    """
+
+    devs: np.ndarray
+    origin: np.ndarray
+    offset: np.ndarray
+    clock: np.ndarray
+    before: np.ndarray
+
+
+def short_baseline_cut(
+    cut: np.ndarray,
+    rows: np.ndarray,
+    ref: np.ndarray,
+    est: np.ndarray,
+    thr: np.ndarray,
+    p: DetectorParams,
+    history: History,
+) -> np.ndarray:
     """The magnitude cut of runs judged against fewer than ``min_baseline`` nights (down to
     ``min_run_baseline``), whose baseline began at a raised step's first night.
 
@@ -28,17 +59,26 @@ def short_baseline_cut(cut, rows, ref, est, thr, p: DetectorParams, hist) -> np.
     night marked expected (no level known before them) are never raised here (``inf``).
     Shape (runs,).
     """
-    _, origin, offset, _, before = hist
+    origin, offset, before = history.origin, history.offset, history.before
     pre = before[origin[rows], np.clip(offset[rows], 0, before.shape[1] - 1)]
     with np.errstate(invalid="ignore"):
         beyond = np.where(est > 0, ref + est - pre >= thr, pre - ref - est >= thr)
     return np.where((offset[rows] > 0) & beyond, np.maximum(cut, p.short_run_factor * thr), np.inf)
 
 
-def outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray:
+def outlasts(
+    rows: np.ndarray,
+    s: np.ndarray,
+    m: np.ndarray,
+    up: np.ndarray,
+    dist: np.ndarray,
+    p: DetectorParams,
+    history: History,
+    rerun: np.ndarray | None,
+) -> np.ndarray:
     """Whether each run ``[s, s + m)`` of segment row ``rows`` outlasts the series' excursions
-    of at least ``dist`` (log) in its direction (``up``); see ``scan._judge`` for ``hist`` and
-    ``rerun``. Shape (runs,).
+    of at least ``dist`` (log) in its direction (``up``). ``rerun``: (segment rows, nights),
+    1 at a confirmation re-run of the night before it, or None. Shape (runs,).
 
     A run of up to ``excursion_cap`` nights must also be unlikely as a chain of the series'
     single outlier nights of that size: ``q**m <= excursion_alpha`` (``improvement_alpha``
@@ -57,7 +97,7 @@ def outlasts(rows, s, m, up, dist, p: DetectorParams, hist, rerun) -> np.ndarray
     if rerun is not None:
         inside = (gather(rerun, rows, s + 1, m - 1, p.max_run) == 1).sum(axis=1)
     rr = inside > 0
-    devs, origin, offset, clock, _ = hist
+    devs, origin, offset, clock = history.devs, history.origin, history.offset, history.clock
     nights = clock[rows, s + m - 1] - clock[rows, s] + 1  # by the calendar
     with_data = m - inside  # nights with a result, re-runs not counted
     end = offset[rows] + s

@@ -3,13 +3,14 @@ significance; shared by the online pass (:mod:`service.regressions.scan`) and th
 change-point scan (:mod:`service.regressions.offline`). The baseline rule (window, noise,
 band) is in :mod:`service.regressions.baseline`.
 
-The method and its sources are described in ``service.regressions.detection``. Pure: numpy
+The method and its sources are described in docs/detection.md. Pure: numpy
 and scipy only.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -414,6 +415,52 @@ class Found:
     base_size: np.ndarray
     post_start: np.ndarray  # nights at the new level [post_start, post_start + post_size)
     post_size: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Found:
+        """No flag."""
+        e = np.zeros(0, dtype=int)
+        return cls(
+            rows=e,
+            first=e,
+            raised=e,
+            up=e.astype(bool),
+            pval=np.zeros(0),
+            drift=e.astype(bool),
+            base_start=e,
+            base_size=e,
+            post_start=e,
+            post_size=e,
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[Found]) -> Found:
+        """The flags of ``parts``, one after another (no part: :meth:`empty`)."""
+        if not parts:
+            return cls.empty()
+        return cls(
+            **{
+                name: np.concatenate([getattr(f, name) for f in parts])
+                for name in cls.__dataclass_fields__
+            }
+        )
+
+    def moved(self, rows: np.ndarray, starts: np.ndarray) -> Found:
+        """These flags with each row ``i`` renamed ``rows[i]`` and its positions shifted by
+        ``starts[i]`` (a segment's flags in its series' columns)."""
+        shift = starts[self.rows]
+        return Found(
+            rows=rows[self.rows],
+            first=shift + self.first,
+            raised=shift + self.raised,
+            up=self.up,
+            pval=self.pval,
+            drift=self.drift,
+            base_start=shift + self.base_start,
+            base_size=self.base_size,
+            post_start=shift + self.post_start,
+            post_size=self.post_size,
+        )
 
 
 def night_clock(

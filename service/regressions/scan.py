@@ -2,7 +2,7 @@
 
 The method (baseline window, noise, grey-zone magnitude rule, persistence, significance,
 drift anchor, and the offline two-window change-point scan) is described, with its sources, in
-``service.regressions.detection``. This module holds the online pass (night by night) and the
+docs/detection.md. This module holds the online pass (night by night) and the
 batch driver shared by one series (``assess_night``), a document (``detect_document``) and the
 100,000-series benchmark; the rules both passes share are in :mod:`service.regressions.rules`
 and :mod:`service.regressions.baseline`, the offline scan in :mod:`service.regressions.offline`.
@@ -11,11 +11,19 @@ Pure: numpy and scipy only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from service.regressions.baseline import pooled_noise, window_noise
 from service.regressions.offline import offline_batch
-from service.regressions.persist import came_back, located_first, outlasts, short_baseline_cut
+from service.regressions.persist import (
+    History,
+    came_back,
+    located_first,
+    outlasts,
+    short_baseline_cut,
+)
 from service.regressions.robust import (
     DetectionInputError,
     gather,
@@ -57,21 +65,80 @@ __all__ = [
 # Online: night by night
 
 
-def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, hist, rerun):
-    """The full rule for runs ``y[row, n-m+1 : n+1]``.
+RECENT, ANCHOR = 0, 1  # a run judged against the recent window, or against the anchor (drift)
 
-    Against the recent window (kind 0) or the anchor (kind 1); returns (passes, upwards,
-    p-value). ``hist`` is ``(devs, origin, offset, clock, before)``: segment row r starts
-    ``offset[r]`` nights into row ``origin[r]`` of ``devs``, the first pass's nights against
-    their baseline (read by the excursion rule across resets), and of ``before``, those
-    baselines; ``clock`` (same shape as ``y``) the night each of ``y``'s nights was measured
-    on (:func:`night_clock`). ``rerun``: same shape as ``y``, 1 at a confirmation re-run of
-    the night before it (0 or NaN elsewhere), or None without re-runs.
+
+@dataclass(frozen=True)
+class Batch:
+    """The segments one online pass judges, and what every run of them is judged against.
+
+    Attributes:
+        y: (segments, nights) levels, log (:func:`~service.regressions.rules.to_log`), each
+            row a segment starting at its last reset; NaN past its end.
+        level: (segments, nights) the baseline median before each night.
+        anchor: (segments,) the median of a segment's first ``window`` nights (the drift's
+            reference).
+        thr: (segments,) the threshold, log (``log1p(0.07)``).
+        memory: (segments,) True for peak memory (judged by its envelope, no p-value).
+        history: the segments' past across resets (:class:`~service.regressions.persist.History`).
+        rerun: (segments, nights) 1 at a confirmation re-run of the night before it (0 or NaN
+            elsewhere), or None without re-runs.
     """
+
+    y: np.ndarray
+    level: np.ndarray
+    anchor: np.ndarray
+    thr: np.ndarray
+    memory: np.ndarray
+    history: History
+    rerun: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Runs to judge, one per entry: nights ``last - length + 1 .. last`` of segment ``rows``.
+
+    Attributes:
+        rows: the segment row of each run.
+        last: its last night (tonight, online).
+        length: its number of nights.
+        kind: ``RECENT`` (a step, against the recent window) or ``ANCHOR`` (a drift, against
+            the anchor).
+    """
+
+    rows: np.ndarray
+    last: np.ndarray
+    length: np.ndarray
+    kind: np.ndarray
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The rule's answer per run (or per night, for :func:`_judge_first`).
+
+    Attributes:
+        raised: the run passes every rule (magnitude, quartiles, first night, excursions,
+            significance).
+        up: its direction: True for a rise (a latency regression).
+        p_value: the significance test's p-value where it ran, NaN elsewhere.
+        combo: for :func:`_judge_first`, the index into its ``combos`` that raised, -1 if none.
+    """
+
+    raised: np.ndarray
+    up: np.ndarray
+    p_value: np.ndarray
+    combo: np.ndarray | None = None
+
+
+def _judge(batch: Batch, runs: Runs, p: DetectorParams) -> Verdicts:
+    """The full online rule for each of ``runs`` (method: docs/detection.md, "Online")."""
+    y, level, anchor, memory = batch.y, batch.level, batch.anchor, batch.memory
+    rows, n, m, kind = runs.rows, runs.last, runs.length, runs.kind
+    thr = batch.thr
     s = n - m + 1
-    k = np.where(kind == 0, np.minimum(s, p.window), p.window)
-    b0 = np.where(kind == 0, s - k, 0)
-    ref = np.where(kind == 0, level[rows, np.clip(s, 0, level.shape[1] - 1)], anchor[rows])
+    k = np.where(kind == RECENT, np.minimum(s, p.window), p.window)
+    b0 = np.where(kind == RECENT, s - k, 0)
+    ref = np.where(kind == RECENT, level[rows, np.clip(s, 0, level.shape[1] - 1)], anchor[rows])
     width = max(p.max_run, p.drift_nights)
     post = gather(y, rows, s, m, width)
     with np.errstate(invalid="ignore"):
@@ -80,7 +147,7 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     # A step's noise is pooled from its baseline and its run; a drift's run is a ramp, whose
     # successive differences are the drift itself: its noise is the anchor window's.
     noise = np.where(
-        kind == 0,
+        kind == RECENT,
         pooled_noise(y, rows, b0, k, s, m, p, memory),
         window_noise(y, rows, b0, k, p, memory),
     )
@@ -88,15 +155,12 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     # level rules judge them); its noise is the jitter inside a level.
     noise = np.where(memory[rows] & multimodal(gather(y, rows, b0, k, p.window)), MODE_SAME, noise)
     se = noise * np.sqrt(MEDIAN_VAR * (1.0 / m + 1.0 / k))
-    cut = np.where(kind == 1, cutoff(thr[rows], se, p, drift=True), cutoff(thr[rows], se, p))
-    # Online, a raised step is held to the threshold itself: an alert reading "+6%" under a
-    # 7% promise is not believed, and the allowance below it (thr - z*se, kept offline, where
-    # a change point is located with both sides known) let 3% steps with heavy-tailed nights
-    # through on week-long runs.
-    cut = np.where(kind == 0, np.maximum(cut, thr[rows]), cut)
+    cut = np.where(kind == ANCHOR, cutoff(thr[rows], se, p, drift=True), cutoff(thr[rows], se, p))
+    # Online, a raised step is held to the threshold itself (docs/detection.md, "Magnitude").
+    cut = np.where(kind == RECENT, np.maximum(cut, thr[rows]), cut)
     cut = np.where(
-        (kind == 0) & (k < p.min_baseline),
-        short_baseline_cut(cut, rows, ref, est, thr[rows], p, hist),
+        (kind == RECENT) & (k < p.min_baseline),
+        short_baseline_cut(cut, rows, ref, est, thr[rows], p, batch.history),
         cut,
     )
     up = est > 0
@@ -104,17 +168,18 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
     # A step's first night is itself at the new level: the quartile rule must not let a run
     # start one night early (its first night is where the commit range for bisection starts).
     first = post[:, 0] - ref
-    ok &= (kind == 1) | np.where(up, first >= 0.5 * est, first <= 0.5 * est)
+    ok &= (kind == ANCHOR) | np.where(up, first >= 0.5 * est, first <= 0.5 * est)
     # A step must outlast the series' recent excursions of its size (half way to the run's
-    # nearest night, and at least the threshold and 3 noise): a +7% excursion of two nights
-    # makes a step wait for its third night; two nights at +15% do not hold up a +95% step.
-    step = np.nonzero(ok & (kind == 0) & ~memory[rows])[0]
+    # nearest night, and at least the threshold and 3 noise).
+    step = np.nonzero(ok & (kind == RECENT) & ~memory[rows])[0]
     if step.size and p.excursion_look:
         dist = np.fmax(
             np.maximum(thr[rows[step]], 3.0 * noise[step]),
             0.5 * np.where(up[step], lo[step] - ref[step], ref[step] - hi[step]),
         )
-        ok[step] &= outlasts(rows[step], s[step], m[step], up[step], dist, p, hist, rerun)
+        ok[step] &= outlasts(
+            rows[step], s[step], m[step], up[step], dist, p, batch.history, batch.rerun
+        )
     pval = np.full(rows.size, np.nan)
     idx = np.nonzero(ok)[0]
     if idx.size:
@@ -123,7 +188,7 @@ def _judge(y, level, anchor, rows, n, m, kind, thr, memory, p: DetectorParams, h
         )
         ok[idx] = sig
         pval[idx] = pv
-    return ok, up, pval
+    return Verdicts(raised=ok, up=up, p_value=pval)
 
 
 def _screen(
@@ -144,7 +209,7 @@ def _screen(
     """
     rows_n, cols = y.shape
     col = np.arange(cols)
-    least = thr  # online, a step must reach the threshold itself (``_judge``)
+    least = thr  # online, a step must reach the threshold itself (:func:`_judge`)
     screen = np.zeros((rows_n, cols), dtype=bool)
     for m in range(2, min(p.max_run, cols) + 1):
         span = cols - m + 1  # runs [s, s + m) for s < span, ending at column s + m - 1
@@ -174,67 +239,74 @@ def _screen(
     return screen & live
 
 
-def _judge_first(
-    y: np.ndarray,
-    level: np.ndarray,
-    anchor: np.ndarray,
-    r: np.ndarray,
-    n: np.ndarray,
-    combos: list[tuple[int, int]],
-    thr: np.ndarray,
-    memory: np.ndarray,
-    p: DetectorParams,
-    hist: tuple[np.ndarray, ...],
-    rerun: np.ndarray | None,
-    s_min: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first of ``combos`` (run length, kind) that raises at each night ``(r, n)``, its
-    run starting at night ``s_min[r]`` or later.
+@dataclass(frozen=True)
+class RunShape:
+    """A run to try at a night: its number of nights and its kind (``RECENT`` | ``ANCHOR``)."""
 
-    Returns ``(index into combos or -1, direction up, p-value)`` per night.
-    """
+    length: int
+    kind: int
+
+
+def _judge_first(
+    batch: Batch,
+    rows: np.ndarray,
+    nights: np.ndarray,
+    combos: list[RunShape],
+    p: DetectorParams,
+    s_min: np.ndarray,
+) -> Verdicts:
+    """The first of ``combos`` that raises at each night ``(rows, nights)``, its run starting
+    at night ``s_min[row]`` or later; ``Verdicts.combo`` is its index into ``combos`` (-1 if
+    none raised), ``up`` and ``p_value`` its answer."""
+    r, n, memory = rows, nights, batch.memory
     best = np.full(r.size, -1)
     best_up = np.zeros(r.size, dtype=bool)
     best_pv = np.full(r.size, np.nan)
-    for i, (run_m, run_kind) in enumerate(combos):
+    for i, shape in enumerate(combos):
         todo = np.nonzero(best < 0)[0]
         if todo.size == 0:
             break
         # A latency step may stand on three nights since a reset, peak memory (judged by its
         # envelope, with no p-value to hold a short baseline back) on ``min_baseline``.
         least = np.where(memory[r[todo]], p.min_baseline, p.run_baseline)
-        valid = (n[todo] - run_m + 1 >= (least if run_kind == 0 else 2 * p.window)) & (
-            n[todo] - run_m + 1 >= s_min[r[todo]]
-        )
+        valid = (
+            n[todo] - shape.length + 1 >= (least if shape.kind == RECENT else 2 * p.window)
+        ) & (n[todo] - shape.length + 1 >= s_min[r[todo]])
         todo = todo[valid]
         if todo.size == 0:
             continue
-        mm = np.full(todo.size, run_m)
-        kk = np.full(todo.size, run_kind)
-        ok, up, pv = _judge(y, level, anchor, r[todo], n[todo], mm, kk, thr, memory, p, hist, rerun)
+        runs = Runs(
+            rows=r[todo],
+            last=n[todo],
+            length=np.full(todo.size, shape.length),
+            kind=np.full(todo.size, shape.kind),
+        )
+        verdicts = _judge(batch, runs, p)
+        ok = verdicts.raised
         best[todo[ok]] = i
-        best_up[todo[ok]] = up[ok]
-        best_pv[todo[ok]] = pv[ok]
-    return best, best_up, best_pv
+        best_up[todo[ok]] = verdicts.up[ok]
+        best_pv[todo[ok]] = verdicts.p_value[ok]
+    return Verdicts(raised=best >= 0, up=best_up, p_value=best_pv, combo=best)
 
 
 def _online_pass(
     y: np.ndarray,
+    *,
     lengths: np.ndarray,
     n_min: np.ndarray,
+    s_min: np.ndarray,
     thr: np.ndarray,
     memory: np.ndarray,
-    p: DetectorParams,
     level: np.ndarray,
-    hist: tuple[np.ndarray, ...],
+    history: History,
     rerun: np.ndarray | None,
-    s_min: np.ndarray,
+    p: DetectorParams,
 ) -> Found:
     """First flag of every row, each row a segment starting at column 0 (its last reset).
 
     Only nights ``n > n_min[row]`` raise, on runs from ``s_min[row]`` on (a resumed segment:
     after the night it came back on); ``level``: the baseline median before each night;
-    ``hist``, ``rerun``: see ``_judge``. Positions are relative to the segment. Whole-matrix
+    ``history``, ``rerun``: as :class:`Batch` holds them. Positions are relative to the segment. Whole-matrix
     work is kept to a screen no flag escapes (a run's median at least the threshold from the
     baseline; for runs of 4+ nights, half of them that far, counted without a sort); the full
     rule then runs on each row's screened nights in order, until its first flag (whose first
@@ -247,14 +319,17 @@ def _online_pass(
         anchor = median_last(y[:, :w])
     screen = _screen(y, lengths, n_min, thr, p, level, anchor)
     cr, cn = np.nonzero(screen)  # row-major: by row, then night
-    e = np.zeros(0, dtype=int)
     if cr.size == 0:
-        return Found(e, e, e, e.astype(bool), np.zeros(0), e.astype(bool), e, e, e, e)
+        return Found.empty()
     starts = np.r_[0, np.nonzero(np.diff(cr))[0] + 1]
     rank = np.arange(cr.size) - np.repeat(starts, np.diff(np.r_[starts, cr.size]))
     # At one night: the longest run first (the earliest first night), the recent window before
     # the anchor.
-    combos = [(m, 0) for m in range(p.max_run, 1, -1)] + [(p.drift_nights, 1)] * p.drift
+    combos = [RunShape(m, RECENT) for m in range(p.max_run, 1, -1)]
+    combos += [RunShape(p.drift_nights, ANCHOR)] * p.drift
+    judged = Batch(
+        y=y, level=level, anchor=anchor, thr=thr, memory=memory, history=history, rerun=rerun
+    )
     done = np.zeros(rows_n, dtype=bool)
     found: dict[str, list[np.ndarray]] = {k: [] for k in ("r", "n", "m", "kind", "up", "pv")}
     lo_rank, batch, top = 0, 2, int(rank.max())
@@ -265,9 +340,9 @@ def _online_pass(
         if sel.size == 0:
             break
         r, n = cr[sel], cn[sel]
-        best, best_up, best_pv = _judge_first(
-            y, level, anchor, r, n, combos, thr, memory, p, hist, rerun, s_min
-        )
+        verdicts = _judge_first(judged, r, n, combos, p, s_min)
+        assert verdicts.combo is not None
+        best, best_up, best_pv = verdicts.combo, verdicts.up, verdicts.p_value
         hit = np.nonzero(best >= 0)[0]
         # the first hit of each row (hits are in row, then night order)
         _, first = np.unique(r[hit], return_index=True)
@@ -275,27 +350,27 @@ def _online_pass(
         done[r[hit]] = True
         found["r"].append(r[hit])
         found["n"].append(n[hit])
-        found["m"].append(np.array([combos[b][0] for b in best[hit]], dtype=int))
-        found["kind"].append(np.array([combos[b][1] for b in best[hit]], dtype=int))
+        found["m"].append(np.array([combos[b].length for b in best[hit]], dtype=int))
+        found["kind"].append(np.array([combos[b].kind for b in best[hit]], dtype=int))
         found["up"].append(best_up[hit])
         found["pv"].append(best_pv[hit])
     r, n, run, kind, up, pv = (
         np.concatenate(found[key]) for key in ("r", "n", "m", "kind", "up", "pv")
     )
     s = n - run + 1
-    size = np.where(kind == 0, np.minimum(s, w), w)
-    b0 = np.where(kind == 0, s - size, 0)
+    size = np.where(kind == RECENT, np.minimum(s, w), w)
+    b0 = np.where(kind == RECENT, s - size, 0)
     return Found(
-        r,
-        located_first(y, r, s, run, up, level, kind, s_min, hist[3], p),
-        n,
-        up.astype(bool),
-        pv,
-        np.asarray(kind == 1),
-        b0,
-        size,
-        s,
-        run,
+        rows=r,
+        first=located_first(y, r, s, run, up, level, kind, s_min, history.clock, p),
+        raised=n,
+        up=up.astype(bool),
+        pval=pv,
+        drift=np.asarray(kind == ANCHOR),
+        base_start=b0,
+        base_size=size,
+        post_start=s,
+        post_size=run,
     )
 
 
@@ -471,13 +546,7 @@ def detect_series(
         back = np.concatenate(resumed) if resumed else np.zeros(0, dtype=int)
     else:
         raw = offline_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, params)
-    found = Found(
-        *(
-            np.concatenate([getattr(f, name) for f in raw]) if raw else np.zeros(0)
-            for name in Found.__dataclass_fields__
-        )
-    )
-    return _flags(found, y_lin, order, lengths, online, back)
+    return _flags(Found.concat(raw), y_lin, order, lengths, online, back)
 
 
 def _online_chunked(
@@ -530,11 +599,12 @@ def _online_chunked(
             start = (np.arange(c0, c0 + ym.shape[0]), np.zeros(ym.shape[0], dtype=int))
         else:
             start = (origin[sl], offset[sl])
-        hist = (
-            devs,
-            *start,
-            segment_matrix(clock, seg_rows[sl], seg_starts[sl], seg_ends[sl])[0],
-            levels,
+        history = History(
+            devs=devs,
+            origin=start[0],
+            offset=start[1],
+            clock=segment_matrix(clock, seg_rows[sl], seg_starts[sl], seg_ends[sl])[0],
+            before=levels,
         )
         again = (
             None
@@ -543,21 +613,19 @@ def _online_chunked(
         )
         f = _online_pass(
             ym,
-            lengths,
-            n_min[sl],
-            thr[seg_rows[sl]],
-            mem[seg_rows[sl]],
-            p,
-            level,
-            hist,
-            again,
-            s_min[sl],
+            lengths=lengths,
+            n_min=n_min[sl],
+            s_min=s_min[sl],
+            thr=thr[seg_rows[sl]],
+            memory=mem[seg_rows[sl]],
+            level=level,
+            history=history,
+            rerun=again,
+            p=p,
         )
         f.rows = f.rows + c0
         parts.append(f)
-    return Found(
-        *(np.concatenate([getattr(f, name) for f in parts]) for name in Found.__dataclass_fields__)
-    )
+    return Found.concat(parts)
 
 
 def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
@@ -593,20 +661,7 @@ def _online_batch(y, seg_rows, seg_starts, seg_ends, thr, mem, p, rerun, clock):
         rows = seg_rows[found.rows]
         starts = seg_starts[found.rows]
         ends = seg_ends[found.rows]
-        out.append(
-            Found(
-                rows,
-                starts + found.first,
-                starts + found.raised,
-                found.up,
-                found.pval,
-                found.drift,
-                starts + found.base_start,
-                found.base_size,
-                starts + found.post_start,
-                found.post_size,
-            )
-        )
+        out.append(found.moved(seg_rows, seg_starts))
         # The baseline restarts at the first night of a raised step, unless the series came
         # back from it before a new baseline stood: the baseline before it resumes there.
         back = came_back(y, rows, starts, ends, found, p)

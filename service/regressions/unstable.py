@@ -1,6 +1,6 @@
 """Benchmarks marked unstable: shown, and alerted only beyond their own noise.
 
-The rule is described in :mod:`service.regressions.detection` (``Verdicts``); the constant
+The rule is described in docs/detection.md ("Verdicts"); the constant
 that sets it is ``DetectorParams.unstable_beyond``.
 """
 

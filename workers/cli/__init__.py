@@ -337,6 +337,7 @@ def _print_failures(report: dict[str, Any]) -> None:
 
 def _print_report(run_id: int, *, as_json: bool = False) -> None:
     from service.db import session_scope
+    from service.models import AlertKind, Confirmation
     from service.runs.report import run_report
 
     try:
@@ -387,7 +388,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
         if line.startswith("cpu_instructions not counted"):
             console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
     regs = [g for g in data["regressions"] if g["direction"] == "regression"]
-    reproduced = [g for g in regs if g["confirmation"] == "reproduced"]
+    reproduced = [g for g in regs if g["confirmation"] == Confirmation.REPRODUCED]
     if reproduced:
         console.print(
             f"[bold red]{len(reproduced)} confirmed regression(s)[/]; issue written to "
@@ -399,7 +400,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
         console.print("[green]no regression[/]")
     _print_environment_changes(data)
     for alert in data["alerts"]:
-        if alert["kind"] == "missing_data":
+        if alert["kind"] == AlertKind.MISSING_DATA:
             console.print(f"[bold red]missing data:[/] {alert['summary']}")
 
 
