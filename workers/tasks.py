@@ -13,7 +13,9 @@ from typing import Any
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
+from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.errors import InfrastructureError
 from workers.app import app
@@ -24,7 +26,18 @@ from workers.issues import sync as issue_sync
 from workers.night import deadline, finish, plan, triage
 from workers.night import jobs as benchmarking
 
-RETRYABLE = (OperationalError, InfrastructureError, ConnectionError)
+RETRYABLE = (OperationalError, PoolTimeout, BrokerError, InfrastructureError, ConnectionError)
+# A task that cannot reach Postgres or Redis retries for at least the outage the deployment
+# plans for (15 min, docs/deployment.md), never dropped within seconds: countdowns of 5, 10, 20,
+# 40, 80 s, then 120 s each, 12 retries over 995 s. No jitter, so the sum is what it says (the
+# defaults, 5 retries with jitter, gave up within 37 s of Postgres going down).
+RETRY: dict[str, Any] = {
+    "autoretry_for": RETRYABLE,
+    "retry_backoff": 5,
+    "retry_backoff_max": 120,
+    "retry_jitter": False,
+    "max_retries": 12,
+}
 
 
 class BenchmarkTask(Task):  # type: ignore[misc]
@@ -45,10 +58,7 @@ class BenchmarkTask(Task):  # type: ignore[misc]
     bind=True,
     base=BenchmarkTask,
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    retry_backoff_max=600,
-    max_retries=5,
+    **RETRY,
 )
 def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
     """Measure one job; the job that ends its run enqueues ``night.finish``."""
@@ -65,15 +75,20 @@ def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
 
 
 @app.task(
-    name="night.finish", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=5
+    name="night.finish",
+    acks_late=True,
+    **RETRY,
 )
 def finish_run(run_id: int) -> None:
     """Detect / confirm once every job of the run has ended; then confirm jobs or triage."""
     send(finish.finish(run_id))
+    finish.sent(run_id)
 
 
 @app.task(
-    name="night.triage", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=5
+    name="night.triage",
+    acks_late=True,
+    **RETRY,
 )
 def triage_run(run_id: int) -> None:
     """Resolve the commit range and start the bisection of the run's confirmed regressions."""
@@ -81,7 +96,9 @@ def triage_run(run_id: int) -> None:
 
 
 @app.task(
-    name="night.file", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=5
+    name="night.file",
+    acks_late=True,
+    **RETRY,
 )
 def file_run(run_id: int) -> None:
     """File the run's confirmed regressions (with the bisection's outcome) and close the run."""
@@ -91,9 +108,7 @@ def file_run(run_id: int) -> None:
 @app.task(
     name="night.check_deadline",
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=5,
+    **RETRY,
 )
 def check_deadline(run_id: int) -> None:
     """Mark jobs that never reported as missing and raise a missing-data alert."""
@@ -103,9 +118,7 @@ def check_deadline(run_id: int) -> None:
 @app.task(
     name="night.file_missing",
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=5,
+    **RETRY,
 )
 def file_missing(run_id: int) -> None:
     """File the run's missing-data issue (one per machine class; a repeat finds it): one attempt
@@ -116,9 +129,7 @@ def file_missing(run_id: int) -> None:
 @app.task(
     name="night.sweep_deadlines",
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=3,
+    **RETRY,
 )
 def sweep_deadlines() -> None:
     """Periodic (beat): check every unfinished run past its deadline."""
@@ -126,7 +137,9 @@ def sweep_deadlines() -> None:
 
 
 @app.task(
-    name="issues.sync", acks_late=True, autoretry_for=RETRYABLE, retry_backoff=True, max_retries=3
+    name="issues.sync",
+    acks_late=True,
+    **RETRY,
 )
 def sync_issues() -> None:
     """Periodic (beat): read filed issues' state and labels back into triage states."""
@@ -136,9 +149,7 @@ def sync_issues() -> None:
 @app.task(
     name="issues.retry_filing",
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=3,
+    **RETRY,
 )
 def retry_filing() -> None:
     """Periodic (beat, and the deadline sweep): file every alert whose filing is pending and due."""
@@ -148,9 +159,7 @@ def retry_filing() -> None:
 @app.task(
     name="issues.bisect_failing",
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=5,
+    **RETRY,
 )
 def bisect_failing(alert_id: int) -> None:
     """Start the bisection of each benchmark a ``failing`` alert reports newly failing."""
@@ -160,9 +169,7 @@ def bisect_failing(alert_id: int) -> None:
 @app.task(
     name="issues.tell_bisected",
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=5,
+    **RETRY,
 )
 def tell_bisected(bisection_id: int) -> None:
     """A failure bisection ended: file its answer on the failing benchmark's issue."""
@@ -188,10 +195,7 @@ class ProbeTask(Task):  # type: ignore[misc]
     bind=True,
     base=ProbeTask,
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    retry_backoff_max=600,
-    max_retries=5,
+    **RETRY,
 )
 def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
     """Build and measure one commit of a bisection; the probe ending its round advances it."""
@@ -204,9 +208,7 @@ def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
 @app.task(
     name="bisect.advance",
     acks_late=True,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=5,
+    **RETRY,
 )
 def advance_bisection(bisection_id: int) -> None:
     """Plan a bisection's next round from its rows, or store its outcome and file the night."""
@@ -216,9 +218,7 @@ def advance_bisection(bisection_id: int) -> None:
 @app.task(
     name="night.dispatch",
     acks_late=False,
-    autoretry_for=RETRYABLE,
-    retry_backoff=True,
-    max_retries=3,
+    **RETRY,
 )
 def dispatch_night() -> None:
     """Periodic (beat, when ``NIGHTBENCH_SCHEDULE_CRON`` is set): dispatch tonight's runs.

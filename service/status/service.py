@@ -35,6 +35,7 @@ from service.models import (
 )
 from service.models.base import utcnow
 from service.regressions.unstable import alerts_from
+from service.runs.service import finish_owed
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
 from service.status.broker import BrokerState, broker_state
@@ -145,6 +146,9 @@ class FailingBenchmark:
     mode: str = ""
     device: str = ""
     compiler: str = "eager"
+
+
+RESEND_AFTER_S = 600.0  # Settings.step_resend_after_s's default
 
 
 @dataclass(frozen=True)
@@ -469,6 +473,7 @@ def system_status(
     broker_url: str | None = None,
     queue_prefix: str = "",
     threshold_for: Callable[[str, str], float] | None = None,
+    resend_after_s: float = RESEND_AFTER_S,
 ) -> SystemStatus:
     """Everything above, and the problems: a run past its deadline, an ingest run open over a
     day, a machine class that has not measured for more than ``stale_after_nights`` nights, a
@@ -487,9 +492,15 @@ def system_status(
         queue_prefix: its key prefix.
         threshold_for: ``(metric, "model:mode") -> threshold`` for the unstable benchmarks'
             bars (:func:`unstable_now`).
+        resend_after_s: how long a run's ``night.finish`` may be owed before it is a problem
+            (``step_resend_after_s``: the deadline sweep sends it again then).
     """
     stored = store_status(
-        session, now=now, stale_after_nights=stale_after_nights, threshold_for=threshold_for
+        session,
+        now=now,
+        stale_after_nights=stale_after_nights,
+        threshold_for=threshold_for,
+        resend_after_s=resend_after_s,
     )
     return with_broker(
         stored, broker_state(broker_url, prefix=queue_prefix, waiting_on=stored.waiting_on)
@@ -523,6 +534,7 @@ def store_status(
     now: datetime | None = None,
     stale_after_nights: int = 1,
     threshold_for: Callable[[str, str], float] | None = None,
+    resend_after_s: float = RESEND_AFTER_S,
 ) -> StoredStatus:
     """The status as the database tells it (:func:`system_status` without the broker).
 
@@ -531,6 +543,7 @@ def store_status(
         now: the time to judge by (default: now, UTC).
         stale_after_nights: nights a machine class may go without results before it is told.
         threshold_for: as :func:`system_status`.
+        resend_after_s: as :func:`system_status`.
     """
     now = now or utcnow()
     classes = machine_classes(session, today=now.date())
@@ -547,6 +560,13 @@ def store_status(
         f"with no deadline"
         for r in runs
         if r.deadline_at is None and r.age_s > 86400
+    ]
+    problems += [
+        f"run {r.id} ({r.kind}, night {r.night}): its jobs all ended "
+        f"{(now - r.finish_owed_since).total_seconds() / 60:.0f} min ago and night.finish never "
+        "ran (its message was lost); the deadline sweep sends it again"
+        for r in finish_owed(session, before=now - timedelta(seconds=resend_after_s))
+        if r.finish_owed_since is not None
     ]
     problems += [
         f"machine class {c.queue} last measured night {c.last_night} ({c.nights_behind} nights ago)"
