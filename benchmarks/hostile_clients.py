@@ -8,9 +8,14 @@ send one header byte a second and reconnect when the server drops them, so 200 a
 trying. Reports /healthz latency percentiles, status answers by HTTP status, connections the
 server dropped, and the server's resident memory before and at its peak (``/proc``).
 
+With ``--bodies`` it measures hostile bodies instead: 31 MiB without a token, and with a valid
+token a 16 MiB object of unknown keys, each posted to ``POST /api/runs``: the answer, its time,
+the server's memory after, and the longest ``/healthz`` answer meanwhile.
+
 Usage::
 
     python benchmarks/hostile_clients.py --duration 30
+    python benchmarks/hostile_clients.py --bodies
 """
 
 from __future__ import annotations
@@ -98,11 +103,88 @@ class SlowClients(threading.Thread):
         sel.close()
 
 
+def _bodies(base: str, url: str, pid: int) -> dict[str, object]:
+    from service.auth import create_token
+    from service.db import session_scope
+
+    with session_scope(url) as session:
+        _, token = create_token(session, name="hostile")
+    auth = {"Authorization": f"Bearer {token}"}
+
+    def unknown_keys(n: int) -> bytes:
+        return (
+            b'{"night": "2026-03-01", "benchmarks": [{"model": "m", "mode": "eval"}], '
+            + b", ".join(f'"k{i}": 0'.encode() for i in range(n))
+            + b"}"
+        )
+
+    cases = {
+        "POST /api/runs/1/results, 31 MiB, no token": (
+            "/api/runs/1/results",
+            b"[" + b" " * (31 * 2**20) + b"]",
+            {},
+        ),
+        "POST /api/runs, 31 MiB, no token": ("/api/runs", b"[" + b" " * (31 * 2**20) + b"]", {}),
+        "POST /api/runs, 16 MiB object of unknown keys, valid token": (
+            "/api/runs",
+            unknown_keys(1_300_000),
+            auth,
+        ),
+        "POST /api/runs, 3.9 MiB object of unknown keys, valid token": (
+            "/api/runs",
+            unknown_keys(300_000),
+            auth,
+        ),
+        "POST /api/runs/1/results, 31 MiB list of empty objects, valid token": (
+            "/api/runs/1/results",
+            b"[" + b",".join([b"{}"] * (31 * 2**20 // 3)) + b"]",
+            auth,
+        ),
+    }
+    out: dict[str, object] = {}
+    for name, (path, body, headers) in cases.items():
+        health: list[float] = []
+        stop = threading.Event()
+
+        def probe(health: list[float] = health, stop: threading.Event = stop) -> None:
+            with httpx.Client(base_url=base, timeout=120) as c:
+                while not stop.is_set():
+                    t = time.perf_counter()
+                    c.get("/healthz")
+                    health.append((time.perf_counter() - t) * 1e3)
+                    time.sleep(0.05)
+
+        before = _rss_mb(pid)
+        prober = threading.Thread(target=probe)
+        prober.start()
+        t = time.perf_counter()
+        r = httpx.post(
+            f"{base}{path}",
+            content=body,
+            headers={"Content-Type": "application/json", **headers},
+            timeout=120,
+        )
+        took = time.perf_counter() - t
+        stop.set()
+        prober.join()
+        out[name] = {
+            "bytes": len(body),
+            "status": r.status_code,
+            "detail": r.json()["detail"][:120],
+            "seconds": round(took, 2),
+            "rss_mb_before_after": (round(before, 1), round(_rss_mb(pid), 1)),
+            "healthz_max_ms": round(max(health), 1) if health else None,
+        }
+    out["load_average"] = os.getloadavg()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=30.0, help="seconds under load")
     parser.add_argument("--status-clients", type=int, default=80)
     parser.add_argument("--slow-clients", type=int, default=200)
+    parser.add_argument("--bodies", action="store_true", help="hostile bodies instead of load")
     args = parser.parse_args()
 
     dbname = f"nb_hostile_{os.getpid()}"
@@ -145,6 +227,9 @@ def main() -> None:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("nightbench serve did not come up")
             time.sleep(0.3)
+        if args.bodies:
+            print(json.dumps(_bodies(base, url, proc.pid), indent=1, default=str))
+            return
         with httpx.Client(base_url=base, timeout=60) as c:
             idle = []
             for _ in range(20):
