@@ -18,9 +18,10 @@ ENV PYTHONUNBUFFERED=1 \
     NIGHTBENCH_ENV_CACHE_DIR=/var/cache/nightbench/envs
 
 # git: commit ranges and bisection checkouts; build tools for probes built from source;
-# jemalloc: the allocator every benchmark process preloads (suite/cpu_setup.py).
+# jemalloc: the allocator every benchmark process preloads (suite/cpu_setup.py); valgrind: the
+# count pass of CPU nights (cpu_instructions, suite/counting.py).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git build-essential libjemalloc2 \
+    && apt-get install -y --no-install-recommends git build-essential libjemalloc2 valgrind \
     && rm -rf /var/lib/apt/lists/*
 
 RUN groupadd --gid 10001 nightbench \

@@ -64,6 +64,8 @@ class Noise:
         round_cv: sd of the host's speed ``r`` in a round (log scale), >= 0; 0 draws nothing.
         processes: processes a night (and a re-run), each in its own round; >= 1.
         same_round: the night's processes share one round (one ``r``) instead of one each.
+        metric: the metric the series is judged as (``--metric``; its kind's rule in
+            ``service.metrics``): ``latency``, or ``cpu_instructions`` at a count's noise.
 
     Raises:
         ValueError: a negative cv or fewer than one process, naming the option.
@@ -73,6 +75,7 @@ class Noise:
     round_cv: float = 0.0
     processes: int = 1
     same_round: bool = False
+    metric: str = "latency"
 
     def __post_init__(self) -> None:
         for option, value in (("--process-cv", self.process_cv), ("--round-cv", self.round_cv)):
@@ -155,12 +158,12 @@ def run_series(
     false_alerts = reruns = 0
     for i, (level, again) in enumerate(zip(levels, rerun_levels, strict=True)):
         tonight = Night(night=i, samples=noise.draw(level, rng))
-        a = assess_night(history, tonight, metric="latency", params=params)
+        a = assess_night(history, tonight, metric=noise.metric, params=params)
         history.append(tonight)
         raised = a.verdict == "regression" and a.confirmed
         if a.verdict == "regression" and not a.confirmed:
             rerun = Night(night=i, samples=noise.draw(again, rng), rerun=True)
-            c = confirm(history[:-1], tonight, rerun, metric="latency", params=params)
+            c = confirm(history[:-1], tonight, rerun, metric=noise.metric, params=params)
             history.append(rerun)
             raised = c.verdict == "regression"
             reruns += i < event
@@ -308,6 +311,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="step sizes (default 0.03 to 0.30); no change and the blip always run",
     )
     ap.add_argument("--max-run", type=_positive_int, nargs="+", default=[3, 7])
+    ap.add_argument(
+        "--metric",
+        default="latency",
+        choices=["latency", "cpu_instructions"],
+        help="judge the series as this metric (its kind's rule in service.metrics)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -320,7 +329,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "give as many of each, or one of either"
         )
     args.noises = [
-        Noise(p, r, k, args.same_round)
+        Noise(p, r, k, args.same_round, args.metric)
         for k in args.processes
         for r, p in zip(rounds, procs, strict=True)
     ]

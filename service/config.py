@@ -7,6 +7,7 @@ and ``NIGHTBENCH_BROKER_URL`` (Redis) gives the distributed deployment on the sa
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
@@ -171,6 +172,35 @@ class Settings(BaseSettings):
         'JSON: {"cpu": 5} measures CPU nights in 5 rounds and the rest as '
         "night_processes says (GPU nights stray by about 1%, CPU hosts by 3 to 7%)",
     )
+    count_instructions: bool = Field(
+        default=True,
+        description="after a night's timed processes on a counting queue, count instructions "
+        "per step of its benchmarks under valgrind (cpu_instructions); skipped with the reason "
+        "where valgrind is missing",
+    )
+    count_queues: list[str] = Field(
+        default_factory=lambda: ["cpu"],
+        description="queues whose nights have the count pass (instruction counts are a CPU "
+        "metric: counted on the CPU host, in processes of their own after the timed ones)",
+    )
+    count_models: list[str] = Field(
+        default_factory=list,
+        description="glob patterns of the models counted (empty: every model of the night)",
+    )
+    count_batch: int = Field(
+        default=8,
+        ge=1,
+        description="benchmarks counted in turn by one valgrind process (import torch under "
+        "valgrind, about a minute, paid once per batch)",
+    )
+    count_warmup_steps: int = Field(default=2, ge=0, description="uncounted steps first")
+    count_repeats: int = Field(default=3, ge=1, description="counted windows per benchmark")
+    count_timeout_s: float = Field(
+        default=1500,
+        gt=0,
+        description="one valgrind count process (a batch); at most 90% of the task's soft time "
+        "limit is used, so that a hung count becomes an error result before Celery interrupts it",
+    )
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
     visibility_timeout_s: int = Field(default=4 * 3600, gt=0)
@@ -224,6 +254,20 @@ class Settings(BaseSettings):
                 f"per night, 1 or more (1: one process a night), got {value!r}"
             )
         return n
+
+    @property
+    def count_process_timeout_s(self) -> float:
+        """The limit of one valgrind count process: ``count_timeout_s``, at most 90% of the
+        task's soft time limit."""
+        return min(self.count_timeout_s, 0.9 * self.task_soft_time_limit_s)
+
+    def counts_on(self, queue: str, model: str) -> bool:
+        """Whether the nights of ``queue`` count instructions of ``model`` (``count_*``)."""
+        return (
+            self.count_instructions
+            and queue in self.count_queues
+            and (not self.count_models or any(fnmatch(model, p) for p in self.count_models))
+        )
 
     def processes_for(self, queue: str) -> int:
         """Processes per benchmark per night for the runs of ``queue`` (``cpu``,

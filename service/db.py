@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, MetaData, create_engine, event
+from sqlalchemy import JSON, DateTime, MetaData, create_engine, event
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
@@ -61,6 +62,33 @@ def _as_float(x: Any) -> float:
         return float(x)
     except OverflowError:
         return math.copysign(math.inf, x)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is timezone-aware UTC on the way in and on the way out.
+
+    ``TIMESTAMP WITH TIME ZONE`` in SQL (the column type is unchanged); SQLite keeps no zone
+    and gives naive values back, which this reads as UTC, so no caller repairs a naive value.
+    A naive value written is taken as UTC; an aware one is converted to UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """``value`` as aware UTC (naive: taken as UTC)."""
+        return as_utc(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """The stored timestamp as aware UTC."""
+        return as_utc(value)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """``value`` as timezone-aware UTC; a naive value is taken as UTC; None stays None."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):

@@ -6,9 +6,14 @@
     ├── NotFound (404)            a run, model, regression... that does not exist
     ├── Conflict (409)            the request clashes with stored state
     ├── InvalidInput (422)        bad input, with the field that was wrong
+    │   ├── DetectionInputError (422)  a series the detector cannot judge, naming the field
+    │   └── InvalidTorchSpec (422)     a torch spec that is not one pinned build
     ├── Unauthorized (401)        missing or wrong API token
     ├── BenchmarkError (500)      a benchmark could not be measured (stored as an error result)
+    ├── MeasureError (500)        a benchmark could not be measured at a bisection's probe
+    ├── BuildError (500)          a commit could not be made runnable (a probe skips it)
     └── InfrastructureError (503) broker, database, build or GitHub failure worth a retry
+        ├── EnvironmentBuildError (503) creating a venv or installing into it failed
         └── TrackerAccessDenied (503) the tracker refused our credentials (401, 403, 404 on
                                       the repository): a setting to fix, then a retry
 
@@ -71,5 +76,60 @@ class TrackerAccessDenied(InfrastructureError):
 
     The message names the setting to fix; filing retries once it is fixed.
     """
+
+    status_code = 503
+
+
+class DetectionInputError(InvalidInput, ValueError):
+    """Bad detection input; the message names the offending field (HTTP 422)."""
+
+    status_code = 422
+
+
+class InvalidTorchSpec(InvalidInput):
+    """The torch spec is not one pinned torch build (or names a build no index has) (HTTP 422)."""
+
+    status_code = 422
+
+
+class MeasureError(NightbenchError):
+    """A benchmark could not be measured at a probe (recorded as that benchmark's error)."""
+
+    status_code = 500
+
+
+class BuildError(NightbenchError):
+    """A commit could not be made runnable; the bisection skips it and reports why (HTTP 500).
+
+    Attributes:
+        sha: the commit.
+        reason: what failed, in one line.
+        log: the tail of the build's output (may be empty).
+    """
+
+    status_code = 500
+
+    def __init__(self, sha: str, message: str, *, log: str = "") -> None:
+        super().__init__(f"{sha[:10]}: {message}")
+        self.sha = sha
+        self.reason = message
+        self.log = log
+
+    def detail(self, limit: int = 2000) -> str:
+        """The reason in full, then as much of the log's end as fits in ``limit`` characters.
+
+        The reason (what failed: ``install command 'pip install -e .' exited with status 2``)
+        is never cut; a long traceback in the log is trimmed from its start, where the frames
+        that matter least are.
+        """
+        if not self.log:
+            return self.reason
+        room = max(limit - len(self.reason) - 1, 0)
+        log = self.log.strip()
+        return f"{self.reason}\n{log[-room:] if room else ''}".strip()
+
+
+class EnvironmentBuildError(InfrastructureError):
+    """Creating the venv or installing into it failed for a reason other than the spec (503)."""
 
     status_code = 503

@@ -15,10 +15,7 @@ from typing import Any
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
-from service.models import Result, Run
-
-ALERT_METRICS = ("latency", "cpu_peak_mem", "gpu_peak_mem")
-"""The metrics detection judges and alerts on (ms, bytes, bytes)."""
+from service.models import Result, Run, RunKind
 
 NIGHT_ROUND = "night"
 """``Run.options["origin"]`` of a replicate run that is one of a night's own rounds of processes
@@ -28,6 +25,12 @@ PAIRED_ROUND = "paired"
 """``Run.options["origin"]`` of a replicate run of a confirmation run that measures the previous
 night's build beside the re-run (:mod:`service.regressions.paired`): never part of a series'
 history or of a night's level."""
+
+
+COUNT_ROUND = "count"
+"""``Run.options["origin"]`` of a replicate run that counts instructions per step of a night's
+(or a confirmation run's) benchmarks under valgrind after its timed processes (the count pass):
+its results are stored in the night itself, whose ``cpu_instructions`` they are."""
 
 
 def series_history(
@@ -65,6 +68,12 @@ def is_night_round(options: dict[str, Any] | None) -> bool:
     return (options or {}).get("origin") == NIGHT_ROUND
 
 
+def is_count_round(options: dict[str, Any] | None) -> bool:
+    """Whether a replicate run with these ``Run.options`` is a night's count pass
+    (:data:`COUNT_ROUND`)."""
+    return (options or {}).get("origin") == COUNT_ROUND
+
+
 def is_paired_round(options: dict[str, Any] | None) -> bool:
     """Whether a replicate run with these ``Run.options`` measures the previous night's build
     beside a confirmation re-run (:data:`PAIRED_ROUND`)."""
@@ -97,7 +106,7 @@ def round_results(
         select(Result, Run.parent_run_id, Run.options)
         .join(Run, Run.id == Result.run_id)
         .where(
-            Run.kind == "replicate",
+            Run.kind == RunKind.REPLICATE,
             Run.parent_run_id.in_(set(run_ids)),
             Result.error.is_(None),
             Result.series_key.is_not(None),

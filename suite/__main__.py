@@ -3,17 +3,23 @@
 Usage::
 
     python -m suite list [--json] [--suite nightbench|own|torchbench|all] [--torchbench PATH]
+                         [--check-imports]
     python -m suite run --model M --mode train|eval --device cpu|cuda [--compiler eager|inductor]
                         [--batch-size N] [--iterations N] [--min-seconds S] [--threads N]
                         [--cpus 0,1] [--no-setup] --out FILE|-
     python -m suite coverage [--json] [--models M ...] [--threads N]
+    python -m suite count --benchmarks M:MODE[:BATCH],... [--warmup-steps N] [--steps N]
+                          [--repeats N] [--timeout S] --out FILE|-
 
 ``run`` exits 0 when the record has no error, 1 when the benchmark failed (the record then holds
 the reason: an exception, ``NotImplementedError`` for an unsupported configuration, an
 out-of-memory), 2 on bad arguments (a ``--torchbench`` path that is not a pytorch/benchmark
 checkout included). ``list --suite torchbench`` exits 0 with an empty list and a message on
-stderr when no TorchBench checkout is configured; a TorchBench model whose requirements are
-missing is listed with ``"available": false`` and the reason (also on stderr). ``coverage`` prints
+stderr when no TorchBench checkout is configured; a TorchBench model is listed
+``"available": true`` only once its import passed in this environment (``--check-imports``
+checks those not checked yet, see :mod:`suite.torchbench_check`), else ``"available": false``
+with the reason: a missing requirement, the import's failure, or "not checked" (also on
+stderr). ``coverage`` prints
 the distinct operators one train and one eval iteration of each model send to the dispatcher, per
 model and in union (:mod:`suite.coverage`); it exits 1 when a model failed (reported, not raised).
 This module uses argparse on purpose: it runs
@@ -33,11 +39,12 @@ import faulthandler
 import json
 import os
 import sys
+from pathlib import Path
 
 from suite.registry import ModelInfo, list_models
 
 
-def _selected_models(suite: str) -> list[ModelInfo]:
+def _selected_models(suite: str, check_imports: bool = False) -> list[ModelInfo]:
     models: list[ModelInfo] = []
     if suite in ("nightbench", "own", "all"):
         models += list_models()
@@ -46,7 +53,7 @@ def _selected_models(suite: str) -> list[ModelInfo]:
         from suite import torchbench_checkout as checkout
 
         try:
-            found = torchbench.list_models()
+            found = torchbench.list_models(check_imports=check_imports)
         except checkout.TorchBenchUnavailable as exc:
             print(f"torchbench suite skipped: {exc}", file=sys.stderr)
         else:
@@ -58,14 +65,14 @@ def _selected_models(suite: str) -> list[ModelInfo]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    models = _selected_models(args.suite)
+    models = _selected_models(args.suite, args.check_imports)
     if args.json:
         print(json.dumps([m.as_json() for m in models], indent=1))
     else:
         width = max((len(m.name) for m in models), default=10)
         for m in models:
             print(
-                f"{m.name:<{width}}  {m.domain:<22}  {m.task:<24}  "
+                f"{m.name:<{width}}  {m.status:<11}  {m.domain:<22}  {m.task:<24}  "
                 f"{','.join(m.modes):<10}  {','.join(m.devices)}"
             )
     return 0
@@ -118,6 +125,46 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{args.model} {args.mode} {args.device}: {record.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _count(args: argparse.Namespace) -> int:
+    """``python -m suite count``: instructions per step of each benchmark (``suite.counting``).
+
+    Outside valgrind it starts one valgrind process that counts every benchmark in turn and
+    writes ``{"records": [...]}`` to ``--out``, one record per benchmark in the order given (a
+    host without valgrind: each ``skipped`` with the reason, exit 0); inside it (``NIGHTBENCH_COUNT_MANIFEST`` set) it counts and writes the manifest.
+    """
+    from suite import counting
+
+    try:
+        benchmarks = counting.parse_benchmarks(args.benchmarks)
+        cfg = counting.CountConfig(
+            warmup_steps=args.warmup_steps,
+            steps=args.steps,
+            repeats=args.repeats,
+            timeout_s=args.timeout,
+        )
+    except ValueError as exc:
+        print(f"python -m suite count: {exc}", file=sys.stderr)
+        return 2
+    manifest = os.environ.get(counting.INSIDE_ENV)
+    if manifest:
+        with contextlib.redirect_stdout(sys.stderr):
+            counting.count_benchmarks(benchmarks, cfg, Path(manifest))
+        return 0
+    try:
+        records = counting.count_records(benchmarks, cfg)
+    except counting.CountUnavailable as exc:
+        records = [counting.skipped_record(m, mo, b, str(exc)) for m, mo, b in benchmarks]
+    text = json.dumps({"records": records}, indent=1)
+    if args.out == "-":
+        print(text)
+    else:
+        Path(args.out).write_text(text)
+    failed = [r for r in records if r["error"]]
+    for r in failed:
+        print(f"{r['model']} {r['mode']} cpu: {r['error']}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _apply_setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -203,6 +250,12 @@ def _parser() -> argparse.ArgumentParser:
         "`nightbench nightly --suite` names it), TorchBench's (if "
         "installed), or both",
     )
+    p_list.add_argument(
+        "--check-imports",
+        action="store_true",
+        help="check the imports of TorchBench's models not checked in this environment yet "
+        "(a subprocess per batch, cached); without it they are listed as not checked",
+    )
     p_list.set_defaults(func=_list)
     p_run = sub.add_parser("run", help="measure one benchmark")
     p_run.add_argument("--model", required=True)
@@ -243,6 +296,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_run.add_argument("--out", required=True, help="output JSON file, or - for stdout")
     p_run.set_defaults(func=_run)
+    p_count = sub.add_parser(
+        "count", help="count instructions per step under valgrind (cpu_instructions)"
+    )
+    p_count.add_argument(
+        "--benchmarks",
+        required=True,
+        help="MODEL:MODE[:BATCH],... counted in turn in one valgrind process (CPU)",
+    )
+    p_count.add_argument("--warmup-steps", type=int, default=2, help="uncounted steps first")
+    p_count.add_argument("--steps", type=int, default=1, help="steps in each counted window")
+    p_count.add_argument("--repeats", type=int, default=3, help="counted windows (samples)")
+    p_count.add_argument("--timeout", type=float, default=3600.0, help="seconds for the process")
+    p_count.add_argument("--out", required=True, help="output JSON file, or - for stdout")
+    p_count.set_defaults(func=_count)
     p_cov = sub.add_parser("coverage", help="distinct operators the models exercise")
     p_cov.add_argument("--json", action="store_true", help="print JSON")
     p_cov.add_argument(
@@ -255,7 +322,7 @@ def _parser() -> argparse.ArgumentParser:
     p_cov.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p_cov.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: default)")
     p_cov.set_defaults(func=_coverage)
-    for p in (p_list, p_run):
+    for p in (p_list, p_run, p_count):
         p.add_argument(
             "--torchbench",
             metavar="PATH",

@@ -34,6 +34,15 @@ class ModelInfo:
     available: bool = True
     reason: str | None = None  # why it is not available (a missing requirement, say)
     not_implemented: list[str] = field(default_factory=list)  # "test:device" ruled out
+    not_offered: dict[str, str] = field(default_factory=dict)  # "test:device" -> why
+    checked: bool = True  # False: a TorchBench model whose import was not checked here yet
+
+    @property
+    def status(self) -> str:
+        """``available``, ``not checked`` or ``unavailable``, as the text listing prints it."""
+        if self.available:
+            return "available"
+        return "unavailable" if self.checked else "not checked"
 
     def as_json(self) -> dict[str, Any]:
         """The listing's JSON object for this model (``metadata`` left out)."""
@@ -51,6 +60,8 @@ class ModelInfo:
             "available": self.available,
             "reason": self.reason,
             "not_implemented": self.not_implemented,
+            "not_offered": self.not_offered,
+            "checked": self.checked,
         }
 
 

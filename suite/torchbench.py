@@ -97,15 +97,25 @@ def benchmark_version(name: str) -> str:
         raise TorchBenchUnavailable(str(exc)) from exc
 
 
-def list_models() -> list[ModelInfo]:
-    """Listing entries of TorchBench's models, read from files (no model is imported): a model
-    whose requirements are missing is listed unavailable, with the reason.
+def list_models(*, check_imports: bool = False) -> list[ModelInfo]:
+    """Listing entries of TorchBench's models: read from files (no model is imported here), then
+    as this environment's import check has them (:mod:`suite.torchbench_check`): a model is
+    available only once its import passed, "not checked" before, and lists the tests and batch
+    sizes TorchBench's construction decided. With ``check_imports`` the models not checked yet
+    are checked now (a subprocess per batch) and cached.
 
     Raises:
         TorchBenchUnavailable: no checkout configured or importable.
         suite.torchbench_checkout.InvalidCheckout: the configured path is not a checkout.
+        OSError: the import check's cache cannot be written.
     """
-    return checkout.list_models(_suite_contract())
+    from suite import torchbench_check
+
+    entries = checkout.list_models(_suite_contract())
+    names = [e.name[len(TORCHBENCH_PREFIX) :] for e in entries if e.available]
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    _, found = torchbench_check.checks(names, devices=devices, run=check_imports)
+    return [torchbench_check.apply(e, found.get(e.name[len(TORCHBENCH_PREFIX) :])) for e in entries]
 
 
 class TorchBenchAdapter(BenchmarkModel):

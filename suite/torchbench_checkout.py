@@ -231,6 +231,39 @@ def _class_constants(cls: ast.ClassDef | None) -> dict[str, ast.expr]:
     return out
 
 
+def _raises_not_implemented(func: ast.FunctionDef) -> str | None:
+    """The message of a ``raise NotImplementedError(...)`` among ``func``'s top-level statements
+    (it raises whatever the arguments), or None."""
+    for stmt in func.body:
+        if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+            exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+                args = stmt.exc.args if isinstance(stmt.exc, ast.Call) else []
+                text = args[0].value if args and isinstance(args[0], ast.Constant) else ""
+                return f"NotImplementedError: {' '.join(str(text).split())}".rstrip(": ")
+    return None
+
+
+def unimplemented_methods(name: str) -> dict[str, str]:
+    """``{test: message}`` for the tests whose method on the model's ``Model`` class raises
+    ``NotImplementedError`` whatever happens (pyhpc_*'s, maml's and simple_gpt's ``train``):
+    TorchBench builds the model and fails the first step, so the test is not offered. Read
+    with ``ast``; a method inherited from another class is not seen.
+
+    Raises:
+        LookupError: no such model.
+        SyntaxError: its ``__init__.py`` does not parse.
+    """
+    out = {}
+    cls = _model_class(name)
+    for node in cls.body if cls else []:
+        if isinstance(node, ast.FunctionDef) and node.name in TESTS:
+            message = _raises_not_implemented(node)
+            if message:
+                out[node.name] = f"TorchBench's Model.{node.name}() raises {message}"
+    return out
+
+
 def _task_values() -> dict[tuple[str, str], str]:
     """``(DOMAIN, TASK) -> value`` of ``torchbenchmark/tasks.py``'s enums, read as source."""
     path = checkout_root() / "torchbenchmark" / "tasks.py"
@@ -270,6 +303,49 @@ def describe(name: str) -> tuple[str, str, dict[str, int], dict[str, int]]:
     return domain, task, sizes[0], sizes[1]
 
 
+def _direct_subclass(name: str) -> bool:
+    """Whether the model's ``Model`` derives from TorchBench's ``BenchmarkModel`` directly, so
+    that a batch size its class does not set is none at all (one derived from a framework class,
+    e.g. ``HuggingFaceGenerationModel``, may inherit one)."""
+    cls = _model_class(name)
+    bases = cls.bases if cls else []
+    return [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in bases] == [
+        "BenchmarkModel"
+    ]
+
+
+def exclusions(
+    name: str, train_batch_size: dict[str, int], eval_batch_size: dict[str, int]
+) -> dict[str, str]:
+    """``{"test:device": why}`` for what TorchBench does not offer, read from files: its
+    metadata.yaml's ``not_implemented``, a test method that always raises NotImplementedError
+    (:func:`unimplemented_methods`), and, for a ``Model`` derived from ``BenchmarkModel``
+    directly, no batch size for the device (TorchBench's ``_determine_batch_size`` raises
+    NotImplementedError then: llama's train).
+
+    Raises:
+        LookupError: no such model.
+        ValueError: its metadata.yaml is not a mapping.
+        SyntaxError: its ``__init__.py`` does not parse.
+    """
+    metadata = read_metadata(name)
+    methods = unimplemented_methods(name)
+    direct = _direct_subclass(name)
+    sizes = {"train": train_batch_size, "eval": eval_batch_size}
+    out = {}
+    for test in TESTS:
+        for device in DEVICES:
+            why = unsupported(metadata, test, device) or methods.get(test)
+            if why is None and direct and device not in sizes[test]:
+                why = (
+                    f"TorchBench gives no {test} batch size on {device} "
+                    f"(DEFAULT_{test.upper()}_BSIZE unset)"
+                )
+            if why:
+                out[f"{test}:{device}"] = why
+    return out
+
+
 def _installed(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -293,6 +369,30 @@ def framework_libraries(name: str) -> tuple[list[str], list[str]]:
     return [lib for lib in FRAMEWORK_LIBRARIES if lib in reached], []
 
 
+def _source_digest(name: str) -> Any:
+    digest = hash_folder(model_dir(name))
+    package = checkout_root() / "torchbenchmark"
+    for part in SHARED_CODE:
+        path = package / part
+        digest.update(f"\0{part}\0".encode())
+        if path.is_dir():
+            hash_folder(path, digest)
+        elif path.is_file():
+            digest.update(path.read_bytes())
+    return digest
+
+
+def source_version(name: str) -> str:
+    """A 16-hex-digit SHA-256 of the model's folder and TorchBench's shared code
+    (``SHARED_CODE``): what an import check's result depends on besides the environment.
+
+    Raises:
+        LookupError: no such model.
+        OSError: a file of the model or of the checkout cannot be read.
+    """
+    return hashlib.sha256(_source_digest(name).digest()).hexdigest()[:16]
+
+
 def benchmark_version(name: str, suite_contract: bytes) -> str:
     """A 16-hex-digit SHA-256 of everything that decides a TorchBench model's work.
 
@@ -310,15 +410,7 @@ def benchmark_version(name: str, suite_contract: bytes) -> str:
         LookupError: no such model.
         OSError: a file of the model or of the checkout cannot be read.
     """
-    digest = hash_folder(model_dir(name))
-    package = checkout_root() / "torchbenchmark"
-    for part in SHARED_CODE:
-        path = package / part
-        digest.update(f"\0{part}\0".encode())
-        if path.is_dir():
-            hash_folder(path, digest)
-        elif path.is_file():
-            digest.update(path.read_bytes())
+    digest = _source_digest(name)
     requirements = model_dir(name) / "requirements.txt"
     names = set(framework_libraries(name)[0])
     if requirements.is_file():
@@ -332,6 +424,20 @@ def benchmark_version(name: str, suite_contract: bytes) -> str:
     digest.update(suite_contract)
     digest.update(MEASUREMENT_VERSION.encode())
     return hashlib.sha256(digest.digest()).hexdigest()[:16]
+
+
+def offered(entry: ModelInfo, ruled_out: dict[str, str]) -> ModelInfo:
+    """``entry`` with its modes, devices, ``not_implemented`` and ``not_offered`` set from
+    ``ruled_out`` (``{"test:device": why}``): a test is offered where some device is not ruled
+    out, a device where some test is not."""
+    keys = [f"{t}:{d}" for t in TESTS for d in DEVICES]
+    return replace(
+        entry,
+        modes=[t for t in TESTS if any(f"{t}:{d}" not in ruled_out for d in DEVICES)],
+        devices=[d for d in DEVICES if any(f"{t}:{d}" not in ruled_out for t in TESTS)],
+        not_implemented=[k for k in keys if k in ruled_out],
+        not_offered={k: ruled_out[k] for k in keys if k in ruled_out},
+    )
 
 
 def model_info(name: str, suite_contract: bytes) -> ModelInfo:
@@ -349,21 +455,17 @@ def model_info(name: str, suite_contract: bytes) -> ModelInfo:
         suite="torchbench",
     )
     try:
-        metadata = read_metadata(name)
         domain, task, train_bs, eval_bs = describe(name)
+        ruled_out = exclusions(name, train_bs, eval_bs)
         entry = replace(
             entry,
             domain=domain,
             task=task,
             train_batch_size=train_bs,
             eval_batch_size=eval_bs,
-            modes=[t for t in TESTS if any(not unsupported(metadata, t, d) for d in DEVICES)],
-            devices=[d for d in DEVICES if any(not unsupported(metadata, t, d) for t in TESTS)],
             benchmark_version=benchmark_version(name, suite_contract),
-            not_implemented=[
-                f"{t}:{d}" for t in TESTS for d in DEVICES if unsupported(metadata, t, d)
-            ],
         )
+        entry = offered(entry, ruled_out)
         missing = [
             f"missing {what}: {', '.join(names)}"
             for what, names in (

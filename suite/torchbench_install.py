@@ -17,17 +17,19 @@ the runs look for them), and says afterwards which of the models are still unava
 from __future__ import annotations
 
 import fnmatch
-import importlib
-import importlib.metadata
+import json
 import os
+import re
 import subprocess
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from suite import registry
 from suite import torchbench_checkout as checkout
 from suite.model_info import TORCHBENCH_PREFIX
+from suite.torchbench_check import PROBE
 
 INSTALLER = "install.py"
 # What TorchBench's installer checks before it installs anything: install.py reads the versions
@@ -121,83 +123,185 @@ def select(root: Path, patterns: Sequence[str]) -> Selection:
     return Selection(torchbench=sorted(chosen), own=sorted(own))
 
 
-def missing_torch_deps() -> list[str]:
-    """The distributions of :data:`TORCH_DEPS` not installed in this interpreter, in order."""
-    importlib.invalidate_caches()
-    missing = []
-    for name in TORCH_DEPS:
-        try:
-            importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(name)
-    return missing
-
-
-def check_torch_deps() -> None:
-    """Refuse to start TorchBench's installer where it cannot install a model.
-
-    Raises:
-        InstallInputError: a distribution of :data:`TORCH_DEPS` is not installed (the message
-            names each one and what to install).
-    """
-    missing = missing_torch_deps()
-    if missing:
-        raise InstallInputError(
-            f"{', '.join(missing)} not installed here: TorchBench's install.py and each "
-            f"model's setup read the versions of {', '.join(TORCH_DEPS)}, so every model's "
-            f"install would fail; install the torchvision and torchaudio builds that match "
-            f"this torch first (from torch's own index)"
-        )
-
-
 def installer_command(models: Sequence[str], *, python: str) -> list[str]:
     """The argv that runs TorchBench's ``install.py`` for ``models`` (TorchBench's names).
 
-    ``--continue_on_fail`` keeps one model's failed install from ending the others; the models
-    still unavailable afterwards are reported by :func:`unavailable`.
+    ``--continue_on_fail`` keeps one model's failed install from ending the others; its output
+    says which failed (:func:`parse_setup_output`).
     """
     return [python, INSTALLER, *models, "--continue_on_fail"]
 
 
-def run_installer(
-    root: Path,
-    command: Sequence[str],
-    runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
-) -> int:
-    """Run ``command`` in the checkout's root (``install.py`` imports the checkout's ``utils``
-    and ``userbenchmark`` from there), its output on ours. Returns its exit code.
+# ---------------------------------------------------------------------------------------------
+# torchvision and torchaudio from the index of the torch under test
+# ---------------------------------------------------------------------------------------------
+
+TORCH_LIBRARIES = ("torchvision", "torchaudio")
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+_LOCAL_TAG = re.compile(r"\+(cpu|cu\d+|rocm[\d.]+|xpu)$")
+
+
+def torch_index(torch_version: str, configured: str | None = None) -> str | None:
+    """The package index that holds the torchvision and torchaudio builds of ``torch_version``:
+    ``configured`` when given; for a local variant tag (``2.13.0+cpu``, ``+cu130``,
+    ``+rocm6.4``) PyTorch's index of that variant (``https://download.pytorch.org/whl/cpu``);
+    None for a torch without a tag, whose matching builds are on the default index (PyPI).
+    PyTorch's own install selector names these indexes (pytorch.org/get-started)."""
+    if configured:
+        return configured
+    tag = _LOCAL_TAG.search(torch_version)
+    return f"{PYTORCH_INDEX}/{tag.group(1)}" if tag else None
+
+
+def _probe(python: str, *args: str) -> str:
+    proc = subprocess.run(
+        [python, str(PROBE), *args], capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        raise InstallInputError(f"cannot run {python}: {proc.stderr.strip()[-500:]}")
+    return proc.stdout
+
+
+def library_errors(python: str) -> dict[str, str | None]:
+    """Why torchvision and torchaudio do not import in the environment of ``python``
+    (``not installed``, or the import's error: ``RuntimeError: operator torchvision::nms does
+    not exist`` for a build of another torch), None for each that imports.
+
+    Raises:
+        InstallInputError: ``python`` cannot be run.
+    """
+    return dict(json.loads(_probe(python, "libraries", *TORCH_LIBRARIES)))
+
+
+def installed_version(python: str, distribution: str) -> str | None:
+    """The version of ``distribution`` installed in the environment of ``python``, or None.
+
+    Raises:
+        InstallInputError: ``python`` cannot be run.
+    """
+    for line in _probe(python, "freeze").splitlines():
+        name, _, version = line.partition("==")
+        if name == distribution.lower():
+            return version
+    return None
+
+
+def torch_library_command(python: str, torch_version: str, index: str | None) -> list[str]:
+    """The pip command that installs torchvision and torchaudio for ``torch_version`` from
+    ``index`` (the default index when None), torch itself held where it is."""
+    command = [python, "-m", "pip", "install", *TORCH_LIBRARIES, f"torch=={torch_version}"]
+    return command + (["--index-url", index] if index else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Isolation: what TorchBench's top-level requirements installed is held while models install
+# ---------------------------------------------------------------------------------------------
+
+
+def write_constraints(python: str, path: Path) -> Path:
+    """Write every distribution installed in the environment of ``python`` as ``name==version``
+    constraints to ``path``: given to each model's pip (``PIP_CONSTRAINT``, which pip adds to
+    the ``-c build/constraints.txt`` TorchBench passes), a model may add packages but not move
+    one that TorchBench's top-level requirements (transformers, timm, their huggingface-hub)
+    or torch installed, so its setup fails instead of breaking the other models.
+
+    Raises:
+        InstallInputError: ``python`` cannot be run.
+        OSError: ``path`` cannot be written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_probe(python, "freeze"))
+    return path
+
+
+def constrained_environment(constraints: Path) -> dict[str, str]:
+    """This process's environment with ``constraints`` added to ``PIP_CONSTRAINT``."""
+    env = dict(os.environ)
+    env["PIP_CONSTRAINT"] = " ".join(filter(None, [env.get("PIP_CONSTRAINT"), str(constraints)]))
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# What TorchBench's installer said
+# ---------------------------------------------------------------------------------------------
+
+_SETUP_LINE = re.compile(r"running setup for (?P<path>.+?)\.\.\.(?P<status>OK|FAIL|SKIP)")
+_ERROR_FOR = re.compile(r"^Error for (?P<path>.+):$")
+_RULE = re.compile(r"^-{20,}$")
+_ERROR_WORD = re.compile(r"error|failed|exception", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SetupOutcome:
+    """One model's setup as TorchBench's ``install.py`` reported it: ``status`` is ``OK``,
+    ``FAIL`` or ``SKIP``; ``error`` the last error line of its log (None unless it failed)."""
+
+    name: str
+    status: str
+    error: str | None = None
+
+
+def parse_setup_output(text: str) -> dict[str, SetupOutcome]:
+    """The models' setups in the output of TorchBench's ``install.py``.
+
+    TorchBench's ``torchbenchmark.setup`` prints ``running setup for <model path>...OK`` (or
+    ``FAIL``, ``SKIP - ...``) per model, then for each failure ``Error for <model path>:``
+    and the model's log (its first and last 20 lines) between two rules of dashes. A failure's
+    ``error`` is the last line of its log that says error/failed/exception (pip's ``ERROR: No
+    matching distribution found for ...``, a traceback's last line), else its last line.
+    """
+    outcomes: dict[str, SetupOutcome] = {}
+    block: list[str] | None = None
+    current = None
+    rules = 0
+    for line in text.splitlines():
+        setup = _SETUP_LINE.search(line)
+        if setup:
+            name = Path(setup["path"]).name
+            outcomes[name] = SetupOutcome(name=name, status=setup["status"])
+            continue
+        error_for = _ERROR_FOR.match(line.strip())
+        if error_for:
+            current, block, rules = Path(error_for["path"]).name, [], 0
+            continue
+        if block is not None and current is not None:
+            if _RULE.match(line.strip()):
+                rules += 1
+                if rules == 2:
+                    lines = [ln.strip() for ln in block if ln.strip() and ln.strip() != "..."]
+                    worded = [ln for ln in lines if _ERROR_WORD.search(ln)]
+                    last = (worded or lines or ["(no output)"])[-1]
+                    outcomes[current] = SetupOutcome(name=current, status="FAIL", error=last)
+                    block, current = None, None
+                continue
+            block.append(line)
+    return outcomes
+
+
+def run_installer_captured(
+    root: Path, command: Sequence[str], *, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run ``command`` in the checkout's root, its output passed on to our stderr line by line
+    as it comes and kept; returns ``(exit code, output)``.
 
     Raises:
         InstallInputError: the interpreter in ``command`` cannot be started.
     """
     try:
-        return runner(list(command), cwd=root, check=False).returncode
+        proc = subprocess.Popen(
+            list(command),
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
     except OSError as exc:
         raise InstallInputError(f"cannot run {command[0]}: {exc.strerror or exc}") from exc
-
-
-def unavailable(root: Path, models: Sequence[str]) -> dict[str, str]:
-    """Which of ``models`` (TorchBench's names) the listing would still mark unavailable, by
-    the same reading of files the listing does (requirements not installed, modules not
-    found), in the interpreter that calls this. Maps ``torchbench.<name>`` to the reason."""
-    importlib.invalidate_caches()  # what the installer just added must be seen
-    previous = os.environ.get(checkout.ENV_VAR)
-    os.environ[checkout.ENV_VAR] = str(root)
-    try:
-        reasons = {}
-        for name in models:
-            requirements = checkout.missing_requirements(name)
-            modules = checkout.missing_modules(name)
-            parts = []
-            if requirements:
-                parts.append(f"missing requirement(s): {', '.join(requirements)}")
-            if modules:
-                parts.append(f"missing module(s): {', '.join(modules)}")
-            if parts:
-                reasons[TORCHBENCH_PREFIX + name] = "; ".join(parts)
-        return reasons
-    finally:
-        if previous is None:
-            del os.environ[checkout.ENV_VAR]
-        else:
-            os.environ[checkout.ENV_VAR] = previous
+    kept = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        kept.append(line)
+    return proc.wait(), "".join(kept)

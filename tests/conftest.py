@@ -46,6 +46,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 MEASURED_RERUNS = 1
 
 
+@pytest.fixture(autouse=True)
+def torchbench_import_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test its own cache of TorchBench import checks (suite/torchbench_check.py), passed
+    on to the suite processes it starts: no test reads a check another one made."""
+    path = tmp_path / "torchbench-imports"
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_CACHE", str(path))
+    return path
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """One more try for each test marked ``measured`` (see the module docstring)."""
     for item in items:
@@ -137,6 +146,10 @@ def database_url(
     monkeypatch.setenv(
         "NIGHTBENCH_SUITE_ITERATIONS", os.environ.get("NIGHTBENCH_SUITE_ITERATIONS", "12")
     )
+    # The count pass (valgrind, about a minute a night) only where a test asks for it.
+    monkeypatch.setenv("NIGHTBENCH_COUNT_INSTRUCTIONS", "false")
+    monkeypatch.setenv("NIGHTBENCH_COUNT_WARMUP_STEPS", "1")
+    monkeypatch.setenv("NIGHTBENCH_COUNT_REPEATS", "2")
     _reset_caches()
     yield url
     from service.db import get_engine

@@ -289,7 +289,7 @@ def github_client(settings: Settings, *, retries: int = 5, backoff_factor: float
 
     The configured API URL and token (anonymous without one), a 30 s timeout, and PyGithub's
     retry policy (``GithubRetry``: exponential backoff on 5xx and connection errors, rate limits
-    waited out), as the issue tracker has (:mod:`workers.issues.github`); reads only, so every
+    waited out), as the issue tracker has (:mod:`workers.issues.trackers.github`); reads only, so every
     request may be repeated.
 
     Args:

@@ -27,20 +27,29 @@ from workers.night import deadline, finish, plan, triage
 from workers.night import jobs as benchmarking
 
 RETRYABLE = (OperationalError, PoolTimeout, BrokerError, InfrastructureError, ConnectionError)
-# A task that cannot reach Postgres or Redis retries for at least the outage the deployment
-# plans for (15 min, docs/deployment.md), never dropped within seconds: countdowns of 5, 10, 20,
-# 40, 80 s, then 120 s each, 12 retries over 995 s. No jitter, so the sum is what it says (the
-# defaults, 5 retries with jitter, gave up within 37 s of Postgres going down).
-RETRY: dict[str, Any] = {
-    "autoretry_for": RETRYABLE,
-    "retry_backoff": 5,
-    "retry_backoff_max": 120,
-    "retry_jitter": False,
-    "max_retries": 12,
-}
 
 
-class BenchmarkTask(Task):  # type: ignore[misc]
+class RetriedTask(Task):  # type: ignore[misc]
+    """The retry policy of every task, written once.
+
+    Acknowledged after it ran (a worker lost mid-task: the broker redelivers it, and the task
+    survives running twice); retried on a database, broker or tracker outage (``RETRYABLE``)
+    for at least the outage the deployment plans for (15 min, docs/deployment.md), never dropped
+    within seconds: countdowns of 5, 10, 20, 40, 80 s, then 120 s each, 12 retries over 995 s.
+    No jitter, so the sum is what it says (5 jittered retries gave up within 37 s of Postgres
+    going down, docs/reliability.md). A task states only where it differs (fewer retries for a
+    periodic one: beat sends it again).
+    """
+
+    acks_late = True
+    autoretry_for = RETRYABLE
+    retry_backoff = 5
+    retry_backoff_max = 120
+    retry_jitter = False
+    max_retries = 12
+
+
+class BenchmarkTask(RetriedTask):
     """A benchmark task that failed for good still ends its job, so the night can finish."""
 
     def on_failure(
@@ -53,13 +62,7 @@ class BenchmarkTask(Task):  # type: ignore[misc]
             send([Step("night.finish", (run_id,))])
 
 
-@app.task(
-    name="bench.run",
-    bind=True,
-    base=BenchmarkTask,
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="bench.run", base=BenchmarkTask, bind=True)
 def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
     """Measure one job; the job that ends its run enqueues ``night.finish``."""
     worker = self.request.hostname or f"in-process@{socket.gethostname()}"
@@ -74,109 +77,69 @@ def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
         send([Step("night.finish", (run_id,))])
 
 
-@app.task(
-    name="night.finish",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="night.finish", base=RetriedTask)
 def finish_run(run_id: int) -> None:
     """Detect / confirm once every job of the run has ended; then confirm jobs or triage."""
     send(finish.finish(run_id))
     finish.sent(run_id)
 
 
-@app.task(
-    name="night.triage",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="night.triage", base=RetriedTask)
 def triage_run(run_id: int) -> None:
     """Resolve the commit range and start the bisection of the run's confirmed regressions."""
     send(triage.triage(run_id))
 
 
-@app.task(
-    name="night.file",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="night.file", base=RetriedTask)
 def file_run(run_id: int) -> None:
     """File the run's confirmed regressions (with the bisection's outcome) and close the run."""
     triage.file_night(run_id)
 
 
-@app.task(
-    name="night.check_deadline",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="night.check_deadline", base=RetriedTask)
 def check_deadline(run_id: int) -> None:
     """Mark jobs that never reported as missing and raise a missing-data alert."""
     send(deadline.check_deadline(run_id))
 
 
-@app.task(
-    name="night.file_missing",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="night.file_missing", base=RetriedTask)
 def file_missing(run_id: int) -> None:
     """File the run's missing-data issue (one per machine class; a repeat finds it): one attempt
     of the durable filing, which keeps it pending for the retry when the tracker fails."""
     pending.file_missing_data(run_id)
 
 
-@app.task(
-    name="night.sweep_deadlines",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="night.sweep_deadlines", base=RetriedTask, max_retries=3)
 def sweep_deadlines() -> None:
     """Periodic (beat): check every unfinished run past its deadline."""
     deadline.sweep_deadlines()
 
 
-@app.task(
-    name="issues.sync",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="issues.sync", base=RetriedTask, max_retries=3)
 def sync_issues() -> None:
     """Periodic (beat): read filed issues' state and labels back into triage states."""
     issue_sync.sync_from_tracker()
 
 
-@app.task(
-    name="issues.retry_filing",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="issues.retry_filing", base=RetriedTask, max_retries=3)
 def retry_filing() -> None:
     """Periodic (beat, and the deadline sweep): file every alert whose filing is pending and due."""
     pending.retry_pending()
 
 
-@app.task(
-    name="issues.bisect_failing",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="issues.bisect_failing", base=RetriedTask)
 def bisect_failing(alert_id: int) -> None:
     """Start the bisection of each benchmark a ``failing`` alert reports newly failing."""
     send(failing_bisect.bisect_failing(alert_id))
 
 
-@app.task(
-    name="issues.tell_bisected",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="issues.tell_bisected", base=RetriedTask)
 def tell_bisected(bisection_id: int) -> None:
     """A failure bisection ended: file its answer on the failing benchmark's issue."""
     send(failing_bisect.tell_bisected(bisection_id))
 
 
-class ProbeTask(Task):  # type: ignore[misc]
+class ProbeTask(RetriedTask):
     """A probe task that failed for good ends its probe as skipped, so the bisection goes on."""
 
     def on_failure(
@@ -190,13 +153,7 @@ class ProbeTask(Task):  # type: ignore[misc]
             send([bisecting.advance_step(ended)])
 
 
-@app.task(
-    name="bisect.probe",
-    bind=True,
-    base=ProbeTask,
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="bisect.probe", base=ProbeTask, bind=True)
 def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
     """Build and measure one commit of a bisection; the probe ending its round advances it."""
     worker = self.request.hostname or f"in-process@{socket.gethostname()}"
@@ -205,21 +162,13 @@ def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
         send([bisecting.advance_step(bisection_id)])
 
 
-@app.task(
-    name="bisect.advance",
-    acks_late=True,
-    **RETRY,
-)
+@app.task(name="bisect.advance", base=RetriedTask)
 def advance_bisection(bisection_id: int) -> None:
     """Plan a bisection's next round from its rows, or store its outcome and file the night."""
     send(bisecting.step(bisection_id))
 
 
-@app.task(
-    name="night.dispatch",
-    acks_late=False,
-    **RETRY,
-)
+@app.task(name="night.dispatch", base=RetriedTask, acks_late=False, max_retries=3)
 def dispatch_night() -> None:
     """Periodic (beat, when ``NIGHTBENCH_SCHEDULE_CRON`` is set): dispatch tonight's runs.
 

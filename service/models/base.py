@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, func
+from sqlalchemy import func
 from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db import UTCDateTime
 
 
 def utcnow() -> datetime:
@@ -17,5 +19,5 @@ class TimestampMixin:
     """``created_at`` (UTC, set on insert) for every table that has it."""
 
     created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, server_default=func.now()
+        UTCDateTime(), default=utcnow, server_default=func.now()
     )

@@ -16,10 +16,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from service.db import Base, JSONType
+from service.db import Base, JSONType, UTCDateTime
 from service.models.base import TimestampMixin, utcnow
 
 
@@ -98,10 +98,8 @@ class Bisection(TimestampMixin, Base):
     builds: Mapped[int | None] = mapped_column(Integer)
     rounds: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, onupdate=utcnow
-    )
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
     probes: Mapped[list[Probe]] = relationship(
         back_populates="bisection",
@@ -148,7 +146,7 @@ class Probe(TimestampMixin, Base):
     samples: Mapped[dict[str, list[float]] | None] = mapped_column(JSONType)
     errors: Mapped[dict[str, str] | None] = mapped_column(JSONType)
     reason: Mapped[str | None] = mapped_column(Text)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     bisection: Mapped[Bisection] = relationship(back_populates="probes", lazy="raise")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import Date, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Date, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.db import Base, JSONType
+from service.db import Base, JSONType, UTCDateTime
 from service.models.base import TimestampMixin, utcnow
 
 TRACKERS = ("github", "outbox")
@@ -46,11 +46,9 @@ class IssueRecord(TimestampMixin, Base):
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     first_night: Mapped[date] = mapped_column(Date)
     last_night: Mapped[date] = mapped_column(Date)
-    remote_updated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, onupdate=utcnow
-    )
+    remote_updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
 
 class IssueRegression(TimestampMixin, Base):

@@ -8,7 +8,6 @@ from enum import StrEnum
 from sqlalchemy import (
     Boolean,
     Date,
-    DateTime,
     Float,
     ForeignKey,
     Integer,
@@ -19,7 +18,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.benchmarks import benchmark_name
-from service.db import Base, JSONType
+from service.db import Base, JSONType, UTCDateTime
 from service.models.base import TimestampMixin, utcnow
 
 TRIAGE_STATES = (
@@ -43,7 +42,18 @@ class Confirmation(StrEnum):
 
 
 CONFIRMATIONS = tuple(Confirmation)
-ALERT_KINDS = ("regression", "missing_data", "failing")
+
+
+class AlertKind(StrEnum):
+    """What an alert is about (stored as its value); each kind is one row of the filing table
+    (``workers/issues/kinds.py``): its report, its Markdown, its fingerprint."""
+
+    REGRESSION = "regression"
+    MISSING_DATA = "missing_data"
+    FAILING = "failing"
+
+
+ALERT_KINDS = tuple(AlertKind)
 
 
 class AlertStatus(StrEnum):
@@ -76,16 +86,16 @@ class Alert(TimestampMixin, Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16), default="regression")
+    kind: Mapped[str] = mapped_column(String(16), default=AlertKind.REGRESSION)
     status: Mapped[str] = mapped_column(String(16), default=AlertStatus.OPEN)
     summary: Mapped[str] = mapped_column(Text, default="")
     # Filing its issue, a state of its own: a failed filing is retried until it is filed.
     filing_state: Mapped[str | None] = mapped_column(String(16), index=True)
     filing_attempts: Mapped[int] = mapped_column(Integer, default=0)
     filing_error: Mapped[str | None] = mapped_column(Text)
-    filing_pending_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    filing_next_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    filed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    filing_pending_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    filing_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    filed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Missing data: benchmarks whose data came later (told once each on the issue).
     arrived: Mapped[list[str] | None] = mapped_column(JSONType)
 
@@ -134,10 +144,8 @@ class Regression(TimestampMixin, Base):
     # did not persist, or a later improvement undid it), why, and when its issue was told.
     back_night: Mapped[date | None] = mapped_column(Date)
     back_reason: Mapped[str | None] = mapped_column(Text)
-    back_told_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), default=utcnow, onupdate=utcnow
-    )
+    back_told_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
     alert: Mapped[Alert | None] = relationship(back_populates="regressions", lazy="raise")
 

@@ -6,11 +6,11 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Date, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Date, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.benchmarks import benchmark_name
-from service.db import Base, JSONType
+from service.db import Base, JSONType, UTCDateTime
 from service.models.base import TimestampMixin
 
 
@@ -75,12 +75,12 @@ class Run(TimestampMixin, Base):
     options: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     # An ingest run's idempotency key: unique, so two requests racing with one key make one run.
     ingest_key: Mapped[str | None] = mapped_column(String(128), unique=True)
-    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Set when the run's last job ended (it went ``detecting``) and cleared once ``night.finish``
     # has sent its next steps: a run it stays set on lost that message (the sweep re-sends it).
-    finish_owed_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finish_owed_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     note: Mapped[str | None] = mapped_column(Text)
 
     jobs: Mapped[list[Job]] = relationship(
@@ -106,11 +106,11 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(255))
     error: Mapped[str | None] = mapped_column(Text)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # Written by the worker measuring it every ``job_heartbeat_s``: a running job silent for
     # ``job_lost_after_s`` lost its worker and is requeued by the deadline sweep.
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     run: Mapped[Run] = relationship(back_populates="jobs", lazy="raise")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.db import Base, JSONType
+from service.db import Base, JSONType, UTCDateTime
 from service.models.base import TimestampMixin, utcnow
 
 
@@ -42,4 +42,4 @@ class BenchmarkStability(TimestampMixin, Base):
     unstable: Mapped[bool | None] = mapped_column(Boolean)
     errors: Mapped[list[str]] = mapped_column(JSONType, default=list)
     details: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
-    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    measured_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, String
+from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.db import Base
+from service.db import Base, UTCDateTime
 from service.models.base import TimestampMixin
 
 
@@ -20,4 +20,4 @@ class ApiToken(TimestampMixin, Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     # sha256 hex of the token: a leaked table does not leak usable credentials.
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -118,8 +118,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.metrics import UnknownMetric, alerting
 from service.regressions.baseline import band, has_baseline, window_nights, window_noise
-from service.regressions.document import MEMORY_METRICS, METRICS, detect_document
+from service.regressions.document import detect_document
 from service.regressions.robust import DetectionInputError, envelope, mann_whitney_greater
 from service.regressions.rules import MODE_SAME, multimodal, night_clock
 from service.regressions.scan import (
@@ -133,8 +134,6 @@ from service.regressions.scan import (
 from service.regressions.unstable import STABLE, UnstableRule
 
 __all__ = [
-    "METRICS",
-    "MEMORY_METRICS",
     "VERDICTS",
     "Assessment",
     "DetectionInputError",
@@ -185,7 +184,7 @@ class Assessment:
 
     Attributes:
         verdict: ``regression`` | ``improvement`` | ``unchanged`` | ``no_baseline``.
-        metric: ``latency`` | ``gpu_peak_mem`` | ``cpu_peak_mem``.
+        metric: one detection judges (``service.metrics.ALERT_METRICS``).
         baseline: baseline level (same unit as the samples), None without a baseline.
         value: tonight's level (median of tonight's samples).
         change: ``value / baseline - 1`` (0.12 = +12%), None without a baseline (a baseline of
@@ -227,9 +226,15 @@ class Assessment:
 
 
 def _check_metric(metric: str) -> bool:
-    if metric not in METRICS:
-        raise DetectionInputError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
-    return metric in MEMORY_METRICS
+    """Whether ``metric`` is judged by exact levels (its kind's rule in the metric table).
+
+    Raises:
+        DetectionInputError: ``metric`` is not one detection judges.
+    """
+    try:
+        return alerting(metric).rule.exact_levels
+    except UnknownMetric as exc:
+        raise DetectionInputError(str(exc)) from None
 
 
 def _night_level(night: Night, field: str, memory: bool) -> float:
@@ -241,7 +246,7 @@ def _night_level(night: Night, field: str, memory: bool) -> float:
     if not np.all(np.isfinite(vals)) or np.any(vals < 0 if memory else vals <= 0):
         raise DetectionInputError(
             f"{field}.samples: night {night.night} has a sample that is not "
-            + ("a finite number of bytes >= 0" if memory else "a finite latency > 0")
+            + ("a finite number of bytes >= 0" if memory else "a finite value > 0")
         )
     return float(np.median(vals))
 
@@ -284,9 +289,9 @@ def _fmt_change(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def _fmt_level(value: float, memory: bool) -> str:
-    """A level as a reason prints it: MiB for memory (bytes in), ms for latency."""
-    return f"{value / 2**20:.1f} MiB" if memory else f"{value:.4g} ms"
+def _fmt_level(value: float, metric: str) -> str:
+    """A level as a reason prints it, in its metric's unit (``service.metrics``)."""
+    return alerting(metric).format(value)
 
 
 def _relative(value: float, base: float) -> float:
@@ -380,7 +385,7 @@ def _raised(
     p_txt = "" if f.p_value is None else f", p={f.p_value:.2g}"
     reason = (
         f"{'Regression' if regression else 'Improvement'} ({what}) of "
-        f"{_fmt_change(f.change)} against a baseline of {_fmt_level(base, memory)} "
+        f"{_fmt_change(f.change)} against a baseline of {_fmt_level(base, metric)} "
         f"since {nights[f.night].label()}, {_persisting(nights, f.night)}{p_txt}."
     )
     loud, why = dark.judge(f.change) if regression else (False, "")
@@ -486,7 +491,7 @@ def _against_baseline(
         # it: a change below it can never be raised online (``scan._judge``), so its
         # confirmation re-run would be wasted.
         up_candidate = est >= thr or _run_reaches(y[0], thr, p)
-    against = f"{_fmt_change(change)} against a baseline of {_fmt_level(base, memory)}"
+    against = f"{_fmt_change(change)} against a baseline of {_fmt_level(base, metric)}"
     verdict, alertable = "unchanged", False
     if confirming:
         reason = (
@@ -544,7 +549,7 @@ def assess_night(
         history: earlier nights of the same series, oldest first (may be empty). Confirmation
             re-runs may be included (``rerun=True``) right after the night they re-ran.
         tonight: tonight's night.
-        metric: ``latency`` | ``gpu_peak_mem`` | ``cpu_peak_mem``.
+        metric: one detection judges (``service.metrics.ALERT_METRICS``).
         threshold: relative threshold (0.07 = 7%).
         unstable: the benchmark is marked unstable: shown, alerted only beyond its noise.
         params: detector constants.
@@ -591,7 +596,7 @@ def confirm(
         history: earlier nights, oldest first.
         tonight: the night whose candidate regression is being confirmed.
         rerun: the re-run's samples (its ``night`` ordinal is not used).
-        metric: ``latency`` | ``gpu_peak_mem`` | ``cpu_peak_mem``.
+        metric: one detection judges (``service.metrics.ALERT_METRICS``).
         threshold: relative threshold (0.07 = 7%).
         params: detector constants.
 

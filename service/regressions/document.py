@@ -13,12 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from service.metrics import ALERT_METRICS, exact_levels
 from service.regressions.robust import DetectionInputError
 from service.regressions.scan import detect_series
-
-METRICS = ("latency", "gpu_peak_mem", "cpu_peak_mem")
-"""The metrics detection judges: latency (ms), peak memory on GPU and CPU (bytes)."""
-MEMORY_METRICS = ("gpu_peak_mem", "cpu_peak_mem")
 
 
 def _threshold_for(doc_thr: Any, series: Mapping[str, Any], metric: str, where: str) -> float:
@@ -48,7 +45,7 @@ def parse_series(
         raise DetectionInputError("document: expected a JSON object with a 'series' list")
     doc_thr = doc.get("threshold", 0.07)
     if isinstance(doc_thr, Mapping):
-        unknown = set(doc_thr) - set(METRICS)
+        unknown = set(doc_thr) - set(ALERT_METRICS)
         if unknown:
             raise DetectionInputError(f"threshold: unknown metric {sorted(unknown)[0]!r}")
     series = doc.get("series")
@@ -64,9 +61,9 @@ def _parse_one_series(s: Any, where: str, doc_thr: Any):
     if not isinstance(sid, str):
         raise DetectionInputError(f"{where}.id: expected a string")
     metric = s.get("metric")
-    if metric not in METRICS:
-        raise DetectionInputError(f"{where}.metric: must be one of {', '.join(METRICS)}")
-    memory = metric in MEMORY_METRICS
+    if metric not in ALERT_METRICS:
+        raise DetectionInputError(f"{where}.metric: must be one of {', '.join(ALERT_METRICS)}")
+    memory = exact_levels(metric)
     thr = _threshold_for(doc_thr, s, metric, where)
     nights = s.get("nights")
     if not isinstance(nights, list):
@@ -117,7 +114,7 @@ def detect_document(doc: Mapping[str, Any], *, online: bool) -> dict[str, Any]:
     """Run detection over an exported document (the ``nightbench detect`` JSON).
 
     Input: ``{"threshold": 0.07, "series": [{"id": str, "metric": "latency" | "gpu_peak_mem" |
-    "cpu_peak_mem", "nights": [{"night": int, "samples": [float, ...]}, ...]}]}``, nights oldest
+    "cpu_peak_mem" | "cpu_instructions" (``service.metrics.ALERT_METRICS``), "nights": [{"night": int, "samples": [float, ...]}, ...]}]}``, nights oldest
     first with increasing ``night`` (a gap between ordinals is a night without a result: online,
     a run's length against the series' excursions counts it); one sample per night is
     allowed. ``threshold`` (default 0.07) may also be a mapping ``{metric: threshold}``

@@ -25,6 +25,7 @@ import statistics
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.metrics import host_bound
 from service.models import Regression, Result, Run, RunKind
 from service.regressions.detection import Night
 from service.series import is_paired_round
@@ -93,7 +94,7 @@ def judged_rerun(
         saying it was judged unpaired.
     """
     spec = (confirm_run.options or {}).get("paired_spec")
-    if not spec or regression.metric != "latency" or not rerun.samples:
+    if not spec or not host_bound(regression.metric) or not rerun.samples:
         return rerun, ""
     previous = previous_build_level(session, confirm_run=confirm_run, regression=regression)
     if previous is None:

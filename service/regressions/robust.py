@@ -15,13 +15,9 @@ from functools import lru_cache
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from service.errors import InvalidInput
+from service.errors import DetectionInputError
 
 MWU_MAX = 32  # largest sample size of the exact Mann-Whitney table
-
-
-class DetectionInputError(InvalidInput, ValueError):
-    """Bad detection input; the message names the offending field (HTTP 422)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,20 +9,22 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput, NotFound
+from service.metrics import ALERT_METRICS, host_bound
 from service.models import (
     TRIAGE_STATES,
     Alert,
+    AlertKind,
     AlertStatus,
     BenchmarkStability,
     Confirmation,
     Regression,
     Result,
     Run,
+    RunKind,
 )
 from service.regressions import paired
 from service.regressions.detection import Assessment, Night, assess_night, confirm
 from service.series import (
-    ALERT_METRICS,
     night_processes,
     night_samples,
     round_results,
@@ -231,8 +233,9 @@ def assess_run(
             tonight,
             metric=result.metric,
             threshold=threshold_for(result.metric, f"{result.model}:{result.mode}"),
-            # The verdict judges latency (its processes' medians); peak memory alerts as anywhere.
-            unstable=result.metric == "latency" and key in dark,
+            # The verdict judges the host-bound metric (latency: its processes' medians); peak
+            # memory and instruction counts alert as anywhere (``service.metrics.KindRule``).
+            unstable=host_bound(result.metric) and key in dark,
             unstable_spread=dark.get(key),
         )
         every = [*nights, tonight], [*history, result]
@@ -263,7 +266,9 @@ def record_regressions(
         The run's regression alert, or None when nothing is alertable.
     """
     known = set(session.scalars(select(Regression.series_key).where(Regression.run_id == run.id)))
-    alert = session.scalar(select(Alert).where(Alert.run_id == run.id, Alert.kind == "regression"))
+    alert = session.scalar(
+        select(Alert).where(Alert.run_id == run.id, Alert.kind == AlertKind.REGRESSION)
+    )
     for result, a, first, processes, _back in assessed:
         if a.verdict not in ("regression", "improvement") or result.series_key in known:
             continue
@@ -297,7 +302,7 @@ def record_regressions(
         )
         if a.alertable:
             if alert is None:
-                alert = Alert(run_id=run.id, kind="regression", status="open")
+                alert = Alert(run_id=run.id, kind=AlertKind.REGRESSION, status=AlertStatus.OPEN)
                 session.add(alert)
                 session.flush()
             regression.alert_id = alert.id
@@ -414,7 +419,9 @@ def apply_confirmation(
     session.flush()
     for alert in session.scalars(
         select(Alert).where(
-            Alert.run_id == parent.id, Alert.kind == "regression", Alert.status == AlertStatus.OPEN
+            Alert.run_id == parent.id,
+            Alert.kind == AlertKind.REGRESSION,
+            Alert.status == AlertStatus.OPEN,
         )
     ):
         _refresh_alert(session, alert, parent)
@@ -462,7 +469,7 @@ def range_start(session: Session, *, run: Run) -> Run | None:
         .all()
     )
     nights = [
-        session.get(Run, r.parent_run_id) if r.kind == "confirm" and r.parent_run_id else r
+        session.get(Run, r.parent_run_id) if r.kind == RunKind.CONFIRM and r.parent_run_id else r
         for r in firsts
     ]
     earliest = min((r for r in nights if r is not None), key=lambda r: (r.night, r.id), default=run)

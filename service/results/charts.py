@@ -21,6 +21,7 @@ import matplotlib.dates as mdates  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from service.metrics import UNITS  # noqa: E402
 from service.results.history import ModelHistory, SeriesHistory  # noqa: E402
 
 MAX_PANELS = 24
@@ -29,7 +30,8 @@ _WIDTH_IN = 10.0
 
 
 def _scale(unit: str) -> tuple[float, str]:
-    return (2.0**20, "MiB") if unit == "bytes" else (1.0, unit)
+    shape = UNITS.get(unit)
+    return (shape.scale, shape.suffix) if shape else (1.0, unit)
 
 
 def history_svg(history: ModelHistory, culprits: dict[int, str]) -> bytes:

@@ -35,9 +35,11 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.errors import NotFound
+from service.metrics import ALERT_METRICS, exact_levels
+from service.metrics import order as metric_order
 from service.models import Confirmation, Machine
 from service.regressions.baseline import BAND, SeriesLevels, baseline_tracks
-from service.regressions.detection import MEMORY_METRICS, METRICS, DetectorParams
+from service.regressions.detection import DetectorParams
 from service.results.history_queries import (
     StoredVerdict,
     result_identities,
@@ -48,7 +50,6 @@ from service.results.history_queries import (
 from service.results.points import HistoryFilter, model_exists, read_points
 from service.series import round_results
 
-_METRIC_ORDER = {"latency": 0, "gpu_peak_mem": 1, "cpu_peak_mem": 2}
 DEFAULT_PARAMS = DetectorParams()
 
 
@@ -252,7 +253,7 @@ def _model_history(
             s.mode,
             s.device,
             s.compiler,
-            _METRIC_ORDER.get(s.metric, 9),
+            metric_order(s.metric),
             s.metric,
             s.machine_id or 0,
             s.night[0],
@@ -332,12 +333,9 @@ def _baselines(
     series: list[SeriesHistory], resets: list[list[tuple[int, int]]], params: DetectorParams
 ) -> None:
     """Fill baseline, band, change and outlier flags of every series (one batch)."""
-    todo = [i for i, s in enumerate(series) if s.metric in METRICS and len(s)]
+    todo = [i for i, s in enumerate(series) if s.metric in ALERT_METRICS and len(s)]
     tracks = baseline_tracks(
-        [
-            SeriesLevels(series[i].median, series[i].metric in MEMORY_METRICS, resets[i])
-            for i in todo
-        ],
+        [SeriesLevels(series[i].median, exact_levels(series[i].metric), resets[i]) for i in todo],
         params,
     )
     by_index = dict(zip(todo, tracks, strict=True))
@@ -349,7 +347,7 @@ def _baselines(
             )
             s.outlier = np.zeros(len(s), dtype=bool)
             continue
-        memory = s.metric in MEMORY_METRICS
+        memory = exact_levels(s.metric)
         base = track.baseline
         with np.errstate(divide="ignore", invalid="ignore"):
             change = np.where(base > 0, s.median / base - 1, np.nan)

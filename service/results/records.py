@@ -19,6 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput
+from service.metrics import METRICS
 from service.models import CatalogModel, Machine, Run
 from service.models.base import utcnow
 
@@ -37,6 +38,11 @@ _GPU_SETUP_FINGERPRINT_FIELDS = (
     "allocator_backend",
     "cublas_workspace_config",
 )
+
+
+# How instructions were counted (``environment["counter"]``): another valgrind, other flags or
+# another window length count other work and start another series.
+_COUNTER_FINGERPRINT_FIELDS = ("tool", "valgrind", "flags", "warmup_steps", "steps")
 
 
 def _digest(*parts: Any) -> str:
@@ -69,6 +75,9 @@ def machine_fingerprint(environment: dict[str, Any], device: str) -> str:
         parts.append({f: setup.get(f) for f in _SETUP_FINGERPRINT_FIELDS})
         if isinstance(setup.get("gpu"), dict):  # CUDA records only: CPU keys stay as they were
             parts.append({f: setup["gpu"].get(f) for f in _GPU_SETUP_FINGERPRINT_FIELDS})
+    counter = environment.get("counter")
+    if isinstance(counter, dict):  # count records only (``suite/counting.py``): others unchanged
+        parts.append({f: counter.get(f) for f in _COUNTER_FINGERPRINT_FIELDS})
     return _digest(*parts)
 
 
@@ -229,10 +238,26 @@ def _metric_values(m: Any, where: str) -> tuple[str, str, list[float]]:
     return metric, unit, samples
 
 
+def error_metric(record: dict[str, Any]) -> str:
+    """The metric an error record's row is stored under: the first of the record's
+    ``measures`` (a count process measures ``cpu_instructions`` only), else ``latency``."""
+    measures = record.get("measures")
+    if isinstance(measures, list) and measures and isinstance(measures[0], str):
+        return measures[0]
+    return "latency"
+
+
+def record_metric_names(record: dict[str, Any]) -> set[str]:
+    """The metrics a record's rows are stored under (its error's metric for an error record)."""
+    if record.get("error"):
+        return {error_metric(record)}
+    return {str(m.get("metric")) for m in record.get("metrics", []) if isinstance(m, dict)}
+
+
 def result_rows(record: dict[str, Any], *, machine: Machine | None) -> list[dict[str, Any]]:
     """The result rows of one record, as column values: one per metric.
 
-    An error record gives one ``latency`` row with ``error`` set and no samples. The rows hold
+    An error record gives one row with ``error`` set and no samples, under :func:`error_metric`. The rows hold
     every column but those of the run (``run_id``, ``job_id``, ``night``), which the caller adds;
     they share one ``environment`` dict.
 
@@ -263,11 +288,12 @@ def result_rows(record: dict[str, Any], *, machine: Machine | None) -> list[dict
         error=None,
     )
     if record.get("error"):
+        name = error_metric(record)
         return [
             {
                 **common,
-                "metric": "latency",
-                "unit": "ms",
+                "metric": name,
+                "unit": METRICS[name].unit if name in METRICS else "ms",
                 "samples": [],
                 "sample_count": 0,
                 "error": str(record["error"]),

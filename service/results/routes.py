@@ -25,6 +25,7 @@ from service.benchmarks import benchmark_name
 from service.bisections.service import culprits_for_regressions
 from service.deps import SessionDep, SettingsDep
 from service.errors import InvalidInput
+from service.metrics import format_value, host_bound
 from service.regressions.service import unstable_spreads
 from service.regressions.unstable import alerts_from
 from service.results import catalog
@@ -268,7 +269,7 @@ def _alerts_from(session: Session, history: hist.ModelHistory) -> dict[str, floa
     return {
         s.key: alerts_from(spreads[key], s.threshold)
         for s in history.series
-        if s.metric == "latency"
+        if host_bound(s.metric)
         and (key := (history.model, s.mode, s.device, s.compiler, s.machine_id)) in spreads
     }
 
@@ -289,12 +290,7 @@ def _machine_label(history: hist.ModelHistory, machine_id: int | None) -> str:
 
 
 def _fmt(value: float | None, unit: str) -> str:
-    value = hist.value_or_none(value)
-    if value is None:
-        return "—"
-    if unit == "bytes":
-        return f"{value / 2**20:,.1f} MiB"
-    return f"{value:,.2f} {unit}"
+    return format_value(hist.value_or_none(value), unit)
 
 
 def _safe(name: str) -> str:

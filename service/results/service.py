@@ -17,6 +17,7 @@ from service.results.records import (
     catalogue_models,
     record_benchmark,
     record_machine,
+    record_metric_names,
     result_rows,
 )
 
@@ -26,9 +27,10 @@ def store_record(
 ) -> list[Result]:
     """Store one benchmark record (``python -m suite run`` JSON) as results of ``run``.
 
-    Idempotent: if results for this benchmark already exist in the run (a redelivered task),
-    they are returned and nothing is written. An error record becomes one ``latency`` result
-    with ``error`` set and no samples.
+    Idempotent: if results of this benchmark's metrics already exist in the run (a redelivered
+    task), they are returned and nothing is written. An error record becomes one result with
+    ``error`` set and no samples (``latency``, or the metric its process measures:
+    :func:`~service.results.records.error_metric`).
 
     Args:
         session: the caller's session (this function only flushes).
@@ -54,8 +56,12 @@ def store_record(
             )
         )
     )
-    if existing:
-        return existing
+    names = record_metric_names(record)
+    # A count pass stores its metric in the night beside the timed process's: only the same
+    # metrics already there make this a redelivered record.
+    mine = [r for r in existing if r.metric in names]
+    if mine:
+        return mine
     machine = record_machine(session, record)
     results = [
         Result(**row, run_id=run.id, job_id=job.id if job else None, night=run.night)

@@ -19,6 +19,7 @@ night's own process of a benchmark failed, the first round that measures it stan
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +31,14 @@ from service.models import JOB_ENDED, RUN_OPEN, Job, Result, Run, RunKind
 from service.results.records import record_benchmark
 from service.results.service import store_record
 from service.runs.service import BenchmarkSpec, create_run, list_jobs
-from service.series import NIGHT_ROUND, PAIRED_ROUND, is_night_round, is_paired_round
+from service.series import (
+    COUNT_ROUND,
+    NIGHT_ROUND,
+    PAIRED_ROUND,
+    is_count_round,
+    is_night_round,
+    is_paired_round,
+)
 
 
 def _replicates(session: Session, run_id: int) -> list[Run]:
@@ -149,6 +157,54 @@ def create_paired_round(
     return child
 
 
+def count_round(session: Session, *, run_id: int) -> Run | None:
+    """The count pass of run ``run_id`` (:data:`service.series.COUNT_ROUND`), if it has one."""
+    return next((r for r in _replicates(session, run_id) if is_count_round(r.options)), None)
+
+
+def create_count_round(
+    session: Session, *, parent: Run, models: Callable[[str], bool], deadline_s: float | None
+) -> Run | None:
+    """Create the count pass of ``parent`` (a nightly or confirmation run whose timed rounds
+    have ended): each of its CPU benchmarks whose model ``models`` accepts, counted once on the
+    same build and queue (only ``flush()``; the caller commits, then sends its jobs).
+
+    Returns:
+        The count pass's run (kind ``replicate``, ``options["origin"] = "count"``), or None
+        when no benchmark of ``parent`` is to be counted.
+    """
+    specs = [s for s in _job_specs(session, parent.id) if s.device == "cpu" and models(s.model)]
+    if not specs:
+        return None
+    child = create_run(
+        session,
+        night=parent.night,
+        benchmarks=specs,
+        torch_spec=parent.torch_spec,
+        kind=RunKind.REPLICATE,
+        parent_run_id=parent.id,
+        deadline_s=deadline_s,
+        options={"origin": COUNT_ROUND},
+    )
+    if child.deadline_at is not None and parent.deadline_at is not None:
+        parent.deadline_at = max(_aware(parent.deadline_at), _aware(child.deadline_at))
+    session.flush()
+    return child
+
+
+def note_not_counted(session: Session, *, run: Run, reason: str) -> None:
+    """Say once in the night's note (``run``'s parent, a count pass's night) why its
+    instructions were not counted (no valgrind on the host): the metric is skipped, the rest of
+    the night stands. Only flushes."""
+    night = session.get(Run, run.parent_run_id) if run.parent_run_id is not None else run
+    if night is None:
+        return
+    line = f"cpu_instructions not counted: {reason}"
+    if line not in (night.note or ""):
+        night.note = f"{night.note}\n{line}" if night.note else line
+        session.flush()
+
+
 def _aware(ts: datetime) -> datetime:
     # SQLite hands back naive datetimes even for timezone=True columns.
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
@@ -229,8 +285,21 @@ def store_measured(
         InvalidInput: the record lacks ``model``, ``mode`` or ``device``, or a metric is
             malformed.
     """
-    target = _stand_in_for(session, run=run, record=record) or run
-    return store_record(session, run=target, job=job, record=record)
+    target = _count_target(session, run=run, record=record) or _stand_in_for(
+        session, run=run, record=record
+    )
+    return store_record(session, run=target or run, job=job, record=record)
+
+
+def _count_target(session: Session, *, run: Run, record: dict[str, Any]) -> Run | None:
+    """The night (or confirmation run) a count pass's record belongs to: its
+    ``cpu_instructions`` are the night's own metric, read where its latency is; None for a run
+    that is not a count pass."""
+    if run.kind != RunKind.REPLICATE or run.parent_run_id is None:
+        return None
+    if not is_count_round(run.options) or record.get("error"):
+        return None  # a failed count stays in the count pass, as a round's failed process does
+    return session.get(Run, run.parent_run_id)
 
 
 def _stand_in_for(session: Session, *, run: Run, record: dict[str, Any]) -> Run | None:

@@ -198,6 +198,32 @@ def lost_jobs(session: Session, *, silent_since: datetime) -> list[Job]:
     return list(session.scalars(stmt))
 
 
+def claim_queued_jobs(
+    session: Session, *, run_id: int, exclude: int, limit: int, worker: str
+) -> list[Job]:
+    """Start up to ``limit`` of run ``run_id``'s queued jobs (not ``exclude``) on ``worker``,
+    under their row locks (skipping rows another worker holds), in id order: a batch measured
+    in one process (a count pass). Only flushes.
+
+    Returns:
+        The jobs claimed (now ``running``).
+    """
+    if limit <= 0:
+        return []
+    stmt = (
+        select(Job)
+        .where(Job.run_id == run_id, Job.id != exclude, Job.status == JobStatus.QUEUED)
+        .order_by(Job.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    jobs = list(session.scalars(stmt))
+    for job in jobs:
+        start_job(session, job=job, worker=worker)
+    session.flush()
+    return jobs
+
+
 def end_job(session: Session, *, job: Job, error: str | None) -> None:
     """Mark ``job`` done (or error, with its reason)."""
     job.status = JobStatus.ERROR if error else JobStatus.DONE

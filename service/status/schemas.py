@@ -74,6 +74,11 @@ class UnstableBenchmarkRead(BaseModel):
     alerts_from: float | None = Field(
         description="least latency regression it still alerts (fraction); null: never"
     )
+    still_alerts_on: list[str] = Field(
+        default_factory=list,
+        description="metrics the host's speed does not move, alerted as on any benchmark "
+        "(cpu_peak_mem, cpu_instructions on CPU)",
+    )
 
 
 class FailingBenchmarkRead(BaseModel):

@@ -10,7 +10,6 @@ posted by runners): the one name dispatch, workers and the deployment share.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
@@ -19,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
+from service.metrics import METRIC_TABLE
 from service.models import (
     FILING_UNFILED,
     PROBE_ENDED,
@@ -34,6 +34,7 @@ from service.models import (
     RunKind,
 )
 from service.models.base import utcnow
+from service.regressions.failing import FailingBenchmark, failing_benchmarks
 from service.regressions.unstable import alerts_from
 from service.runs.service import finish_owed
 from service.stability.recheck import stability_changes
@@ -42,8 +43,6 @@ from service.status.broker import BrokerState, broker_state
 
 WORKER_WINDOW = timedelta(hours=1)
 _KIND_WORDS = {"missing_data": "missing-data ", "failing": "failing-benchmark "}
-FAILING_NIGHTS = 2  # a benchmark failing this many nights in a row is a problem to tell
-FAILING_LOOKBACK = timedelta(days=90)  # nights searched for the streak and the good night
 STABILITY_WINDOW = timedelta(days=7)  # the status lists stability changes of the last week
 BISECTION_STALE = timedelta(hours=24)  # a bisection running longer is a problem to tell
 
@@ -121,31 +120,15 @@ class StabilityChange:
 @dataclass(frozen=True)
 class UnstableBenchmark:
     """A benchmark marked unstable on a machine now: shown, and alerted only on a latency
-    regression of at least ``alerts_from`` (a fraction; None: never, its spread unknown)."""
+    regression of at least ``alerts_from`` (a fraction; None: never, its spread unknown).
+    ``still_alerts_on``: the metrics its device measures that the host's speed does not move
+    (peak memory, instruction counts), which alert as on any benchmark."""
 
     benchmark: str
     machine_id: int
     spread: float | None
     alerts_from: float | None
-
-
-@dataclass(frozen=True)
-class FailingBenchmark:
-    """A benchmark that ran on machine class ``queue`` and whose job then failed on each of
-    its last ``nights`` nights there (nightly and posted runs; a night it was not measured on
-    does not break the streak), since night ``since``: its series has no point since, so a
-    regression there goes unseen. ``error``: what its last error says failed
-    (:func:`error_summary`)."""
-
-    benchmark: str
-    queue: str
-    nights: int
-    since: date
-    error: str
-    model: str = ""
-    mode: str = ""
-    device: str = ""
-    compiler: str = "eager"
+    still_alerts_on: tuple[str, ...] = ()
 
 
 RESEND_AFTER_S = 600.0  # Settings.step_resend_after_s's default
@@ -275,6 +258,11 @@ def unstable_now(
                     r.machine_id,
                     r.spread,
                     alerts_from(r.spread, thr),
+                    still_alerts_on=tuple(
+                        m.name
+                        for m in METRIC_TABLE
+                        if m.alerts and not m.rule.host_bound and r.device in m.devices
+                    ),
                 )
             )
     return out, len(rows)
@@ -371,80 +359,6 @@ def pending_filings(session: Session, *, now: datetime) -> list[PendingFiling]:
             )
         )
     return out
-
-
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
-
-
-def error_summary(error: str | None) -> str:
-    """The line of an error text that says what failed: the last line naming an exception
-    (``RuntimeError: ...``; a traceback ends with it), else the first non-empty line."""
-    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
-    named = [line for line in lines if _EXCEPTION_LINE.match(line)]
-    return named[-1] if named else (lines[0] if lines else "no error text")
-
-
-def failing_benchmarks(
-    session: Session, *, today: date, at_least: int = FAILING_NIGHTS, until: date | None = None
-) -> list[FailingBenchmark]:
-    """Benchmarks whose job failed (``error``) on each of their last ``at_least`` or more nights
-    on a machine class, among the nightly and posted runs of the ``FAILING_LOOKBACK`` before
-    ``today`` (nights after ``until`` left out when given: a night judged as it stood).
-
-    A night's job that ended ``done`` ends the streak; one ``missing`` (never reported) or
-    still open is skipped. Only a benchmark that ran (``done``) before its streak counts: one
-    that never ran on the machine class in the lookback (a configuration it does not support, a
-    TorchBench model whose requirements are missing) is in each night's report, and would
-    otherwise be a problem, and an issue, from its second night on. Longest streak first.
-    """
-    rows = session.execute(
-        select(
-            Job.model,
-            Job.mode,
-            Job.device,
-            Job.compiler,
-            Job.queue,
-            Job.status,
-            Job.error,
-            Run.night,
-        )
-        .join(Run, Run.id == Job.run_id)
-        .where(
-            Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
-            Run.night >= today - FAILING_LOOKBACK,
-            Run.night <= (until or date.max),
-            Job.status.in_((JobStatus.DONE, JobStatus.ERROR)),
-        )
-        .order_by(Run.night.desc(), Job.id.desc())
-    ).all()
-    streaks: dict[tuple[str, str, str, str, str], list[tuple[date, str]]] = {}
-    ended: set[tuple[str, str, str, str, str]] = set()
-    for model, mode, device, compiler, queue, status, error, night in rows:
-        key = (model, mode, device, compiler, queue)
-        if key in ended:
-            continue
-        if status == JobStatus.DONE:
-            ended.add(key)
-            continue
-        nights = streaks.setdefault(key, [])
-        if not nights or nights[-1][0] != night:  # one failed job a night counts once
-            nights.append((night, error_summary(error)))
-    out = [
-        FailingBenchmark(
-            benchmark=benchmark_name(*key[:4]),
-            queue=key[4],
-            nights=len(n),
-            since=n[-1][0],
-            error=n[0][1],
-            model=key[0],
-            mode=key[1],
-            device=key[2],
-            compiler=key[3],
-        )
-        for key, n in streaks.items()
-        if len(n) >= at_least and key in ended
-    ]
-    return sorted(out, key=lambda f: (-f.nights, f.queue, f.benchmark))
 
 
 def waiting_on(session: Session, bisections: list[RunningBisection]) -> dict[str, list[str]]:

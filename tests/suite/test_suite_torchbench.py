@@ -232,7 +232,7 @@ def test_torchbench_models_run_through_the_harness() -> None:
     """A checkout given by PYTHONPATH (an importable ``torchbenchmark``): its models are listed
     as ``torchbench.<name>`` and measured by the suite's harness."""
     env = {"PYTHONPATH": str(CHECKOUT)}
-    entry = _listing(**env)["torchbench.tiny_mlp"]
+    entry = _listing("--check-imports", **env)["torchbench.tiny_mlp"]
     assert entry["suite"] == "torchbench" and entry["available"]
     assert entry["domain"] == "recommendation"  # from the model's TorchBench task enum
     assert entry["train_batch_size"] == {"cpu": 8, "cuda": 8}
@@ -406,6 +406,151 @@ def test_the_import_closure_reads_what_static_analysis_can_see(tmp_path: Path) -
         "torchbenchmark.util.fb.installer is no file of the checkout"
     ]
     assert closure("dunder", "__import__('x' + suffix)\n").open
+
+
+# Models laid out as TorchBench's fail or limit themselves: a framework library missing behind
+# TorchBench's own util/framework code (detectron2's models), a library that raises at import
+# (transformers after a huggingface-hub it cannot use), a torchvision built for another torch,
+# no train batch size (llama), a train() that always raises (pyhpc_*), a batch size the model's
+# __init__ overrides on the CPU (BERT_pytorch), a train batch size only TorchBench's
+# construction can tell is missing (a framework base class without one).
+PLANTED_FILES = {
+    "util/framework/detectron2/__init__.py": "from detectron2.config import get_cfg  # noqa\n",
+    "util/framework/generation.py": (
+        "from ..model import BenchmarkModel\n\n\nclass GenerationModel(BenchmarkModel):\n"
+        "    DEFAULT_EVAL_BSIZE = 2\n"
+    ),
+    "models/d2_model/__init__.py": "from ...util.framework.detectron2 import get_cfg  # noqa\n",
+    "models/hub_broken/__init__.py": "import nightbench_fixture_hub  # noqa\n",
+    "models/vision_broken/__init__.py": "import torchvision  # noqa\n",
+    "models/eval_only/__init__.py": (
+        "import torch\n\nfrom ...util.model import BenchmarkModel\n\n\n"
+        "class Model(BenchmarkModel):\n    DEFAULT_EVAL_BSIZE = 4\n\n"
+        "    def __init__(self, test, device, batch_size=None, extra_args=None):\n"
+        "        super().__init__(test, device, batch_size, extra_args)\n"
+        "        self.model = torch.nn.Linear(8, 1)\n"
+        "        self.example_inputs = (torch.randn(self.batch_size, 8),)\n\n"
+        "    def eval(self):\n        return (self.model(*self.example_inputs),)\n"
+    ),
+    "models/train_raises/__init__.py": (
+        "from ...util.model import BenchmarkModel\n\n\nclass Model(BenchmarkModel):\n"
+        "    DEFAULT_TRAIN_BSIZE = 4\n    DEFAULT_EVAL_BSIZE = 4\n\n    def train(self):\n"
+        '        raise NotImplementedError("Training not supported")\n'
+    ),
+    "models/bsize_override/__init__.py": (
+        "from ..tiny_mlp import Model as Tiny\n\n\nclass Model(Tiny):\n"
+        "    def __init__(self, test, device, batch_size=None, extra_args=None):\n"
+        '        if device == "cpu":\n'
+        "            self.DEFAULT_EVAL_BSIZE = max(1, int(self.DEFAULT_EVAL_BSIZE / 8))\n"
+        "        super().__init__(test, device, batch_size, extra_args)\n"
+    ),
+    "models/generate_only/__init__.py": (
+        "from ...util.framework.generation import GenerationModel\n\n\n"
+        "class Model(GenerationModel):\n    pass\n"
+    ),
+}
+# Installed libraries that fail at import, on the check's PYTHONPATH.
+PLANTED_LIBRARIES = {
+    "nightbench_fixture_hub/__init__.py": (
+        "raise ImportError(\"cannot import name 'is_offline_mode' from 'huggingface_hub'\")\n"
+    ),
+    "torchvision/__init__.py": 'raise RuntimeError("operator torchvision::nms does not exist")\n',
+}
+
+
+def _planted(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the fixture checkout with :data:`PLANTED_FILES`, and a folder of
+    :data:`PLANTED_LIBRARIES` to put on PYTHONPATH."""
+    copy, site = tmp_path / "benchmark", tmp_path / "site"
+    shutil.copytree(CHECKOUT, copy)
+    for files, base in ((PLANTED_FILES, copy / "torchbenchmark"), (PLANTED_LIBRARIES, site)):
+        for rel, text in files.items():
+            (base / rel).parent.mkdir(parents=True, exist_ok=True)
+            (base / rel).write_text(text)
+    return copy, site
+
+
+def test_available_means_its_import_passed_here_and_is_cached(tmp_path: Path) -> None:
+    copy, _ = _planted(tmp_path)
+    env = {"NIGHTBENCH_TORCHBENCH_PATH": str(copy)}
+    before = _listing(**env)["torchbench.tiny_mlp"]
+    assert not before["available"] and not before["checked"]
+    assert before["reason"].startswith("not checked: its import has not been checked")
+    text = run_suite(["list", "--suite", "torchbench"], **env).stdout
+    assert [ln.split()[1:3] for ln in text.splitlines() if "tiny_mlp" in ln] == [["not", "checked"]]
+    checked = _listing("--check-imports", **env)
+    assert checked["torchbench.tiny_mlp"]["available"]
+    # The cache answers the next listing; a change to the model's files asks again.
+    assert _listing(**env)["torchbench.tiny_mlp"]["available"]
+    text = run_suite(["list", "--suite", "torchbench"], **env).stdout
+    assert [ln.split()[1] for ln in text.splitlines() if "tiny_mlp" in ln] == ["available"]
+    init = copy / "torchbenchmark" / "models" / "tiny_mlp" / "__init__.py"
+    init.write_text(init.read_text() + "\n# edited\n")
+    assert not _listing(**env)["torchbench.tiny_mlp"]["checked"]
+
+
+def test_each_import_failure_and_unoffered_test_is_named(tmp_path: Path) -> None:
+    copy, site = _planted(tmp_path)
+    env = {"NIGHTBENCH_TORCHBENCH_PATH": str(copy), "PYTHONPATH": str(site)}
+    models = _listing("--check-imports", **env)
+    reasons = {n.removeprefix("torchbench."): e["reason"] for n, e in models.items()}
+    assert reasons["d2_model"] == (
+        "missing framework library detectron2: ModuleNotFoundError: No module named 'detectron2'"
+    )
+    assert reasons["hub_broken"] == (
+        "runtime import error in nightbench_fixture_hub: ImportError: cannot import name "
+        "'is_offline_mode' from 'huggingface_hub'"
+    )
+    assert reasons["vision_broken"].startswith(
+        "broken torchvision: RuntimeError: operator torchvision::nms does not exist (a "
+        "torchvision build that does not match this torch"
+    )
+    for name in ("d2_model", "hub_broken", "vision_broken"):
+        assert not models[f"torchbench.{name}"]["available"], name
+    # No train batch size (read from the class), a train() that always raises: eval only.
+    # One that only TorchBench's construction can tell (on this CPU) is not offered on the CPU.
+    for name, why in (
+        ("eval_only", "TorchBench gives no train batch size on cpu (DEFAULT_TRAIN_BSIZE unset)"),
+        ("train_raises", "TorchBench's Model.train() raises NotImplementedError: Training not"),
+        ("generate_only", "NotImplementedError: Model's DEFAULT_TRAIN_BSIZE is not implemented."),
+    ):
+        entry = models[f"torchbench.{name}"]
+        assert entry["available"], (name, entry)
+        assert entry["not_offered"]["train:cpu"].startswith(why), (name, entry)
+        assert "train:cpu" in entry["not_implemented"]
+        assert entry["modes"] == (["train", "eval"] if name == "generate_only" else ["eval"])
+    # The batch size listed is the one the model's __init__ makes TorchBench run with.
+    # (Its class sets no size of its own: the files alone could not tell any; CUDA is not
+    # checked on this CPU machine.)
+    override = models["torchbench.bsize_override"]
+    assert override["eval_batch_size"] == {"cpu": 2}
+    assert override["train_batch_size"] == {"cpu": 8}
+    assert models["torchbench.generate_only"]["eval_batch_size"]["cpu"] == 2
+    proc, record = run_record("torchbench.bsize_override", "eval", **env)
+    assert proc.returncode == 0, proc.stderr
+    assert record["batch_size"] == 2
+
+
+def test_a_hanging_import_times_out_and_a_crash_ends_only_its_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite import torchbench_check
+
+    copy, _ = _planted(tmp_path)
+    for name, source in (
+        ("hangs", "import time\n\ntime.sleep(600)\n"),
+        ("crashes", "import os\nimport signal\n\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+    ):
+        (copy / "torchbenchmark" / "models" / name).mkdir()
+        (copy / "torchbenchmark" / "models" / name / "__init__.py").write_text(source)
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", str(copy))
+    found = torchbench_check.run_checks(
+        ["tiny_mlp", "hangs", "crashes", "staged_mlp"], timeout_s=2, batch=4
+    )
+    assert found["hangs"].cause == "import check timed out after 2 s"
+    assert found["crashes"].cause == "import check the check process exited with code -9"
+    assert found["tiny_mlp"].imported and found["staged_mlp"].imported  # after the crash
+    assert found["tiny_mlp"].configs["eval:cpu"] == {"batch_size": 16}
 
 
 REAL_CHECKOUT = os.environ.get("NIGHTBENCH_TORCHBENCH_PATH")

@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings, get_settings
 from service.db import session_scope
 from service.errors import InvalidInput, NotFound
+from service.metrics import BISECT_METRICS, INSTRUCTIONS
 from service.models import (
     PROBE_ENDED,
     Alert,
@@ -53,9 +54,10 @@ from service.models import (
 )
 from service.models.base import utcnow
 from workers.bisect import failure_driver
+from workers.bisect.counts import CommandCountMeasurer, SuiteCountMeasurer
 from workers.bisect.local_driver import run_probe
 from workers.bisect.measure import CommandMeasurer, Measurer, SuiteMeasurer
-from workers.bisect.report import _commit_info, outcome_json
+from workers.bisect.report import commit_info, outcome_json
 from workers.bisect.search import (
     BisectionState,
     ProbeRequest,
@@ -89,6 +91,7 @@ def create_bisection(
     alert_id: int | None = None,
     regression_ids: Sequence[int] = (),
     queue: str = "cpu",
+    metric: str = "latency",
 ) -> Bisection:
     """Record a new bisection (flushes; the caller commits, then calls :func:`step`).
 
@@ -106,6 +109,7 @@ def create_bisection(
         alert_id: the alert it is for.
         regression_ids: the regressions it is for.
         queue: the Celery queue of the probes.
+        metric: what each probe measures: ``latency`` or ``cpu_instructions`` (counted).
 
     Returns:
         The :class:`~service.models.Bisection` row.
@@ -135,7 +139,10 @@ def create_bisection(
         regression_ids=list(regression_ids),
         config={
             "search": dataclasses.asdict(config),
-            "measure": {"commands": dict(commands)} if commands else {"suite": True},
+            "measure": {
+                **({"commands": dict(commands)} if commands else {"suite": True}),
+                "metric": metric,
+            },
         },
         provider=dict(provider),
         queue=queue,
@@ -173,8 +180,17 @@ def replay(bisection: Bisection, probes: Sequence[Probe]) -> BisectionState:
         rows = sorted(by_round[number], key=lambda p: p.index)
         if number != state.round or any(p.status not in PROBE_ENDED for p in rows):
             break
-        state = record_round(state, [_result(p) for p in rows])
+        state = record_round(state, [_result(p) for p in rows], seconds=_round_seconds(rows))
     return state
+
+
+def _round_seconds(rows: Sequence[Probe]) -> float:
+    """A round's wall time (s): its first probe's start to its last probe's end (0 if unknown)."""
+    starts = [p.started_at for p in rows if p.started_at is not None]
+    ends = [p.finished_at for p in rows if p.finished_at is not None]
+    if not starts or not ends:
+        return 0.0
+    return max(0.0, (max(ends) - min(starts)).total_seconds())
 
 
 def _result(p: Probe) -> ProbeResult:
@@ -247,7 +263,7 @@ def advance(session: Session, *, bisection_id: int) -> Advance:
     if not requests:
         final = outcome(state)
         assert final is not None
-        info = {c["sha"]: _commit_info(c) for c in bisection.commits}
+        info = {c["sha"]: commit_info(c) for c in bisection.commits}
         bisection.result = outcome_json(state, final, info)
         bisection.outcome = final.kind
         bisection.builds, bisection.rounds = final.builds, final.rounds
@@ -390,8 +406,16 @@ def provider_for(bisection: Bisection, settings: Settings) -> BuildProvider:
 
 
 def measurer_for(bisection: Bisection, settings: Settings) -> Measurer:
-    """The measurer a bisection row names: its commands, or the suite."""
-    commands = bisection.config.get("measure", {}).get("commands")
+    """The measurer a bisection row names: its commands, or the suite; timed, or counted
+    (``config["measure"]["metric"] == "cpu_instructions"``: :mod:`workers.bisect.counts`)."""
+    measure = bisection.config.get("measure", {})
+    commands = measure.get("commands")
+    if measure.get("metric") == INSTRUCTIONS:
+        if commands:
+            return CommandCountMeasurer(commands, timeout_s=settings.count_process_timeout_s)
+        return SuiteCountMeasurer(
+            timeout_s=settings.count_process_timeout_s, warmup_steps=settings.count_warmup_steps
+        )
     if commands:
         return CommandMeasurer(commands, timeout_s=settings.suite_timeout_s)
     return SuiteMeasurer(timeout_s=settings.suite_timeout_s, threads=settings.suite_threads or 1)
@@ -469,10 +493,11 @@ class NightBisection:
 
 
 def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightBisection:
-    """Start, or report on, the bisection of a night's confirmed latency regressions.
+    """Start, or report on, the bisection of a night's confirmed regressions, by counting when
+    an instruction count regressed, else by latency (:func:`bisected_by`).
 
     Nothing is bisected (``NightBisection()``) without a stored commit range of two or more
-    commits, without reproduced latency regressions, or without a configured build provider
+    commits, without reproduced latency or count regressions, or without a configured build provider
     (``NIGHTBENCH_BISECT_PROVIDER`` with ``NIGHTBENCH_SOURCE_REPO_PATH`` or a wheel URL); the
     reason goes to the run's note.
 
@@ -498,7 +523,7 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
                     Alert.kind == "regression",
                     Regression.direction == "regression",
                     Regression.confirmation == Confirmation.REPRODUCED,
-                    Regression.metric == "latency",
+                    Regression.metric.in_(BISECT_METRICS),
                 )
                 .order_by(Regression.id)
             )
@@ -526,6 +551,7 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
             return NightBisection(pending=existing.status == BisectionStatus.RUNNING)
         if provider["kind"] == "python-overlay":
             provider["base_sha"] = commits[0]["sha"]
+        metric, regressions = bisected_by(regressions)
         benchmarks = sorted({r.benchmark for r in regressions})
         jobs = {
             j.benchmark: j.queue for j in session.scalars(select(Job).where(Job.run_id == run_id))
@@ -535,17 +561,18 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
             commits=commits,
             benchmarks=benchmarks,
             provider=provider,
-            config=night_search_config(settings),
+            config=night_search_config(settings, metric),
             repo=provider.get("repo"),
             run_id=run_id,
             alert_id=regressions[0].alert_id,
             regression_ids=[r.id for r in regressions],
             queue=jobs.get(benchmarks[0], "cpu"),
+            metric=metric,
         )
         _note(
             run,
             f"bisection {bisection.id}: {len(commits) - 1} commit(s), "
-            f"{len(benchmarks)} benchmark(s)",
+            f"{len(benchmarks)} benchmark(s), by {metric}",
         )
         bisection_id = bisection.id
     log.info(
@@ -558,14 +585,42 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
     return NightBisection(pending=True, steps=tuple(step(bisection_id)))
 
 
-def night_search_config(settings: Settings) -> SearchConfig:
-    """The search settings of a night's bisection: its latency regressions are slowdowns, so
-    the bad endpoint must measure slower (``SearchConfig.slower``)."""
+def bisected_by(regressions: Sequence[Regression]) -> tuple[str, list[Regression]]:
+    """What a night's bisection measures, and the regressions it is for.
+
+    A reproduced instruction-count regression is bisected by counting, which a busy host does
+    not move; a latency regression of the same benchmark goes with it (the work per step moved
+    with the time). Without one, the latency regressions are bisected by latency. A latency
+    regression of another benchmark, whose count did not move, is left to the range then.
+
+    Args:
+        regressions: the night's reproduced regressions of the metrics a bisection measures.
+
+    Returns:
+        ``(metric, regressions)``: ``cpu_instructions`` or ``latency``, and those it covers.
+    """
+    counted = {r.benchmark for r in regressions if r.metric == INSTRUCTIONS}
+    if not counted:
+        return "latency", [r for r in regressions if r.metric == "latency"]
+    return INSTRUCTIONS, [r for r in regressions if r.benchmark in counted]
+
+
+COUNT_SAMPLES = (3, 6)
+"""Samples a counted probe starts with and may double to: counts stray by a fraction of a
+percent between processes (docs/benchmarks.md, "Instruction counts"), so three suffice."""
+
+
+def night_search_config(settings: Settings, metric: str = "latency") -> SearchConfig:
+    """The search settings of a night's bisection: its regressions are slowdowns, so the bad
+    endpoint must measure higher (``SearchConfig.slower``); a counted bisection takes
+    :data:`COUNT_SAMPLES`."""
+    first, most = (
+        COUNT_SAMPLES
+        if metric == INSTRUCTIONS
+        else (settings.bisect_samples, max(settings.bisect_max_samples, settings.bisect_samples))
+    )
     return SearchConfig(
-        workers=settings.bisect_workers,
-        initial_samples=settings.bisect_samples,
-        max_samples=max(settings.bisect_max_samples, settings.bisect_samples),
-        slower=True,
+        workers=settings.bisect_workers, initial_samples=first, max_samples=most, slower=True
     )
 
 

@@ -38,7 +38,7 @@ from workers.bisect.failures import (
     start_failure_search,
 )
 from workers.bisect.measure import MeasureError, Measurer
-from workers.bisect.report import _commit_info
+from workers.bisect.report import commit_info
 from workers.bisect.state import ProbeRequest, ProbeResult
 from workers.builds.base import BuildEnvironment, BuildError
 from workers.builds.registry import KINDS
@@ -252,7 +252,7 @@ def failure_outcome_json(
     the night (``sha``, ``error``) and were stepped around."""
     culprits = []
     if result.culprit is not None:
-        info = _commit_info(commits[result.culprit])
+        info = commit_info(commits[result.culprit])
         culprits.append(
             {
                 "sha": info.sha,

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import shlex
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from service.errors import InvalidInput
+from service.metrics import BISECT_METRICS, INSTRUCTIONS
+from workers.bisect.counts import CommandCountMeasurer, SuiteCountMeasurer
 from workers.bisect.measure import (
     DEFAULT_MEASURE_TIMEOUT_S,
     CommandMeasurer,
@@ -301,11 +304,12 @@ def run_bisection(
             return state
         if on_round:
             on_round(state, requests)
+        began = time.monotonic()
         results = run_round(requests, build=build, measurer=measurer, workers=state.config.workers)
         if on_probe:
             for request, result in zip(requests, results, strict=True):
                 on_probe(request, result)
-        state = record_round(state, results)
+        state = record_round(state, results, seconds=time.monotonic() - began)
 
 
 def bisect_repository(
@@ -323,6 +327,7 @@ def bisect_repository(
     measure_timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S,
     on_round: RoundHook | None = None,
     on_probe: ProbeHook | None = None,
+    metric: str = "latency",
 ) -> BisectionReport:
     """Bisect ``good..bad`` of a local git repository to the commit(s) that moved latency.
 
@@ -342,6 +347,8 @@ def bisect_repository(
         measure_timeout_s: seconds one measuring process may take.
         on_round: called with the state and the requests before each round (progress).
         on_probe: called with each request and its result as it ends (progress).
+        metric: what a probe measures: ``latency`` (timed samples), or ``cpu_instructions``
+            (instructions counted under callgrind: :mod:`workers.bisect.counts`).
 
     Returns:
         The :class:`BisectionReport`.
@@ -352,7 +359,7 @@ def bisect_repository(
     """
     if bool(benchmarks) == bool(commands):
         raise InvalidInput("give either --benchmark MODEL:MODE:DEVICE or --command CMD (not both)")
-    names, measurer = _names_and_measurer(benchmarks, commands, measure_timeout_s)
+    names, measurer = _names_and_measurer(benchmarks, commands, measure_timeout_s, metric)
     commits = local_commit_range(repo, good, bad)
     provider = provider or CheckoutProvider(repo, install, work_dir=work_dir)
     state = start([c.sha for c in commits], names, config)
@@ -370,21 +377,34 @@ def bisect_repository(
 
 
 def _names_and_measurer(
-    benchmarks: Sequence[str], commands: Sequence[str], measure_timeout_s: float
+    benchmarks: Sequence[str], commands: Sequence[str], measure_timeout_s: float, metric: str
 ) -> tuple[tuple[str, ...], Measurer]:
-    """The benchmarks' names and their measurer: the suite's, or the commands'.
+    """The benchmarks' names and their measurer: the suite's, or the commands', timed for
+    ``latency`` and counted for ``cpu_instructions``.
 
     Raises:
-        InvalidInput: a malformed or repeated benchmark, an empty or repeated command.
+        InvalidInput: a malformed or repeated benchmark, an empty or repeated command, or a
+            metric a bisection cannot measure.
     """
+    if metric not in BISECT_METRICS:
+        raise InvalidInput(f"metric: must be one of {', '.join(BISECT_METRICS)}, got {metric!r}")
+    counted = metric == INSTRUCTIONS
     measurer: Measurer
     if benchmarks:
         names = tuple(parse_benchmark(b).name for b in benchmarks)
         if len(set(names)) != len(names):
             raise InvalidInput("a benchmark is given twice")
-        measurer = SuiteMeasurer(timeout_s=measure_timeout_s)
+        measurer = (
+            SuiteCountMeasurer(timeout_s=measure_timeout_s)
+            if counted
+            else SuiteMeasurer(timeout_s=measure_timeout_s)
+        )
     else:
         named = command_benchmarks(commands)
         names = tuple(named)
-        measurer = CommandMeasurer(named, timeout_s=measure_timeout_s)
+        measurer = (
+            CommandCountMeasurer(named, timeout_s=measure_timeout_s)
+            if counted
+            else CommandMeasurer(named, timeout_s=measure_timeout_s)
+        )
     return names, measurer

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from service.benchmarks import benchmark_name
-from service.errors import InvalidInput, NightbenchError
+from service.errors import InvalidInput, MeasureError
 from workers.builds.base import BuildEnvironment
 from workers.runner import run_suite
 
@@ -40,10 +40,6 @@ DEFAULT_MEASURE_TIMEOUT_S = 1800.0
 _MODES = ("train", "eval")
 _DEVICES = ("cpu", "cuda")
 _COMPILERS = ("eager", "inductor")
-
-
-class MeasureError(NightbenchError):
-    """A benchmark could not be measured at a probe (recorded as that benchmark's error)."""
 
 
 class Measurer(Protocol):
@@ -69,7 +65,8 @@ class Measurer(Protocol):
         ...  # pragma: no cover
 
 
-def _quiet_env(env: BuildEnvironment) -> dict[str, str]:
+def quiet_env(env: BuildEnvironment) -> dict[str, str]:
+    """The probe's environment for a measuring process: one thread unless set otherwise."""
     environ = env.environ()
     # One thread per process: probes share the machine, and thread counts move latency.
     environ.setdefault("OMP_NUM_THREADS", "1")
@@ -168,7 +165,7 @@ class SuiteMeasurer:
                 record holds an error or no latency samples.
         """
         b = parse_benchmark(benchmark)
-        environ = _quiet_env(env)
+        environ = quiet_env(env)
         environ["PYTHONPATH"] = os.pathsep.join(
             p for p in (environ.get("PYTHONPATH", ""), str(REPO_ROOT)) if p
         )
@@ -267,7 +264,7 @@ class CommandMeasurer:
                 ``{"samples": [positive numbers]}``.
         """
         command = self.commands[benchmark]
-        environ = _quiet_env(env)
+        environ = quiet_env(env)
         environ[SAMPLES_ENV] = str(samples)
         try:
             proc = subprocess.run(

@@ -81,7 +81,7 @@ def outcome_json(
     }
 
 
-def _commit_info(data: Mapping[str, Any]) -> CommitInfo:
+def commit_info(data: Mapping[str, Any]) -> CommitInfo:
     """A commit as the bisection's row stores it (:meth:`CommitInfo.as_json`), for the report."""
     from datetime import datetime
 

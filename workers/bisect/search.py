@@ -15,36 +15,43 @@ Method
 *Verdicts* follow Chromium's Pinpoint (catapult ``dashboard/pinpoint/models/compare/compare.py``
 and ``thresholds.py``): the p-value of two sets of raw samples is the smaller of the two-sided
 Mann–Whitney U and Kolmogorov–Smirnov tests; p ≤ 0.01 (the *low threshold*) is ``different``; p
-above a *high threshold* is ``same``; in between is ``unknown``, answered by measuring more
-samples. Pinpoint reads the high threshold from tables simulated for a given effect size in
-multiples of the IQR; here it is simulated from the endpoints themselves: the 99th percentile of
-the p-values that samples drawn (with replacement) from the *other* endpoint would give. Every
-probe is recorded with its verdicts against both endpoints; the endpoints must be ``different``
-for the regression to count as reproduced, and their medians at least ``min_change`` apart,
-in the regression's direction where it is known (``SearchConfig.slower``: a nightly bisects a
-slowdown, and endpoints that measure faster are not it).
-Without slots, a smaller change first has the endpoints' samples doubled up to the cap, in
-further rounds: one round's samples share one moment of the host, and a real +7.5% step judged
-on one round was called not reproduced in about one bisection in four
-(``benchmarks/bisection_endpoints.py``).
+above a *high threshold* (simulated from the endpoints) is ``same``; in between ``unknown``. They
+are recorded beside every probe; what decides is below.
+
+*Endpoints*: the change between them is an interval, not a midpoint the samples must not
+straddle. Measured apart (Celery workers), the Hodges–Lehmann shift of the log samples with its
+Mann–Whitney confidence interval (:func:`~workers.bisect.verdicts.shift_interval`); measured slot
+by slot (the local driver), the median per-slot ratio with its sign-test interval
+(:func:`~workers.bisect.verdicts.paired_shift_interval`). Both rest on ranks or signs, so a few
+samples descheduled to 5–13 times their level weigh as any other sample. The step is searched as
+soon as the interval lies beyond ``min_change`` in the direction bisected
+(``SearchConfig.slower``); otherwise the endpoints' samples double up to the cap (without slots
+a round is one moment of the host, and a real +7.5% step judged on one round was called not
+reproduced in about one bisection in four, ``benchmarks/bisection_endpoints.py``). At the cap,
+endpoints that differ at the test's level with an estimate of at least ``min_change`` are
+searched, a change within ``min_change`` (or the other way) is ``not_reproduced``, and only an
+interval that still straddles both zero and ``min_change`` is "too noisy".
 
 *References*: every round measures both endpoints again beside its probes (they are built
 already), and a probe is judged only against the endpoint samples of its own rounds
 (:func:`~workers.bisect.tracks.paired`), so a machine whose speed wanders between rounds moves a
-probe and its yardstick alike. The local driver goes further: it measures a round's commits slot by slot, one
-process of each back to back, and records each sample's slot; then each slot is a paired
+probe and its yardstick alike. The local driver measures a round's commits slot by slot, one
+process of each back to back, and records each sample's slot; each slot is then a paired
 comparison (:func:`paired_sides`), which cancels a machine that switches between two speeds
 from one second to the next (another tenant on the core, a clock that steps down).
 
-*Sides*: a probe is *good* when, slot by slot, a sign test at p ≤ 0.01 puts it on the good side
-of the midpoint between the endpoints measured beside it, *bad* in the mirror case. Without
-slots (probes measured on their own by Celery workers), it is *good* when it is ``different``
-from the bad endpoint and a sign test puts its samples on the good side of the midpoint between
-the endpoints' medians (:func:`nearer_side`), with the endpoints standing on their own sides of
-that midpoint (:func:`endpoints_apart`). ``same`` is not required: a probe measured after a drift
-is ``different`` from both endpoints, and one whose samples mix two speeds can pass as ``same``
-as either. Otherwise the probe is undecided: its samples are doubled up to a cap, and then it is
-left out of the search (the answer becomes an inconclusive, narrowed range, never a guess).
+*Sides*: slot by slot, a probe is *good* when a sign test puts it on the good side of the
+midpoint between the endpoints measured beside it in significantly many slots, *bad* in the
+mirror case. Without slots, it is *good* when the upper bounds of its shift intervals against
+both endpoints lie below the midpoint between them (half their Hodges–Lehmann shift, in log
+units), *bad* in the mirror case (:func:`~workers.bisect.verdicts.side_by_shift`); a drift of
+the host of less than half the step is tolerated. Otherwise the probe is undecided.
+
+*Samples where they are needed*: a commit starts with ``initial_samples``; an undecided one has
+them doubled up to ``max_samples`` (a group-sequential test with at most
+``SearchConfig.looks`` looks), and each look tests at ``alpha`` / looks
+(``SearchConfig.look_alpha``, Bonferroni), so a side decided at any look is wrong with
+probability at most ``alpha`` (0.01) whatever the number of looks taken.
 
 *Search*: binary search over the range in first-parent order, generalised to a (W+1)-ary search
 with W workers: each round probes W commits spread evenly over the remaining interval, so the
@@ -57,6 +64,18 @@ converge on different culprits are reported separately. A commit that fails to b
 in rounds of their own beside both endpoints; the culprit is named only when those fresh samples
 say the endpoints still differ, the parent is good, the child is bad, and the child differs from
 the parent in the regression's direction.
+
+*Recovery*: a failed verification is information, not an end. The parent, the candidate, the
+last commit judged good before the parent and the first judged bad after the candidate are
+measured again (``recheck``: ``max_samples`` each, fresh processes, one round beside both
+endpoints); their recheck then decides their side, and the search resumes inside the range its
+measurements still support, verifying whichever pair it closes on on samples taken after the
+recheck (Pinpoint's answer to an uncertain boundary: measure more there, within a budget).
+
+*Budget*: builds, samples and wall time (``SearchConfig.budget_*``). A benchmark whose budget
+is spent ends ``inconclusive``, naming the narrowest range its measurements support (an
+unverified pair widened to the commits judged good before it and bad after it). How the rules
+were measured: ``docs/bisection.md``.
 """
 
 from __future__ import annotations
@@ -74,6 +93,7 @@ from workers.bisect.state import (
     MEASURED,
     NOT_REPRODUCED,
     OUTCOMES,
+    RECHECK,
     REFERENCE,
     REFINE,
     SEARCH,
@@ -92,17 +112,16 @@ from workers.bisect.state import (
     start,
 )
 from workers.bisect.tracks import (
-    _batches,
-    _more,
-    _Track,
-    _track,
-    _values,
+    Track,
+    batches_of,
+    more_samples,
     paired,
     paired_direction,
     side_of,
+    track_of,
+    values_of,
 )
 from workers.bisect.verdicts import (
-    APART_ALPHA,
     BAD,
     DIFFERENT,
     GOOD,
@@ -118,7 +137,6 @@ from workers.bisect.verdicts import (
 )
 
 __all__ = [
-    "APART_ALPHA",
     "BAD",
     "CULPRIT",
     "CULPRITS",
@@ -130,6 +148,7 @@ __all__ = [
     "NOT_REPRODUCED",
     "OUTCOMES",
     "PAIRED_MIN_SLOTS",
+    "RECHECK",
     "REFERENCE",
     "REFINE",
     "SAME",
@@ -193,7 +212,7 @@ def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
         Requests, one per commit, in range order.
     """
     commits = state.commits
-    tracks = [_track(state, b) for b in state.benchmarks]
+    tracks = [track_of(state, b) for b in state.benchmarks]
     n = len(commits) - 1
     endpoint_tracks = [t for t in tracks if t.status == "endpoints"]
     if endpoint_tracks:
@@ -206,6 +225,7 @@ def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
     requests = _remeasurements(state, tracks)
     taken = {i for i, _ in requests}
     free = state.config.workers - sum(1 for _, e in requests if e["purpose"] == REFINE)
+    free = min(free, state.config.builds_allowed(n) - state.builds)
     searching = [t for t in tracks if t.status == "searching" and t.candidates]
     chosen = dict(requests + _new_probes(state, searching, free, taken))
     if chosen:
@@ -224,31 +244,34 @@ def _want(wanted: dict[int, dict], index: int, benchmark: str, samples: int, pur
     entry["samples"] = max(entry["samples"], samples)
 
 
-def _remeasurements(state: BisectionState, tracks: list[_Track]) -> list[tuple[int, dict]]:
-    """A verification's commits (all of them), then at most W re-measurements of undecided
-    probes: they need no new build. A verification's commits are measured in one round
-    whatever W is: their comparison needs them side by side in time."""
+def _remeasurements(state: BisectionState, tracks: list[Track]) -> list[tuple[int, dict]]:
+    """A verification's commits (all of them) and a recovery's rechecks, then at most W
+    re-measurements of undecided probes: they need no new build. A verification's commits are
+    measured in one round whatever W is: their comparison needs them side by side in time."""
     wanted: dict[int, dict] = {}
     for t in tracks:
         if t.status == "verifying":
             for index, more in t.verify_more:
                 _want(wanted, index, t.benchmark, more, VERIFY)
+        for index, more in t.recheck:
+            if index not in wanted or wanted[index]["purpose"] == RECHECK:
+                _want(wanted, index, t.benchmark, more, RECHECK)
     verifying = sorted(wanted.items())
     for t in tracks:
         for index in t.refine:
             have = len(paired(state, index, t.benchmark, (SEARCH, REFINE))[0])
             if index not in wanted or wanted[index]["purpose"] == REFINE:
-                _want(wanted, index, t.benchmark, _more(have, state.config), REFINE)
+                _want(wanted, index, t.benchmark, more_samples(have, state.config), REFINE)
     refining = sorted((i, e) for i, e in wanted.items() if e["purpose"] == REFINE)
     return verifying + refining[: state.config.workers]
 
 
 def _new_probes(
-    state: BisectionState, searching: list[_Track], free: int, taken: set[int]
+    state: BisectionState, searching: list[Track], free: int, taken: set[int]
 ) -> list[tuple[int, dict]]:
     """New commits to build, ``free`` of them, spread over the open intervals (the widest per
     slot first); ``taken`` gains the chosen indices."""
-    groups: dict[tuple[int, int], list[_Track]] = {}
+    groups: dict[tuple[int, int], list[Track]] = {}
     for t in searching:
         groups.setdefault((t.lo, t.hi), []).append(t)
     slots = {key: 0 for key in groups}
@@ -304,12 +327,15 @@ def _add_references(state: BisectionState, chosen: dict[int, dict], n: int) -> N
 # Recording
 
 
-def record_round(state: BisectionState, results: Iterable[ProbeResult]) -> BisectionState:
+def record_round(
+    state: BisectionState, results: Iterable[ProbeResult], *, seconds: float = 0.0
+) -> BisectionState:
     """Fold one round's measurements into a new state.
 
     Args:
         state: the state the round was planned from.
         results: one :class:`ProbeResult` per measured or skipped commit.
+        seconds: the round's wall time (s), counted against ``SearchConfig.budget_seconds``.
 
     Returns:
         The next state (``round`` + 1), with each probe recorded with its verdicts.
@@ -370,7 +396,12 @@ def record_round(state: BisectionState, results: Iterable[ProbeResult]) -> Bisec
                 state.round, r.sha, index, r.purpose, MEASURED, r.build_seconds, tuple(verdicts)
             )
         )
-    return replace(new_state, round=state.round + 1, probes=state.probes + tuple(records))
+    return replace(
+        new_state,
+        round=state.round + 1,
+        probes=state.probes + tuple(records),
+        seconds=state.seconds + max(seconds, 0.0),
+    )
 
 
 def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> BenchmarkVerdict:
@@ -381,15 +412,15 @@ def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> Be
     n = len(state.commits) - 1
     this_round = {state.round}  # the round being recorded
     if index in (0, n):
-        other = _values(_batches(state, n if index == 0 else 0, name), rounds=this_round)
+        other = values_of(batches_of(state, n if index == 0 else 0, name), rounds=this_round)
         if not other:
             return BenchmarkVerdict(name, taken, None, None, GOOD if index == 0 else BAD)
         verdict = compare(taken, other, alpha=cfg.alpha).verdict
         if index == 0:
             return BenchmarkVerdict(name, taken, None, verdict, GOOD)
         return BenchmarkVerdict(name, taken, verdict, None, BAD)
-    good = _values(_batches(state, 0, name), rounds=this_round)
-    bad = _values(_batches(state, n, name), rounds=this_round)
+    good = values_of(batches_of(state, 0, name), rounds=this_round)
+    bad = values_of(batches_of(state, n, name), rounds=this_round)
     if not good or not bad:
         return BenchmarkVerdict(name, taken, None, None, None)
     vs_good = compare(
@@ -398,7 +429,7 @@ def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> Be
     vs_bad = compare(
         taken, bad, alternative=good, alpha=cfg.alpha, power=cfg.power, resamples=cfg.resamples
     )
-    purposes = (VERIFY,) if r.purpose == VERIFY else (SEARCH, REFINE)
+    purposes = (r.purpose,) if r.purpose in (VERIFY, RECHECK) else (SEARCH, REFINE)
     side, _ = side_of(state, index, name, purposes, slower_is_bad=paired_direction(state, name))
     return BenchmarkVerdict(name, taken, vs_good.verdict, vs_bad.verdict, side)
 
@@ -413,7 +444,7 @@ def outcome(state: BisectionState) -> Outcome | None:
         return None
     commits = state.commits
     per: list[BenchmarkOutcome] = []
-    for t in (_track(state, b) for b in state.benchmarks):
+    for t in (track_of(state, b) for b in state.benchmarks):
         if t.status == CULPRIT:
             per.append(
                 BenchmarkOutcome(t.benchmark, CULPRIT, commits[t.hi], (commits[t.hi],), t.change)

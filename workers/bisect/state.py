@@ -21,12 +21,13 @@ CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED = (
 )
 OUTCOMES = (CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED)
 
-ENDPOINT, SEARCH, REFINE, VERIFY, REFERENCE = (
+ENDPOINT, SEARCH, REFINE, VERIFY, REFERENCE, RECHECK = (
     "endpoint",
     "search",
     "refine",
     "verify",
     "reference",
+    "recheck",
 )
 MEASURED, SKIPPED = "measured", "skipped"
 
@@ -52,6 +53,13 @@ class SearchConfig:
             regression; an endpoint change the other way is then not the regression, and ends
             ``not_reproduced`` (after the same doubling of samples as a change too small).
             None: either direction counts (a range given by hand).
+        budget_builds: distinct commits a benchmark's search may build, endpoints included;
+            None: ⌈log2(N+1)⌉ + 2 + 6 (the floor, the endpoints, and room for two recoveries).
+        budget_samples: samples of one benchmark over the whole bisection, every commit and
+            round together; None: 60 × ``max_samples``.
+        budget_seconds: wall time of the bisection's rounds (s, builds and measuring); None: no
+            limit. Once a budget is spent the benchmark ends ``inconclusive`` with the narrowest
+            range its measurements support.
     """
 
     workers: int = 1
@@ -63,6 +71,9 @@ class SearchConfig:
     min_change: float = 0.05
     verify: bool = True
     slower: bool | None = None
+    budget_builds: int | None = None
+    budget_samples: int | None = None
+    budget_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -80,6 +91,32 @@ class SearchConfig:
             )
         if self.min_change < 0:
             raise InvalidInput(f"min_change must not be negative, got {self.min_change}")
+        for name in ("budget_builds", "budget_samples", "budget_seconds"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise InvalidInput(f"{name} must be positive, got {value}")
+
+    @property
+    def looks(self) -> int:
+        """How often one commit's side can be tested as its samples double to the cap."""
+        return 1 + max(0, math.ceil(math.log2(self.max_samples / self.initial_samples)))
+
+    @property
+    def look_alpha(self) -> float:
+        """Each test's one-sided error rate: ``alpha`` spent evenly over :attr:`looks` (the
+        Bonferroni bound of a group-sequential test), so a side decided at any look is wrong
+        with probability at most ``alpha``."""
+        return self.alpha / self.looks
+
+    def builds_allowed(self, commits: int) -> int:
+        """The build budget for a range of ``commits`` commits after the good one."""
+        if self.budget_builds is not None:
+            return self.budget_builds
+        return floor_builds(commits) + 2 + 6
+
+    def samples_allowed(self) -> int:
+        """The sample budget of one benchmark."""
+        return self.budget_samples if self.budget_samples is not None else 60 * self.max_samples
 
 
 @dataclass(frozen=True)
@@ -93,7 +130,9 @@ class ProbeRequest:
         samples: how many new samples of each benchmark to take.
         purpose: ``endpoint`` | ``search`` | ``refine`` (more samples for an undecided probe) |
             ``verify`` (fresh samples of a parent or culprit) | ``reference`` (an endpoint
-            measured again beside the round's other probes).
+            measured again beside the round's other probes) | ``recheck`` (after a failed
+            verification, fresh samples of the commits nearest the boundary, which then decide
+            their side).
     """
 
     sha: str
@@ -194,6 +233,7 @@ class BisectionState:
         skipped: ``sha -> reason`` for commits that failed to build.
         errors: ``(sha, benchmark) -> reason`` for benchmarks that failed to measure.
         probes: every probe recorded, in order.
+        seconds: wall time of the rounds recorded (s), as the drivers report it.
     """
 
     commits: tuple[str, ...]
@@ -206,6 +246,7 @@ class BisectionState:
     skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     errors: Mapping[tuple[str, str], str] = field(default_factory=lambda: MappingProxyType({}))
     probes: tuple[ProbeRecord, ...] = ()
+    seconds: float = 0.0
 
     @property
     def good(self) -> str:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workers.bisect.state import (
     CULPRIT,
     ENDPOINT,
     INCONCLUSIVE,
     NOT_REPRODUCED,
+    RECHECK,
     REFINE,
     SEARCH,
     VERIFY,
@@ -26,18 +27,18 @@ from workers.bisect.state import (
 )
 from workers.bisect.verdicts import (
     BAD,
-    DIFFERENT,
     GOOD,
     PAIRED_MIN_SLOTS,
     UNDECIDED,
     Batch,
     Classification,
     Comparison,
+    Shift,
     compare,
-    endpoints_apart,
-    median_of,
     paired_shift,
+    paired_shift_interval,
     paired_sides,
+    shift_interval,
     sign_test,
     slot_levels,
 )
@@ -49,16 +50,23 @@ def classify(
 ) -> Classification:
     """:func:`workers.bisect.verdicts.classify` with the thresholds of ``config``."""
     return _classify(
-        samples, good, bad, alpha=config.alpha, power=config.power, resamples=config.resamples
+        samples,
+        good,
+        bad,
+        alpha=config.alpha,
+        power=config.power,
+        resamples=config.resamples,
+        side_alpha=config.look_alpha,
     )
 
 
 @dataclass(frozen=True)
-class _Track:
-    """One benchmark's standing (internal)."""
+class Track:
+    """One benchmark's standing, as :func:`track_of` reads it from the state."""
 
     benchmark: str
-    # "endpoints" | "not_reproduced" | "searching" | "verifying" | "culprit" | "inconclusive"
+    # "endpoints" | "not_reproduced" | "searching" | "verifying" | "rechecking" | "culprit" |
+    # "inconclusive"
     status: str
     lo: int = 0
     hi: int = 0
@@ -66,28 +74,31 @@ class _Track:
     refine: tuple[int, ...] = ()  # indices that need more samples
     endpoint_more: int = 0  # samples to add at both endpoints
     verify_more: tuple[tuple[int, int], ...] = ()  # (index, fresh samples to take)
+    recheck: tuple[tuple[int, int], ...] = ()  # (index, fresh samples) after a failed verification
     candidates: tuple[int, ...] = ()
     reason: str = ""
     change: float | None = None
 
 
-def _more(have: int, config: SearchConfig) -> int:
+def more_samples(have: int, config: SearchConfig) -> int:
     """Samples to add when doubling ``have`` (0 at the cap)."""
     if have >= config.max_samples:
         return 0
     return min(max(have, config.initial_samples), config.max_samples - have)
 
 
-def _batches(state: BisectionState, index: int, benchmark: str) -> tuple[Batch, ...]:
+def batches_of(state: BisectionState, index: int, benchmark: str) -> tuple[Batch, ...]:
+    """Every batch of ``benchmark`` measured at commit ``index``, in round order."""
     return state.samples.get((state.commits[index], benchmark), ())
 
 
-def _values(
+def values_of(
     batches: Iterable[Batch],
     *,
     rounds: Collection[int] | None = None,
     purposes: Collection[str] | None = None,
 ) -> tuple[float, ...]:
+    """The samples (ms) of ``batches`` taken in ``rounds`` for ``purposes`` (all when None)."""
     out: list[float] = []
     for batch in batches:
         if rounds is not None and batch.round not in rounds:
@@ -118,30 +129,84 @@ def paired(
         all three (an endpoint failed to measure beside the probe).
     """
     n = len(state.commits) - 1
-    own = [b for b in _batches(state, index, benchmark) if b.purpose in purposes]
+    own = [b for b in batches_of(state, index, benchmark) if b.purpose in purposes]
     rounds = {b.round for b in own}
-    rounds &= {b.round for b in _batches(state, 0, benchmark)}
-    rounds &= {b.round for b in _batches(state, n, benchmark)}
+    rounds &= {b.round for b in batches_of(state, 0, benchmark)}
+    rounds &= {b.round for b in batches_of(state, n, benchmark)}
     if rounds:
         return (
-            _values(own, rounds=rounds),
-            _values(_batches(state, 0, benchmark), rounds=rounds),
-            _values(_batches(state, n, benchmark), rounds=rounds),
+            values_of(own, rounds=rounds),
+            values_of(batches_of(state, 0, benchmark), rounds=rounds),
+            values_of(batches_of(state, n, benchmark), rounds=rounds),
         )
     return (
-        _values(own),
-        _values(_batches(state, 0, benchmark), purposes={ENDPOINT}),
-        _values(_batches(state, n, benchmark), purposes={ENDPOINT}),
+        values_of(own),
+        values_of(batches_of(state, 0, benchmark), purposes={ENDPOINT}),
+        values_of(batches_of(state, n, benchmark), purposes={ENDPOINT}),
     )
 
 
-def _track(state: BisectionState, benchmark: str) -> _Track:
+def track_of(state: BisectionState, benchmark: str) -> Track:
+    """Where ``benchmark`` stands in ``state``: read afresh from its samples every time.
+
+    A benchmark still measuring whose budget (:class:`SearchConfig`: samples, wall time) is
+    spent ends ``inconclusive`` with the range it had narrowed to.
+    """
+    track = _standing(state, benchmark)
+    if track.status not in OPEN:
+        return track
+    spent = budget_spent(state, benchmark)
+    if not spent:
+        return track
+    recoveries = len(
+        {
+            b.round
+            for sha in state.commits
+            for b in state.samples.get((sha, benchmark), ())
+            if b.purpose == RECHECK
+        }
+    )
+    if recoveries:
+        spent += f" after {recoveries} failed verification(s) and their rechecks"
+    reason = f"{spent}; {track.reason}" if track.reason else spent
+    lo, hi = track.lo, track.hi
+    if track.status == "verifying":
+        # A pair not verified is not a range the measurements support: widen it to the
+        # commits judged good before it and bad after it.
+        lo = max((i for i, s in track.sides.items() if s == GOOD and i < lo), default=0)
+        hi = min(
+            (i for i, s in track.sides.items() if s == BAD and i > hi),
+            default=len(state.commits) - 1,
+        )
+    return replace(track, status=INCONCLUSIVE, lo=lo, hi=hi, reason=reason, recheck=(), refine=())
+
+
+OPEN = ("endpoints", "searching", "verifying", "rechecking")
+"""The statuses of a benchmark still being measured."""
+
+
+def budget_spent(state: BisectionState, benchmark: str) -> str:
+    """Why the benchmark's sample or time budget is spent, or "" while it is not."""
+    cfg = state.config
+    taken = sum(
+        len(batch.values)
+        for sha in state.commits
+        for batch in state.samples.get((sha, benchmark), ())
+    )
+    if taken >= cfg.samples_allowed():
+        return f"the sample budget is spent ({taken} samples of {cfg.samples_allowed()})"
+    if cfg.budget_seconds is not None and state.seconds >= cfg.budget_seconds:
+        return f"the time budget is spent ({state.seconds:.0f} s of {cfg.budget_seconds:.0f} s)"
+    return ""
+
+
+def _standing(state: BisectionState, benchmark: str) -> Track:
     cfg, commits = state.config, state.commits
     n = len(commits) - 1
     for end in (0, n):
         if commits[end] in state.skipped:
             which = "good" if end == 0 else "bad"
-            return _Track(
+            return Track(
                 benchmark,
                 INCONCLUSIVE,
                 0,
@@ -150,7 +215,7 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
             )
         if (commits[end], benchmark) in state.errors:
             which = "good" if end == 0 else "bad"
-            return _Track(
+            return Track(
                 benchmark,
                 INCONCLUSIVE,
                 0,
@@ -158,59 +223,102 @@ def _track(state: BisectionState, benchmark: str) -> _Track:
                 reason=f"the {which} endpoint failed to measure: "
                 f"{state.errors[(commits[end], benchmark)]}",
             )
-    good = _values(_batches(state, 0, benchmark), purposes={ENDPOINT})
-    bad = _values(_batches(state, n, benchmark), purposes={ENDPOINT})
+    good = values_of(batches_of(state, 0, benchmark), purposes={ENDPOINT})
+    bad = values_of(batches_of(state, n, benchmark), purposes={ENDPOINT})
     if len(good) == 0 or len(bad) == 0:
-        return _Track(benchmark, "endpoints", 0, n, endpoint_more=cfg.initial_samples)
+        return Track(benchmark, "endpoints", 0, n, endpoint_more=cfg.initial_samples)
     levels = (
-        slot_levels(b for b in _batches(state, 0, benchmark) if b.purpose == ENDPOINT),
-        slot_levels(b for b in _batches(state, n, benchmark) if b.purpose == ENDPOINT),
+        slot_levels(b for b in batches_of(state, 0, benchmark) if b.purpose == ENDPOINT),
+        slot_levels(b for b in batches_of(state, n, benchmark) if b.purpose == ENDPOINT),
     )
-    if len(levels[0].keys() & levels[1].keys()) >= PAIRED_MIN_SLOTS:
-        return _paired_track(state, benchmark, len(good), len(bad), *levels)
-    endpoints = compare(bad, good, alpha=cfg.alpha)
-    change = (median_of(bad) - median_of(good)) / median_of(good) if median_of(good) else math.inf
-    if endpoints.verdict != DIFFERENT:
-        outcome, reason = (
-            NOT_REPRODUCED,
-            (
-                f"good and bad endpoints measure alike (p={endpoints.p_value:.3g} "
-                f"with {len(good)} and {len(bad)} samples)"
-            ),
+    common = sorted(levels[0].keys() & levels[1].keys())
+    if len(common) >= PAIRED_MIN_SLOTS:
+        ratios = [levels[1][k] / levels[0][k] for k in common]
+        shift = paired_shift_interval(ratios, alpha=cfg.look_alpha)
+        slower, faster, _ = paired_shift(levels[0], levels[1])
+        p = min(sign_test(slower, faster), sign_test(faster, slower))
+        # Slot by slot, a round's pairs cancel the host's moment: one round may conclude.
+        return _endpoint_check(state, benchmark, shift, p, len(good), len(bad), early=True)
+    shift = shift_interval(good, bad, alpha=cfg.look_alpha)
+    p = compare(bad, good, alpha=cfg.alpha).p_value
+    # Without slots a round is one moment of the host: only a step is concluded early.
+    return _endpoint_check(state, benchmark, shift, p, len(good), len(bad), early=False)
+
+
+def _endpoint_check(
+    state: BisectionState,
+    benchmark: str,
+    shift: Shift,
+    p: float,
+    good_count: int,
+    bad_count: int,
+    *,
+    early: bool,
+) -> Track:
+    """The endpoint check: the change's interval against ``min_change``.
+
+    The step is searched as soon as the interval lies beyond ``min_change`` in the direction
+    bisected. Otherwise the endpoints get more samples (doubling, to the cap); a change whose
+    interval excludes zero but lies within ``min_change``, or runs the wrong way, is concluded
+    at once when ``early`` (slot by slot) and at the cap otherwise. At the cap, endpoints that
+    differ at the test's level with an estimate of at least ``min_change`` are searched, and
+    an interval that still straddles both zero and ``min_change`` is "too noisy".
+    """
+    cfg = state.config
+    n = len(state.commits) - 1
+    sign = -1 if cfg.slower is False or (cfg.slower is None and shift.estimate < 0) else 1
+    est, low, high = shift.toward(sign)
+    least = math.log1p(cfg.min_change)
+    more = more_samples(min(good_count, bad_count), cfg)
+    interval = f"{_pct(shift.low)} to {_pct(shift.high)} at {1 - 2 * shift.alpha:.1%}"
+    counts = f"with {good_count} and {bad_count} samples"
+    slower_is_bad = sign > 0 if early else None
+    if low >= least:
+        return _search_track(state, benchmark, shift.estimate, slower_is_bad=slower_is_bad)
+    wrong_way = cfg.slower is not None and high < 0
+    below = low > 0 and high < least
+    outcome, reason = NOT_REPRODUCED, ""
+    if wrong_way:
+        reason = _wrong_way(shift.estimate, good_count, bad_count, bool(cfg.slower))
+    elif below:
+        reason = (
+            f"the endpoints differ by {shift.estimate:+.1%} {counts}, below the "
+            f"{cfg.min_change:.0%} that counts ({interval})"
         )
-    elif abs(change) < cfg.min_change:
-        outcome, reason = (
-            NOT_REPRODUCED,
-            (
-                f"the endpoints differ by {change:+.1%} with {len(good)} and "
-                f"{len(bad)} samples, below the {cfg.min_change:.0%} that counts"
-            ),
-        )
-    elif cfg.slower is not None and (change > 0) != cfg.slower:
-        outcome, reason = NOT_REPRODUCED, _wrong_way(change, len(good), len(bad), cfg.slower)
-    elif not endpoints_apart(good, bad):
-        outcome, reason = (
-            INCONCLUSIVE,
-            (
-                f"the endpoints' samples straddle the midpoint between them even "
-                f"with {cfg.max_samples} samples: too noisy to bisect"
-            ),
-        )
-    else:
-        return _search_track(state, benchmark, change, slower_is_bad=None)
-    # Not a step yet: measure the endpoints more (doubling, to the cap) before concluding.
-    more = _more(min(len(good), len(bad)), cfg)
+    if reason and early:
+        return Track(benchmark, outcome, 0, n, change=shift.estimate, reason=reason)
     if more:
-        return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-    return _Track(benchmark, outcome, 0, n, change=change, reason=reason)
+        return Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=shift.estimate)
+    if reason:
+        return Track(benchmark, outcome, 0, n, change=shift.estimate, reason=reason)
+    if low > 0 and est >= least:
+        return _search_track(state, benchmark, shift.estimate, slower_is_bad=slower_is_bad)
+    if low > 0:
+        reason = (
+            f"the endpoints differ by {shift.estimate:+.1%} {counts}, below the "
+            f"{cfg.min_change:.0%} that counts ({interval})"
+        )
+    elif high < least and low > -least:
+        reason = f"good and bad endpoints measure alike (p={p:.3g} {counts}; {interval})"
+    else:
+        outcome = INCONCLUSIVE
+        reason = (
+            f"the endpoints' change lies {interval} even {counts}: too noisy to tell it "
+            f"from the {cfg.min_change:.0%} that counts"
+        )
+    return Track(benchmark, outcome, 0, n, change=shift.estimate, reason=reason)
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1%}" if math.isfinite(value) else ("+inf" if value > 0 else "-inf")
 
 
 def paired_direction(state: BisectionState, benchmark: str) -> bool | None:
     """True when the bad endpoint is slower slot by slot, False when faster, None when the
     endpoints were not measured interleaved in enough slots (or show no significant shift)."""
     n = len(state.commits) - 1
-    good = slot_levels(b for b in _batches(state, 0, benchmark) if b.purpose == ENDPOINT)
-    bad = slot_levels(b for b in _batches(state, n, benchmark) if b.purpose == ENDPOINT)
+    good = slot_levels(b for b in batches_of(state, 0, benchmark) if b.purpose == ENDPOINT)
+    bad = slot_levels(b for b in batches_of(state, n, benchmark) if b.purpose == ENDPOINT)
     if len(good.keys() & bad.keys()) < PAIRED_MIN_SLOTS:
         return None
     slower, faster, _ = paired_shift(good, bad)
@@ -219,55 +327,6 @@ def paired_direction(state: BisectionState, benchmark: str) -> bool | None:
     if sign_test(faster, slower) <= state.config.alpha:
         return False
     return None
-
-
-def _paired_track(
-    state: BisectionState,
-    benchmark: str,
-    good_count: int,
-    bad_count: int,
-    good: Mapping[tuple[int, int], float],
-    bad: Mapping[tuple[int, int], float],
-) -> _Track:
-    """The endpoint check when the endpoints were measured interleaved: paired by slot."""
-    cfg = state.config
-    n = len(state.commits) - 1
-    slower, faster, change = paired_shift(good, bad)
-    p_slower, p_faster = sign_test(slower, faster), sign_test(faster, slower)
-    if min(p_slower, p_faster) > cfg.alpha:
-        more = _more(min(good_count, bad_count), cfg)
-        if more:
-            return _Track(benchmark, "endpoints", 0, n, endpoint_more=more, change=change)
-        return _Track(
-            benchmark,
-            NOT_REPRODUCED,
-            0,
-            n,
-            change=change,
-            reason=f"good and bad endpoints measure alike: the bad one was slower in "
-            f"{slower} and faster in {faster} of the slots measured side by "
-            f"side (p={min(p_slower, p_faster):.3g})",
-        )
-    if abs(change) < cfg.min_change:
-        return _Track(
-            benchmark,
-            NOT_REPRODUCED,
-            0,
-            n,
-            change=change,
-            reason=f"the endpoints differ by {change:+.1%} with {good_count} and "
-            f"{bad_count} samples, below the {cfg.min_change:.0%} that counts",
-        )
-    if cfg.slower is not None and (p_slower <= cfg.alpha) != cfg.slower:
-        return _Track(
-            benchmark,
-            NOT_REPRODUCED,
-            0,
-            n,
-            change=change,
-            reason=_wrong_way(change, good_count, bad_count, cfg.slower),
-        )
-    return _search_track(state, benchmark, change, slower_is_bad=p_slower <= cfg.alpha)
 
 
 def _wrong_way(change: float, good_count: int, bad_count: int, slower: bool) -> str:
@@ -308,7 +367,7 @@ def side_of(
     n = len(state.commits) - 1
     own = [
         b
-        for b in _batches(state, index, benchmark)
+        for b in batches_of(state, index, benchmark)
         if b.purpose in purposes and (rounds is None or b.round in rounds)
     ]
     count = sum(len(b.values) for b in own)
@@ -317,27 +376,35 @@ def side_of(
     if slower_is_bad is not None:
         taken = {b.round for b in own}
         levels = slot_levels(own)
-        good = slot_levels(b for b in _batches(state, 0, benchmark) if b.round in taken)
-        bad = slot_levels(b for b in _batches(state, n, benchmark) if b.round in taken)
+        good = slot_levels(b for b in batches_of(state, 0, benchmark) if b.round in taken)
+        bad = slot_levels(b for b in batches_of(state, n, benchmark) if b.round in taken)
         if len(levels.keys() & good.keys() & bad.keys()) >= PAIRED_MIN_SLOTS:
             near_good, near_bad = paired_sides(levels, good, bad, slower_is_bad=slower_is_bad)
-            if sign_test(near_good, near_bad) <= state.config.alpha:
+            if sign_test(near_good, near_bad) <= state.config.look_alpha:
                 return GOOD, count
-            if sign_test(near_bad, near_good) <= state.config.alpha:
+            if sign_test(near_bad, near_good) <= state.config.look_alpha:
                 return BAD, count
             return UNDECIDED, count
     taken_rounds = {b.round for b in own}
-    good_ref = _values(_batches(state, 0, benchmark), rounds=taken_rounds)
-    bad_ref = _values(_batches(state, n, benchmark), rounds=taken_rounds)
+    good_ref = values_of(batches_of(state, 0, benchmark), rounds=taken_rounds)
+    bad_ref = values_of(batches_of(state, n, benchmark), rounds=taken_rounds)
     if not good_ref or not bad_ref:
-        good_ref = _values(_batches(state, 0, benchmark), purposes={ENDPOINT})
-        bad_ref = _values(_batches(state, n, benchmark), purposes={ENDPOINT})
-    return classify(_values(own), good_ref, bad_ref, state.config).side, count
+        good_ref = values_of(batches_of(state, 0, benchmark), purposes={ENDPOINT})
+        bad_ref = values_of(batches_of(state, n, benchmark), purposes={ENDPOINT})
+    return classify(values_of(own), good_ref, bad_ref, state.config).side, count
+
+
+def searched_purposes(state: BisectionState, index: int, benchmark: str) -> tuple[str, ...]:
+    """The batches that place a commit during the search: its recheck's once it was rechecked
+    after a failed verification (fresh and larger, they supersede), else its search's."""
+    if any(b.purpose == RECHECK for b in batches_of(state, index, benchmark)):
+        return (RECHECK,)
+    return (SEARCH, REFINE)
 
 
 def _search_track(
     state: BisectionState, benchmark: str, change: float, *, slower_is_bad: bool | None
-) -> _Track:
+) -> Track:
     cfg, commits = state.config, state.commits
     n = len(commits) - 1
     sides: dict[int, str] = {0: GOOD, n: BAD}
@@ -348,13 +415,17 @@ def _search_track(
         if commits[index] in state.skipped or key in state.errors:
             continue
         side, count = side_of(
-            state, index, benchmark, (SEARCH, REFINE), slower_is_bad=slower_is_bad
+            state,
+            index,
+            benchmark,
+            searched_purposes(state, index, benchmark),
+            slower_is_bad=slower_is_bad,
         )
         if not count:
             continue
         have[index] = count
         sides[index] = side
-        if side == UNDECIDED and _more(count, cfg):
+        if side == UNDECIDED and more_samples(count, cfg):
             refine.append(index)
     goods = [i for i, s in sides.items() if s == GOOD]
     bads = [i for i, s in sides.items() if s == BAD]
@@ -364,9 +435,9 @@ def _search_track(
     if last_good > first_bad:
         # Not a single step: re-measure the probes that disagree before believing either.
         clash = [i for i in goods if i > first_bad] + [i for i in bads if i < last_good]
-        clash = [i for i in clash if 0 < i < n and _more(have[i], cfg)]
+        clash = [i for i in clash if 0 < i < n and more_samples(have[i], cfg)]
         if clash:
-            return _Track(
+            return Track(
                 benchmark,
                 "searching",
                 lo,
@@ -375,7 +446,7 @@ def _search_track(
                 refine=tuple(sorted(set(clash) | set(refine))),
                 change=change,
             )
-        return _Track(
+        return Track(
             benchmark,
             INCONCLUSIVE,
             lo,
@@ -395,30 +466,9 @@ def _search_track(
     )
     if hi == lo + 1:
         return _verify_track(state, benchmark, lo, hi, sides, change, slower_is_bad)
-    if not candidates and not inside_refine:
-        undecided = [i for i in range(lo + 1, hi) if sides.get(i) == UNDECIDED]
-        skipped = [i for i in range(lo + 1, hi) if commits[i] in state.skipped]
-        parts = []
-        if skipped:
-            parts.append(f"{len(skipped)} commit(s) failed to build")
-        if undecided:
-            parts.append(
-                f"{len(undecided)} commit(s) measured neither good nor bad "
-                f"with {cfg.max_samples} samples"
-            )
-        failed = [i for i in range(lo + 1, hi) if (commits[i], benchmark) in state.errors]
-        if failed:
-            parts.append(f"{len(failed)} commit(s) failed to measure")
-        return _Track(
-            benchmark,
-            INCONCLUSIVE,
-            lo,
-            hi,
-            sides=sides,
-            change=change,
-            reason="; ".join(parts) or "no commit left to probe",
-        )
-    return _Track(
+    if not inside_refine and (not candidates or state.builds >= cfg.builds_allowed(n)):
+        return _stuck(state, benchmark, lo, hi, sides, change, bool(candidates))
+    return Track(
         benchmark,
         "searching",
         lo,
@@ -430,6 +480,45 @@ def _search_track(
     )
 
 
+def _stuck(
+    state: BisectionState,
+    benchmark: str,
+    lo: int,
+    hi: int,
+    sides: Mapping[int, str],
+    change: float,
+    candidates: bool,
+) -> Track:
+    """A search that cannot go on inside ``(lo, hi]``: commits left to build but the build
+    budget spent, or none left that could be measured."""
+    cfg, commits = state.config, state.commits
+    parts = []
+    if candidates:
+        allowed = cfg.builds_allowed(len(commits) - 1)
+        parts.append(f"the build budget is spent ({state.builds} builds of {allowed})")
+    skipped = [i for i in range(lo + 1, hi) if commits[i] in state.skipped]
+    if skipped:
+        parts.append(f"{len(skipped)} commit(s) failed to build")
+    undecided = [i for i in range(lo + 1, hi) if sides.get(i) == UNDECIDED]
+    if undecided:
+        parts.append(
+            f"{len(undecided)} commit(s) measured neither good nor bad "
+            f"with {cfg.max_samples} samples"
+        )
+    failed = [i for i in range(lo + 1, hi) if (commits[i], benchmark) in state.errors]
+    if failed:
+        parts.append(f"{len(failed)} commit(s) failed to measure")
+    return Track(
+        benchmark,
+        INCONCLUSIVE,
+        lo,
+        hi,
+        sides=sides,
+        change=change,
+        reason="; ".join(parts) or "no commit left to probe",
+    )
+
+
 def _verify_track(
     state: BisectionState,
     benchmark: str,
@@ -438,28 +527,41 @@ def _verify_track(
     sides: Mapping[int, str],
     change: float,
     slower_is_bad: bool | None = None,
-) -> _Track:
+) -> Track:
     """Verification: fresh samples of the parent and the candidate, beside both endpoints.
 
     The parent and the candidate (or, for a one-commit range, the endpoints themselves) are
     measured again in rounds of their own, with both endpoints beside them; only those rounds'
-    samples decide.
+    samples decide: the rounds after the benchmark's latest recheck, so a pair verified again
+    after a recovery (:func:`_recover`) is judged on samples the failure did not see.
     """
     cfg, commits = state.config, state.commits
     if not cfg.verify:
-        return _Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
+        return Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
     n = len(commits) - 1
     targets = [i for i in (lo, hi) if 0 < i < n] or [0, n]
+    last_recheck = max(
+        (
+            b.round
+            for sha in commits
+            for b in state.samples.get((sha, benchmark), ())
+            if b.purpose == RECHECK
+        ),
+        default=-1,
+    )
     rounds = {
-        b.round for i in targets for b in _batches(state, i, benchmark) if b.purpose == VERIFY
+        b.round
+        for i in targets
+        for b in batches_of(state, i, benchmark)
+        if b.purpose == VERIFY and b.round > last_recheck
     }
     fresh = {
-        i: _values(_batches(state, i, benchmark), rounds=rounds) for i in sorted({0, lo, hi, n})
+        i: values_of(batches_of(state, i, benchmark), rounds=rounds) for i in sorted({0, lo, hi, n})
     }
     have = min(len(v) for v in fresh.values()) if rounds else 0
     if have < cfg.initial_samples:
         more = cfg.initial_samples - have
-        return _Track(
+        return Track(
             benchmark,
             "verifying",
             lo,
@@ -487,11 +589,11 @@ def _verify_track(
         )[0]
     )
     if ends_hold and parent_side == GOOD and child_side == BAD and step_holds:
-        return _Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
+        return Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
     contradicted = ends_hold and (parent_side == BAD or child_side == GOOD)
-    more = 0 if contradicted else _more(have, cfg)
+    more = 0 if contradicted else more_samples(have, cfg)
     if more:
-        return _Track(
+        return Track(
             benchmark,
             "verifying",
             lo,
@@ -501,19 +603,52 @@ def _verify_track(
             verify_more=tuple((i, more) for i in targets),
         )
     start, end = _unverified_range(sides, lo, hi, n, parent_side, child_side)
-    return _Track(
+    reason = (
+        f"verification failed: fresh samples put the parent {commits[lo][:10]} on the "
+        f"{parent_side} side and the candidate {commits[hi][:10]} on the {child_side} "
+        f"side (endpoints p={ends.p_value:.3g}, candidate against parent "
+        f"p={direct.p_value:.3g})"
+    )
+    return _recover(state, benchmark, lo, hi, (start, end), sides, change, reason)
+
+
+def _recover(
+    state: BisectionState,
+    benchmark: str,
+    lo: int,
+    hi: int,
+    believed: tuple[int, int],
+    sides: Mapping[int, str],
+    change: float,
+    reason: str,
+) -> Track:
+    """After a failed verification of ``(lo, hi]``: recheck the commits nearest the boundary.
+
+    The parent, the candidate, the last commit judged good before the parent and the first judged
+    bad after the candidate are measured again, ``max_samples`` each in fresh processes, in one
+    round beside both endpoints; their recheck then decides their side
+    (:func:`searched_purposes`) and the search resumes inside the range the measurements still
+    support, verifying whichever pair it closes on (Pinpoint's answer to an uncertain
+    boundary: measure more there, within a budget, rather than stop). A range with no commit
+    between its endpoints has nothing to recheck and ends ``inconclusive``; so does a benchmark
+    whose budget is spent (:func:`track_of`).
+    """
+    n = len(state.commits) - 1
+    before = max((i for i, s in sides.items() if s == GOOD and i < lo), default=0)
+    after = min((i for i, s in sides.items() if s == BAD and i > hi), default=n)
+    targets = sorted({i for i in (before, lo, hi, after) if 0 < i < n})
+    start, end = believed
+    if not targets:
+        return Track(benchmark, INCONCLUSIVE, start, end, sides=sides, change=change, reason=reason)
+    return Track(
         benchmark,
-        INCONCLUSIVE,
+        "rechecking",
         start,
         end,
         sides=sides,
         change=change,
-        reason=(
-            f"verification failed: fresh samples put the parent {commits[lo][:10]} on the "
-            f"{parent_side} side and the candidate {commits[hi][:10]} on the {child_side} "
-            f"side (endpoints p={ends.p_value:.3g}, candidate against parent "
-            f"p={direct.p_value:.3g})"
-        ),
+        recheck=tuple((i, state.config.max_samples) for i in targets),
+        reason=reason,
     )
 
 
@@ -566,26 +701,23 @@ def _fresh_checks(
     ends = compare(bad, good, alpha=cfg.alpha)
     direct = compare(child, parent, alpha=cfg.alpha)
     levels = {
-        i: slot_levels(b for b in _batches(state, i, benchmark) if b.round in rounds) for i in fresh
+        i: slot_levels(b for b in batches_of(state, i, benchmark) if b.round in rounds)
+        for i in fresh
     }
     common = set.intersection(*(set(v) for v in levels.values()))
     if slower_is_bad is not None and len(common) >= PAIRED_MIN_SLOTS:
         # Paired by slot: the endpoints, then the candidate against its parent.
         slower, faster, _ = paired_shift(levels[0], levels[n])
         ends_hold = (
-            sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) <= cfg.alpha
+            sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) <= cfg.look_alpha
         )
         slower, faster, _ = paired_shift(levels[lo], levels[hi])
         step_holds = (
-            sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) <= cfg.alpha
+            sign_test(*((slower, faster) if slower_is_bad else (faster, slower))) <= cfg.look_alpha
         )
     else:
-        ends_hold = (
-            ends.verdict == DIFFERENT
-            and (median_of(bad) - median_of(good)) * change > 0
-            and endpoints_apart(good, bad)
-        )
-        step_holds = (
-            direct.verdict == DIFFERENT and (median_of(child) - median_of(parent)) * change > 0
-        )
+        # The change's interval must exclude zero in the regression's direction.
+        sign = 1 if change > 0 else -1
+        ends_hold = shift_interval(good, bad, alpha=cfg.look_alpha).toward(sign)[1] > 0
+        step_holds = shift_interval(parent, child, alpha=cfg.look_alpha).toward(sign)[1] > 0
     return ends, direct, ends_hold, step_holds

@@ -3,13 +3,16 @@
 Pure statistics over raw samples (ms), no state: the bisection (:mod:`workers.bisect.search`) calls
 these. The methods and their sources are described in :mod:`workers.bisect.search`'s docstring:
 Pinpoint's ``different`` / ``same`` / ``unknown`` verdicts (min of Mann–Whitney U and
-Kolmogorov–Smirnov, p ≤ 0.01, with a simulated high threshold), a sign test against the
-midpoint between the endpoints, and the slot-by-slot paired comparison of commits measured
-back to back.
+Kolmogorov–Smirnov, p ≤ 0.01, with a simulated high threshold), reported beside each probe; and
+what decides: the Hodges–Lehmann shift of log latencies with its Mann–Whitney confidence
+interval for samples measured apart (:func:`shift_interval`, :func:`side_by_shift`), and for
+commits measured slot by slot, back to back, the sign test over slots with its interval of the
+median per-slot ratio (:func:`paired_sides`, :func:`paired_shift_interval`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,12 +26,6 @@ from service.errors import InvalidInput
 DIFFERENT, SAME, UNKNOWN = "different", "same", "unknown"
 VERDICTS = (DIFFERENT, SAME, UNKNOWN)
 GOOD, BAD, UNDECIDED = "good", "bad", "undecided"
-
-APART_ALPHA = 0.05
-"""Sign-test level at which two endpoints' samples stand on their own sides of the midpoint.
-
-Looser than the verdicts' 0.01 on purpose: it checks that the midpoint is trustworthy, and with
-ten samples 0.01 would let no sample at all fall on the wrong side."""
 
 
 def median_of(values: Sequence[float]) -> float:
@@ -177,29 +174,6 @@ class Classification:
     vs_bad: Comparison
 
 
-def side_p_value(samples: Sequence[float], midpoint: float, *, above: bool) -> float:
-    """One-sided sign test: p-value that the samples lie above (or below) ``midpoint``.
-
-    The sign test counts samples on each side and nothing else, so a few samples slowed by
-    something outside the code (another process on the core) weigh as one sample each,
-    however slow. Samples equal to the midpoint are dropped.
-
-    Args:
-        samples: raw samples (ms).
-        midpoint: the value to test against (ms).
-        above: test for "above" (True) or "below" (False).
-
-    Returns:
-        P(X >= k) for X ~ Binomial(n, 1/2), k the samples on the tested side; 1.0 when n = 0.
-    """
-    x = np.asarray(samples, dtype=float)
-    hits = int(np.sum(x > midpoint) if above else np.sum(x < midpoint))
-    n = int(np.sum(x != midpoint))
-    if n == 0:
-        return 1.0
-    return float(stats.binom.sf(hits - 1, n, 0.5))
-
-
 PAIRED_MIN_SLOTS = 7
 """Fewest slots a paired sign test needs to reach p <= 0.01 (all seven on one side: 1/128)."""
 
@@ -270,56 +244,141 @@ def paired_shift(
     return slower, faster, change
 
 
-def midpoint(good: Sequence[float], bad: Sequence[float]) -> float:
-    """Halfway between the endpoints' medians (ms)."""
-    return (median_of(good) + median_of(bad)) / 2
+@dataclass(frozen=True)
+class Shift:
+    """A relative change and its confidence interval (fractions: 0.08 is 8% slower).
+
+    Attributes:
+        estimate: the change's point estimate.
+        low: the interval's lower bound (``-1`` when too few samples bound it).
+        high: the interval's upper bound (``inf`` when too few samples bound it).
+        alpha: each bound's one-sided error rate (the interval covers with 1 - 2 alpha).
+    """
+
+    estimate: float
+    low: float
+    high: float
+    alpha: float
+
+    def toward(self, sign: int) -> tuple[float, float, float]:
+        """``(estimate, low, high)`` in log units, read in the direction ``sign`` (+1: slower)."""
+        est, low, high = (
+            math.log1p(v) if v > -1 else -math.inf for v in (self.estimate, self.low, self.high)
+        )
+        return (est, low, high) if sign > 0 else (-est, -high, -low)
 
 
-def nearer_side(
-    samples: Sequence[float], good: Sequence[float], bad: Sequence[float], *, alpha: float = 0.01
+def _bounds(ordered: np.ndarray, k: int) -> tuple[float, float]:
+    """The k-th smallest and k-th largest of ``ordered`` (1-based), unbounded when k < 1."""
+    if k < 1:
+        return -math.inf, math.inf
+    return float(ordered[k - 1]), float(ordered[len(ordered) - k])
+
+
+def shift_interval(
+    reference: Sequence[float], samples: Sequence[float], *, alpha: float = 0.01
+) -> Shift:
+    """The change of ``samples`` against ``reference`` with a distribution-free interval.
+
+    Method: the Hodges–Lehmann estimate of the shift between the log samples (the median of the
+    m·n pairwise differences) and its confidence interval from the Mann–Whitney distribution
+    (the k-th smallest and largest pairwise difference, k from the normal approximation of U,
+    good from about 8 samples a side); Hollander, Wolfe & Chicken, *Nonparametric Statistical
+    Methods* (3rd ed., 2014), §4.3. Ranks make it robust to heavy tails: a sample descheduled to
+    ten times its level moves the interval no more than one at twice it.
+
+    Args:
+        reference: samples (ms) of the reference, e.g. the good endpoint; all positive.
+        samples: samples (ms) of the commit compared, same unit.
+        alpha: each bound's one-sided error rate.
+
+    Returns:
+        The :class:`Shift` of ``samples`` relative to ``reference``.
+
+    Raises:
+        InvalidInput: a sample set is empty.
+    """
+    if len(reference) == 0 or len(samples) == 0:
+        raise InvalidInput("shift_interval: both sample sets need at least one sample")
+    x = np.log(np.asarray(reference, dtype=float))
+    y = np.log(np.asarray(samples, dtype=float))
+    d = np.sort((y[:, None] - x[None, :]).ravel())
+    m, n = len(x), len(y)
+    z = float(stats.norm.isf(alpha))
+    k = math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12))
+    low, high = _bounds(d, k)
+    return Shift(math.expm1(float(np.median(d))), math.expm1(low), math.expm1(high), alpha)
+
+
+def paired_shift_interval(ratios: Sequence[float], *, alpha: float = 0.01) -> Shift:
+    """The median of per-slot ratios (commit over reference, measured back to back) and its
+    sign-test interval.
+
+    Method: the order-statistic interval of the median from the binomial distribution, the
+    interval that inverts the sign test (Hollander, Wolfe & Chicken 2014, §3.6): exact, and as
+    blind to how far a disturbed slot strays as the sign test itself.
+
+    Args:
+        ratios: per slot, the commit's level over the reference's (positive).
+        alpha: each bound's one-sided error rate.
+
+    Returns:
+        The :class:`Shift` (estimate: the median ratio - 1).
+
+    Raises:
+        InvalidInput: no ratio.
+    """
+    if len(ratios) == 0:
+        raise InvalidInput("paired_shift_interval: no slot to compare")
+    r = np.sort(np.asarray(ratios, dtype=float))
+    n = len(r)
+    k = 0  # the largest k with P(Binomial(n, 1/2) <= k - 1) <= alpha
+    while stats.binom.cdf(k, n, 0.5) <= alpha:
+        k += 1
+    low, high = _bounds(r, k)
+    return Shift(float(np.median(r)) - 1, low - 1, high - 1, alpha)
+
+
+def side_by_shift(
+    samples: Sequence[float],
+    good: Sequence[float],
+    bad: Sequence[float],
+    *,
+    alpha: float = 0.01,
 ) -> str:
-    """Which endpoint the probe is significantly nearer to: a sign test against the midpoint.
+    """Which side of the midpoint between the endpoints a probe lies on, by two intervals.
 
-    The probe is ``good`` when a one-sided sign test puts its samples on the good endpoint's
-    side of the midpoint between the endpoints' medians at ``alpha``, ``bad`` on the other
-    side, else ``undecided``. It tolerates a drift of the machine's speed of up to half the
-    regression between the endpoints' measurement and the probe's, which the two-sided
-    verdicts (rightly) call ``different`` from both endpoints, and a minority of samples slowed
-    by other work.
+    The endpoints' Hodges–Lehmann shift (:func:`shift_interval`) puts the midpoint halfway
+    between them in log units. The probe is ``good`` when the upper bound of its shift against
+    the good endpoint lies below that midpoint and so does the upper bound of its shift against
+    the bad endpoint (measured from the bad side), ``bad`` in the mirror case: each claim is a
+    one-sided test at ``alpha`` that the probe lies on its side, made from both yardsticks so an
+    error in the midpoint's estimate does not decide alone. ``undecided`` otherwise (also when
+    the endpoints do not differ at ``alpha``: there is no yardstick). A drift of the host of
+    less than half the step between the endpoints' rounds and the probe's is tolerated.
 
     Args:
         samples: the probe's samples (ms).
-        good: the good endpoint's samples.
-        bad: the bad endpoint's samples.
-        alpha: significance of the one-sided test.
+        good: the good endpoint's samples, measured beside it.
+        bad: the bad endpoint's samples, measured beside it.
+        alpha: each test's one-sided error rate.
 
     Returns:
         ``good`` | ``bad`` | ``undecided``.
     """
-    mid = midpoint(good, bad)
-    slower_is_bad = median_of(bad) > median_of(good)
-    if side_p_value(samples, mid, above=not slower_is_bad) <= alpha:
+    ends = shift_interval(good, bad, alpha=alpha)
+    sign = 1 if ends.estimate >= 0 else -1
+    step, step_low, _ = ends.toward(sign)
+    if step_low <= 0:
+        return UNDECIDED
+    half = step / 2
+    _, vs_good_low, vs_good_high = shift_interval(good, samples, alpha=alpha).toward(sign)
+    _, vs_bad_low, vs_bad_high = shift_interval(bad, samples, alpha=alpha).toward(sign)
+    if vs_good_high < half and vs_bad_high < -half:
         return GOOD
-    if side_p_value(samples, mid, above=slower_is_bad) <= alpha:
+    if vs_good_low > half and vs_bad_low > -half:
         return BAD
     return UNDECIDED
-
-
-def endpoints_apart(
-    good: Sequence[float], bad: Sequence[float], *, alpha: float = APART_ALPHA
-) -> bool:
-    """True when each endpoint's samples lie, by the sign test, on its own side of the midpoint.
-
-    Endpoints measured while the machine was busy can straddle the midpoint (a bad endpoint
-    with half its samples at twice the speed of the rest); every probe is placed against them,
-    so they get more samples until they stand apart.
-    """
-    mid = midpoint(good, bad)
-    slower_is_bad = median_of(bad) > median_of(good)
-    return (
-        side_p_value(good, mid, above=not slower_is_bad) <= alpha
-        and side_p_value(bad, mid, above=slower_is_bad) <= alpha
-    )
 
 
 def classify(
@@ -330,15 +389,15 @@ def classify(
     alpha: float = 0.01,
     power: float = 0.99,
     resamples: int = 200,
+    side_alpha: float | None = None,
 ) -> Classification:
     """Place a probe on the good or bad side from its samples.
 
-    A probe is ``good`` when it is ``different`` from the bad endpoint and significantly nearer
-    the good one than the midpoint (:func:`nearer_side`), ``bad`` in the mirror case, and
-    ``undecided`` otherwise (it then gets more samples). The verdict against its own side is
-    reported but not required to be ``same``: a machine that drifted since the endpoints were
+    The side is :func:`side_by_shift`'s (intervals of the shift against each endpoint, read
+    against the midpoint between them); the verdicts of :func:`compare` against each endpoint
+    are reported beside it and decide nothing: a machine that drifted since the endpoints were
     measured makes a probe ``different`` from both, and a probe whose samples are a mixture of
-    two speeds (a busy machine) can pass as ``same`` as one side while sitting on neither.
+    two speeds can pass as ``same`` as one side while sitting on neither.
 
     Args:
         samples: the probe's samples (ms).
@@ -347,19 +406,12 @@ def classify(
         alpha: the low threshold of :func:`compare`.
         power: the high threshold's quantile (:func:`compare`).
         resamples: redraws for the high threshold (:func:`compare`).
+        side_alpha: the side's one-sided error rate (default ``alpha``).
 
     Returns:
         The verdicts against each endpoint and the side: ``good`` | ``bad`` | ``undecided``.
     """
     vs_good = compare(samples, good, alternative=bad, alpha=alpha, power=power, resamples=resamples)
     vs_bad = compare(samples, bad, alternative=good, alpha=alpha, power=power, resamples=resamples)
-    near = nearer_side(samples, good, bad, alpha=alpha)
-    if not endpoints_apart(good, bad):
-        side = UNDECIDED  # the endpoints beside it straddle their midpoint: no yardstick
-    elif near == GOOD and vs_bad.verdict == DIFFERENT:
-        side = GOOD
-    elif near == BAD and vs_good.verdict == DIFFERENT:
-        side = BAD
-    else:
-        side = UNDECIDED
+    side = side_by_shift(samples, good, bad, alpha=alpha if side_alpha is None else side_alpha)
     return Classification(side=side, vs_good=vs_good, vs_bad=vs_bad)

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.errors import InvalidInput, NightbenchError
+from service.errors import BuildError, InvalidInput
 
 if TYPE_CHECKING:
     from service.config import Settings
@@ -65,36 +65,6 @@ logger = logging.getLogger(__name__)
 BUILD_RECORD = "build.json"
 DEFAULT_TIMEOUT_S = 3 * 3600.0
 _LOG_TAIL_LINES = 25
-
-
-class BuildError(NightbenchError):
-    """A commit could not be made runnable; the bisection skips it and reports why.
-
-    Attributes:
-        sha: the commit.
-        log: the tail of the build's output (may be empty).
-    """
-
-    status_code = 500
-
-    def __init__(self, sha: str, message: str, *, log: str = "") -> None:
-        super().__init__(f"{sha[:10]}: {message}")
-        self.sha = sha
-        self.reason = message
-        self.log = log
-
-    def detail(self, limit: int = 2000) -> str:
-        """The reason in full, then as much of the log's end as fits in ``limit`` characters.
-
-        The reason (what failed: ``install command 'pip install -e .' exited with status 2``)
-        is never cut; a long traceback in the log is trimmed from its start, where the frames
-        that matter least are.
-        """
-        if not self.log:
-            return self.reason
-        room = max(limit - len(self.reason) - 1, 0)
-        log = self.log.strip()
-        return f"{self.reason}\n{log[-room:] if room else ''}".strip()
 
 
 @dataclass(frozen=True)

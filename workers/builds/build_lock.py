@@ -31,7 +31,10 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from service.errors import InfrastructureError, InvalidInput
+from service.errors import (
+    EnvironmentBuildError,
+    InvalidTorchSpec,
+)
 from service.results.records import torch_variant
 
 __all__ = [
@@ -83,14 +86,6 @@ _RECORD_SCRIPT = (
     "r = [p for p in d.files or () if p.name == 'RECORD' and p.parent.name.endswith('.dist-info')]; "
     "print(d.locate_file(r[0]) if r else '')"
 )
-
-
-class InvalidTorchSpec(InvalidInput):
-    """The torch spec is not one pinned torch build (or names a build no index has)."""
-
-
-class EnvironmentBuildError(InfrastructureError):
-    """Creating the venv or installing into it failed for a reason other than the spec."""
 
 
 @dataclass(frozen=True)

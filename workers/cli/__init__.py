@@ -15,6 +15,7 @@ from rich.table import Table
 
 from service.config import get_settings
 from service.errors import NightbenchError
+from service.metrics import ALERT_METRICS
 from suite.model_info import TORCHBENCH_PREFIX
 from workers.cli.common import console, err_console, fit_to_output, with_unit
 from workers.cli.common import csv as _csv
@@ -174,7 +175,7 @@ def nightly(
     suite: SuiteOpt = "own",
     torchbench: TorchbenchOpt = None,
 ) -> None:
-    """Run tonight's check: measure, store, detect, confirm and report (embedded by default)."""
+    """Run tonight's check: measure, detect, confirm, report (embedded by default)."""
     if device not in ("cpu", "cuda"):
         _fail(f"--device must be cpu or cuda, got {device!r}")
     models = _suite_models(suite, torchbench, models)
@@ -209,8 +210,11 @@ def dispatch(
     suite: SuiteOpt = "own",
     torchbench: TorchbenchOpt = None,
 ) -> None:
-    """Create tonight's runs and enqueue one task per benchmark on its device class's queue;
-    warn (stderr) of each queue that no worker listens to, with what waits there."""
+    """Create tonight's runs and enqueue one task per benchmark.
+
+    Each benchmark goes to its device class's queue; a queue that no worker listens to is
+    warned of (stderr), with what waits there.
+    """
     from workers.night import plan as night_mod
 
     models = _suite_models(suite, torchbench, models)
@@ -359,7 +363,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for res in data["results"]:
-        if res["metric"] not in ("latency", "cpu_peak_mem", "gpu_peak_mem") and not res["error"]:
+        if res["metric"] not in ALERT_METRICS and not res["error"]:
             continue
         change = f"{res['change'] * 100:+.1f}" if res["change"] is not None else "—"
         verdict = res["verdict"] if not res["error"] else "error (below)"
@@ -582,7 +586,9 @@ app.add_typer(export_app, name="export")
 export_app.command("torchbench")(_torchbench_cli.export_torchbench)
 
 torchbench_app = typer.Typer(
-    help="A TorchBench checkout: its models' requirements.", no_args_is_help=True
+    help="A TorchBench checkout: its models' requirements, and which of them run here.",
+    no_args_is_help=True,
 )
 app.add_typer(torchbench_app, name="torchbench")
 torchbench_app.command("install")(_torchbench_cli.install_torchbench)
+torchbench_app.command("check")(_torchbench_cli.check_torchbench)

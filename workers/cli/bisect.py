@@ -66,13 +66,30 @@ def bisect(
         typer.Option(help='install command run in each probe\'s checkout, e.g. "pip install -e ."'),
     ] = "",
     workers: Annotated[int, typer.Option(min=1, max=64, help="commits probed per round")] = 1,
-    samples: Annotated[int, typer.Option(min=3, help="samples per benchmark per probe")] = 12,
-    max_samples: Annotated[int, typer.Option(min=3, help="cap when doubling samples")] = 48,
+    samples: Annotated[
+        int | None,
+        typer.Option(min=3, help="samples per benchmark per probe (default 12; counted: 3)"),
+    ] = None,
+    max_samples: Annotated[
+        int | None, typer.Option(min=3, help="cap when doubling samples (default 48; counted: 6)")
+    ] = None,
     min_change: Annotated[
         float,
         typer.Option(min=0.0, help="endpoints closer than this fraction count as not reproduced"),
     ] = 0.05,
     direction: Annotated[Direction, typer.Option(help=_DIRECTION_HELP)] = Direction.either,
+    budget_builds: Annotated[
+        int | None,
+        typer.Option(min=2, help="commits a benchmark may build (default: ⌈log2(N+1)⌉ + 8)"),
+    ] = None,
+    budget_samples: Annotated[
+        int | None,
+        typer.Option(min=1, help="samples of one benchmark in all (default: 60 × max-samples)"),
+    ] = None,
+    budget_seconds: Annotated[
+        float | None,
+        typer.Option(min=1.0, help="wall time of the bisection's rounds, s (default: no limit)"),
+    ] = None,
     provider: Annotated[
         str, typer.Option(help="build provider: checkout | python-overlay | wheel")
     ] = "checkout",
@@ -94,11 +111,25 @@ def bisect(
     ] = None,
     keep_builds: Annotated[bool, typer.Option(help="leave the builds on disk")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="what each probe measures: latency, or cpu_instructions (counted under "
+            "valgrind's callgrind: the command's toggled windows, or its whole run)"
+        ),
+    ] = "latency",
 ) -> None:
-    """Bisect GOOD..BAD of a local repository to the commit(s) that changed benchmarks' latency."""
+    """Bisect GOOD..BAD of a local repository to the commits that changed latency."""
+    from service.metrics import BISECT_METRICS, INSTRUCTIONS
     from workers.bisect.local_driver import bisect_repository
     from workers.bisect.search import floor_builds
 
+    if metric not in BISECT_METRICS:
+        _fail(f"--metric must be one of {', '.join(BISECT_METRICS)}, got {metric!r}")
+        return
+    counted = metric == INSTRUCTIONS  # near-deterministic: few samples, one process a probe
+    samples = samples or (3 if counted else 12)
+    max_samples = max_samples or (6 if counted else 48)
     try:
         config, commits, builder = _bisect_inputs(
             repo,
@@ -109,6 +140,7 @@ def bisect(
             max_samples=max_samples,
             min_change=min_change,
             slower=direction is Direction.slower,
+            budget=(budget_builds, budget_samples, budget_seconds),
             provider=provider,
             install=install,
             wheel_url=wheel_url,
@@ -138,6 +170,7 @@ def bisect(
                 keep_builds=keep_builds,
                 on_round=on_round,
                 on_probe=on_probe,
+                metric=metric,
             )
         except NightbenchError as exc:
             _fail(exc.message)
@@ -156,6 +189,7 @@ def _bisect_inputs(
     max_samples: int,
     min_change: float,
     slower: bool,
+    budget: tuple[int | None, int | None, float | None] = (None, None, None),
     provider: str,
     install: str,
     wheel_url: str | None,
@@ -164,7 +198,8 @@ def _bisect_inputs(
     work_dir: Path | None,
 ) -> tuple[SearchConfig, list[CommitInfo], BuildProvider]:
     """The options of ``nightbench bisect`` checked: the search settings, the commit range and
-    the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``).
+    the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``);
+    ``budget``: builds, samples and seconds (``SearchConfig.budget_*``, None: the default).
 
     Raises:
         NightbenchError: an option is out of range, the commit range or the provider is bad.
@@ -179,6 +214,9 @@ def _bisect_inputs(
         max_samples=max(max_samples, samples),
         min_change=min_change,
         slower=True if slower else None,
+        budget_builds=budget[0],
+        budget_samples=budget[1],
+        budget_seconds=budget[2],
     )
     commits = local_commit_range(repo, good, bad)
     builder = make_provider(
@@ -349,9 +387,11 @@ def resume(
         int, typer.Argument(help="the bisection, as `nightbench status` lists it")
     ],
 ) -> None:
-    """Send a running bisection's unfinished probes to its queue again (after an outage, or when
-    `nightbench status` says its probes have waited a day), or plan its next round when none is
-    left."""
+    """Send a running bisection's unfinished probes to its queue again.
+
+    After an outage, or when `nightbench status` says its probes have waited a day; when no
+    probe is left unfinished, its next round is planned instead.
+    """
     from workers.bisect.celery_driver import resume as resume_bisection
 
     try:

@@ -8,6 +8,8 @@ import sys
 import typer
 from rich.console import Console
 
+from service.metrics import format_value
+
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
 # Rich draws for 80 columns when the output is not a terminal (a CI log, a file, `make nightly
@@ -40,9 +42,5 @@ def csv(value: str | None) -> list[str] | None:
 
 
 def with_unit(value: float | None, unit: str) -> str:
-    """A value for a table: ms with two decimals, bytes as MiB, ``—`` for None."""
-    if value is None:
-        return "—"
-    if unit == "bytes":
-        return f"{value / 2**20:,.1f} MiB"
-    return f"{value:,.2f} ms" if unit == "ms" else f"{value:,.3g} {unit}"
+    """A value for a table, in its unit as the metric table prints it (``—`` for None)."""
+    return format_value(value, unit)

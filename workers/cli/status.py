@@ -18,13 +18,16 @@ def status(
         bool, typer.Option("--json", help="print JSON (as GET /api/status)")
     ] = False,
 ) -> None:
-    """Each machine class's last night, the open runs (overdue ones in red), the workers seen in
+    """The system's state and its problems (exit status 1 when there is one).
+
+    Each machine class's last night, the open runs (overdue ones in red), the workers seen in
     the last hour, the filings pending (failing ones in red), the queue lengths (and, when a
-    queue holds messages, the workers listening to it; none in red), the stability
-    verdicts the nightly re-check changed in the last week, the bisections running (over a day
-    in red), the benchmarks marked unstable now
-    (and from which regression each still alerts), and the problems; exits 1 when there is a
-    problem, so a cron job can page."""
+    queue holds messages, the workers listening to it; none in red), the stability verdicts
+    the nightly re-check changed in the last week, the bisections running (over a day in red),
+    the benchmarks marked unstable now (and from which regression each still alerts), and the
+    problems. A section with nothing in it says "none". Exits 1 when there is a problem, so a
+    cron job can page.
+    """
     from service.config import get_settings
     from service.db import session_scope
     from service.status.service import system_status
@@ -43,7 +46,8 @@ def status(
         raise typer.Exit(1 if state.problems else 0)
     console = Console()
     for table in _tables(state):
-        console.print(table)
+        # An empty section is one line, not a table of headers.
+        console.print(table if table.row_count else f"[bold]{table.title}[/]: none")
     if state.unstable:
         console.print(f"[yellow]{escape(_unstable_line(state))}[/]")
     for line in state.problems:
@@ -157,7 +161,9 @@ def _unstable_line(state: Any) -> str:
         else f"{u.benchmark} never"
         for u in state.unstable
     )
+    still = sorted({m for u in state.unstable for m in getattr(u, "still_alerts_on", ())})
     return (
         f"{len(state.unstable)} of {state.judged} benchmark verdicts are unstable: shown, "
         f"alerted only beyond their noise ({bars})"
+        + (f"; on latency only: {', '.join(still)} alert as on any benchmark" if still else "")
     )

@@ -27,7 +27,7 @@ def worker(
         ),
     ] = False,
 ) -> None:
-    """Run a Celery worker process on the configured broker (one task at a time per GPU).
+    """Run a Celery worker on the configured broker (one task at a time per GPU).
 
     With ``--beat`` the worker embeds Celery's scheduler (``celery worker -B``): a deployment
     without a separate beat process still sweeps deadlines, retries filings and syncs triage.

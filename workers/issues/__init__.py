@@ -1,9 +1,12 @@
-"""Issues: what a filed issue says, its Markdown, filing, sync, trackers.
+"""Issues: every kind of alert filed through one pipeline, report → render → tracker.
 
-- ``model``: the issue as plain data; ``markers``: its fingerprint and hidden markers.
-- ``markdown``, ``render``: its text.
-- ``causes``: the bisection's findings and the regressions grouped by cause; ``report``: an
-  issue's content read from stored results.
-- ``github``, ``outbox``: the two trackers, behind ``tracker`` (the protocol and the choice).
-- ``filing``: file, or comment on, the issues of an alert; ``sync``: triage read back.
+- ``kind``: what a kind is to the pipeline (a row); ``kinds``: the table, one row per kind.
+- ``filing``: :func:`~workers.issues.filing.file_alert` for every kind; ``pending``: the
+  durable filing state around it (retry, backoff, outbox); ``filing_state``: its moves.
+- ``reports/``: queries, returning ``model``'s dataclasses; ``render/``: pure Markdown.
+- ``trackers/``: GitHub and the choice of tracker; ``outbox``: Markdown files on disk;
+  ``markers``: the fingerprint and comment markers an issue body carries.
+- ``records``: a regression's issue as a stored record; ``back``, ``missing``, ``failing``:
+  what each kind keeps between nights (told, arrived, streaks); ``failing_bisect``: a failing
+  benchmark's bisection started and its answer told; ``sync``: triage read back.
 """

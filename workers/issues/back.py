@@ -2,97 +2,81 @@
 
 :mod:`service.regressions.back` records the night (``Regression.back_night``) and why; the
 nightly then makes the regression's filed alert pending again, and the durable filing
-(:mod:`workers.issues.pending`) calls :func:`tell_back`, which comments once on each open issue
-the regression is reported in (the comment's key makes a repeat a no-op) and records
-``Regression.back_told_at``. An issue closed meanwhile has been triaged: it is not told.
+(:mod:`workers.issues.pending`) posts the comments :func:`back_comments` returns (the regression
+kind's ``comments``): once on each open issue the regression is reported in (the comment's key
+makes a repeat a no-op), recording ``Regression.back_told_at``. An issue closed meanwhile has
+been triaged: it is not told.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
+from collections.abc import Mapping
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
-from service.models import IssueRecord, IssueRegression, Regression
+from service.models import IssueRecord, IssueRegression
 from service.models.base import utcnow
-from workers.issues.markdown import format_change, format_value
-from workers.issues.tracker import IssueTracker
-
-log = logging.getLogger(__name__)
-
-
-def render_back(regression: Regression) -> str:
-    """The comment telling an issue that ``regression``'s series is back (Markdown).
-
-    Raises:
-        ValueError: the regression is not back (``back_night`` is None).
-    """
-    if regression.back_night is None:
-        raise ValueError(f"regression {regression.id} is not back")
-    first = regression.first_night.isoformat() if regression.first_night else "its first night"
-    return (
-        f"**Back at its level from before this regression on {regression.back_night}**: "
-        f"`{regression.benchmark}` {regression.metric} ({format_change(regression.change)} "
-        f"against a baseline of {format_value(regression.baseline, regression.unit)}, first "
-        f"night {first}).\n\n> {regression.back_reason or ''}\n\n"
-        "If the step comes back, it is raised again. Close this issue as completed if a fix or "
-        "a revert landed; if nothing did, look at the chart before closing it as not planned.\n"
-    )
+from workers.issues.kind import FilingContext
+from workers.issues.model import Comment, FiledIssue
+from workers.issues.render.back import render_back
+from workers.issues.reports.regression import reproduced
+from workers.issues.trackers import IssueTracker
 
 
-def tell_back(
+def back_comments(
     session: Session,
-    *,
+    context: FilingContext,
     tracker: IssueTracker,
-    regressions: Sequence[Regression],
+    filed: Mapping[str, FiledIssue],
+    *,
     now: datetime | None = None,
-) -> list[tuple[IssueRecord, Regression]]:
-    """Comment once on each open issue of ``tracker`` reporting one of ``regressions`` that is
-    back and not yet told; record ``back_told_at``. Only flushes.
+) -> list[Comment]:
+    """One comment for each open issue of ``tracker`` reporting one of the alert's reproduced
+    regressions that is back and not yet told; records ``back_told_at`` (the caller's savepoint
+    undoes it when the tracker fails). Only flushes.
 
     Returns:
-        ``(issue, regression)`` for each comment posted (or found posted: its key).
+        The comments to post, with the issue and regression each tells.
 
     Raises:
-        InfrastructureError, InvalidInput: the tracker failed (the caller's savepoint undoes
-            what was recorded, and the retry tells it).
+        InfrastructureError: the tracker failed while checking an issue is still open.
     """
-    told = []
-    for regression in regressions:
+    comments: list[Comment] = []
+    for regression in reproduced(session, context.alert.id):
         if regression.back_night is None or regression.back_told_at is not None:
             continue
-        records = list(
-            session.scalars(
-                select(IssueRecord)
-                .join(IssueRegression, IssueRegression.issue_id == IssueRecord.id)
-                .where(
-                    IssueRegression.regression_id == regression.id,
-                    IssueRecord.tracker == tracker.kind,
-                    IssueRecord.location == tracker.location,
-                    IssueRecord.state == "open",
-                )
-                .order_by(IssueRecord.id)
+        records = session.scalars(
+            select(IssueRecord)
+            .join(IssueRegression, IssueRegression.issue_id == IssueRecord.id)
+            .where(
+                IssueRegression.regression_id == regression.id,
+                IssueRecord.tracker == tracker.kind,
+                IssueRecord.location == tracker.location,
+                IssueRecord.state == "open",
             )
+            .order_by(IssueRecord.id)
         )
         body = render_back(regression)
-        for record in records:
-            if not _still_open(tracker, record):
-                continue
-            tracker.comment(record.number, body, key=f"back-{regression.id}")
-            log.info(
-                "regression %s back on %s: told on %s",
-                regression.id,
-                regression.back_night,
-                record.url,
+        comments.extend(
+            Comment(
+                key=f"back-{regression.id}",
+                body=body,
+                number=record.number,
+                url=record.url,
+                fingerprint=record.fingerprint,
+                record_id=record.id,
+                regression_ids=(regression.id,),
+                action="told",
             )
-            told.append((record, regression))
+            for record in list(records)
+            if _still_open(tracker, record)
+        )
         regression.back_told_at = now or utcnow()
     session.flush()
-    return told
+    return comments
 
 
 def _still_open(tracker: IssueTracker, record: IssueRecord) -> bool:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings, get_settings
 from service.db import session_scope
 from service.models import Alert, Bisection
-from service.status.service import FailingBenchmark
+from service.regressions.failing import FailingBenchmark
 from workers import commits
 from workers.bisect import celery_driver
 from workers.bisect.failure_driver import create_failure_bisection

@@ -1,75 +1,46 @@
-"""Filing an alert's confirmed regressions as issues (:func:`file_alert`).
+"""Filing an alert, whatever its kind: report, render, file, tell (:func:`file_alert`).
 
-For one alert:
-
-1. The reproduced regressions are grouped by cause (:mod:`workers.issues.causes`): one group per
-   culprit commit, one per inconclusive narrowed range, and the rest under the night's commit
-   range.
-2. Each group becomes an :class:`~workers.issues.model.IssueReport` built from the database
-   (:mod:`workers.issues.report`: baseline, tonight, sample counts, machine, recent nights,
-   environment, confirmation re-run, bisection probes) and is rendered; its fingerprint covers
-   benchmarks, metrics and cause.
-3. Dedup: an open :class:`~service.models.IssueRecord` with the fingerprint gets a
-   "still regressed on D" comment (once per run). Without one, the tracker is asked for an open
-   issue carrying the fingerprint marker, which finds an issue whose creation was not recorded
-   (a crash between the tracker's answer and the commit): it is adopted, with a comment only if
-   it was filed for another run. Otherwise a new issue is created.
-
-Reading triage back from the issues is :mod:`workers.issues.sync`.
+The kind's row (:data:`workers.issues.kinds.KINDS`, shaped by :mod:`workers.issues.kind`)
+gives each step: ``report`` (queries, one report per issue), ``fingerprint`` and ``render``
+(pure Markdown), ``file_issue`` (the tracker, deduplicated by fingerprint) and ``comments``
+(what its open issues are told, once each). The durable filing state around it (pending,
+retry, outbox) is :mod:`workers.issues.pending`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.errors import NotFound
-from service.models import (
-    Alert,
-    AlertStatus,
-    Confirmation,
-    IssueRecord,
-    IssueRegression,
-    Regression,
-    Run,
-)
-from workers.issues import back
-from workers.issues.causes import BisectionInput, _Group, _groups
+from service.errors import InvalidInput
+from service.models import Alert, AlertStatus
 from workers.issues.filing_state import alert_and_run
-from workers.issues.model import IssueReport, RenderedIssue, TrackedIssue
-from workers.issues.render import render_issue, render_recurrence
-from workers.issues.report import build_report
-from workers.issues.tracker import IssueTracker, make_tracker
+from workers.issues.kind import AlertKindRow, FilingContext
+from workers.issues.kinds import KINDS
+from workers.issues.model import Comment, FiledIssue, RenderedIssue
+from workers.issues.reports.causes import BisectionInput
+from workers.issues.trackers import IssueTracker, make_tracker, searchable_labels
 
 log = logging.getLogger(__name__)
 
+__all__ = ["FiledIssue", "file_alert", "kind_row", "render_alert"]
 
-@dataclass(frozen=True)
-class FiledIssue:
-    """What filing did for one group of regressions.
 
-    Attributes:
-        record_id: the :class:`~service.models.IssueRecord`.
-        number: the issue number in its tracker.
-        url: where to read it.
-        action: ``created`` | ``commented`` (recurrence) | ``told`` (its series is back:
-            :mod:`workers.issues.back`) | ``adopted`` (found by its marker,
-            filed for this run by an attempt that did not get to record it).
-        fingerprint: the fingerprint it carries.
-        regression_ids: the regressions it now speaks for.
+def kind_row(alert: Alert) -> AlertKindRow:
+    """The filing table's row for ``alert``'s kind.
+
+    Raises:
+        InvalidInput: the kind has no row (nothing knows how to file it).
     """
-
-    record_id: int
-    number: int
-    url: str
-    action: str
-    fingerprint: str
-    regression_ids: tuple[int, ...]
+    row = KINDS.get(alert.kind)
+    if row is None:
+        raise InvalidInput(
+            f"alert {alert.id} is of kind {alert.kind!r}, which the filing table does not know"
+        )
+    return row
 
 
 def file_alert(
@@ -80,60 +51,54 @@ def file_alert(
     tracker: IssueTracker | None = None,
     bisection: BisectionInput | None = None,
 ) -> list[FiledIssue]:
-    """File the reproduced regressions of alert ``alert_id``: one issue per cause.
+    """File alert ``alert_id``: its issues (one per report of its kind), then its comments.
 
-    Safe to call again for the same alert (a retried task): issues already filed for it are
-    found (in the database, or by their marker in the tracker) and neither filed nor commented
-    on twice; once the alert is filed, a call only tells its open issues of the regressions
-    whose series is back since (:func:`workers.issues.back.tell_back`). Only flushes; the
-    caller commits.
+    Safe to call again for the same alert (a retried task): issues already filed are found (in
+    the database, or by their marker in the tracker) and neither filed nor commented on twice;
+    once the alert is filed, a call only posts the comments its kind has news for. Only
+    flushes; the caller commits (:func:`workers.issues.pending.file_durably`, or rolls its
+    savepoint back when the tracker failed, so nothing is recorded as filed or told then).
 
     Args:
         session: database session.
         alert_id: the alert.
-        settings: for the tracker (when ``tracker`` is None), API links and sample windows.
-        tracker: where issues go; default :func:`workers.issues.tracker.make_tracker`.
-        bisection: the bisection of the alert's commit range, when one ran; without it the
-            regressions are reported against the night's commit range.
+        settings: for the tracker (when ``tracker`` is None), labels, links, sample windows.
+        tracker: where issues go; default :func:`workers.issues.trackers.make_tracker`.
+        bisection: for a regression, the bisection of the alert's commit range, when one
+            ran; without it the regressions are reported against the night's commit range.
 
     Returns:
-        One :class:`FiledIssue` per group; empty when nothing was reproduced.
+        One :class:`FiledIssue` per issue created, found or commented on; empty when the kind
+        had nothing to file or tell.
 
     Raises:
-        NotFound: no alert ``alert_id``.
-        InfrastructureError: the tracker kept failing (nothing is recorded for the groups not
+        NotFound: no alert ``alert_id``, or its run is gone.
+        InvalidInput: the alert's kind has no row in the table.
+        InfrastructureError: the tracker kept failing (nothing is recorded for the issues not
             yet filed; a retry picks up where this stopped); :class:`~service.errors.TrackerAccessDenied`
             when it refused the credentials or the repository.
     """
     alert, run = alert_and_run(session, alert_id)
-    regressions = _reproduced(session, alert_id)
-    if not regressions:
+    row = kind_row(alert)
+    context = FilingContext(alert=alert, run=run, settings=settings, bisection=bisection)
+    if not row.has_news(session, context):
         return []
     tracker = tracker or make_tracker(settings)
-    # A filed alert made pending again has news for its issues, nothing more to file: filing
-    # its groups again would file a fresh issue for one closed since.
-    filed = (
-        []
-        if alert.status == AlertStatus.FILED
-        else [
-            _file_group(session, tracker=tracker, run=run, alert=alert, group=group, report=report)
-            for group, report in _reports(session, alert, run, regressions, bisection, settings)
-        ]
-    )
+    filed = []
+    for report, rendered in _rendered(session, row, context):
+        issue = row.file_issue(session, context, tracker, report, rendered)
+        if issue.action == "created":
+            log.info("alert %s (%s): filed %s", alert.id, alert.kind, issue.url)
+        filed.append(issue)
     alert.status = AlertStatus.FILED
-    told = back.tell_back(session, tracker=tracker, regressions=regressions)
+    by_fingerprint = {f.fingerprint: f for f in filed}
+    for comment in row.comments(session, context, tracker, by_fingerprint):
+        told = _post(tracker, comment, by_fingerprint)
+        if told is not None:
+            log.info("alert %s (%s): told %s (%s)", alert.id, alert.kind, told.url, comment.key)
+            filed.append(told)
     session.flush()
-    return filed + [
-        FiledIssue(
-            record_id=record.id,
-            number=record.number,
-            url=record.url,
-            action="told",
-            fingerprint=record.fingerprint,
-            regression_ids=(regression.id,),
-        )
-        for record, regression in told
-    ]
+    return filed
 
 
 def render_alert(
@@ -145,213 +110,48 @@ def render_alert(
 ) -> list[RenderedIssue]:
     """The issues :func:`file_alert` would file for alert ``alert_id``, rendered, filing nothing.
 
-    What the outbox keeps while the tracker cannot be reached.
-
-    Args:
-        session: database session.
-        alert_id: the alert.
-        settings: for API links and sample windows.
-        bisection: the bisection of the alert's commit range, when one ran.
-
-    Returns:
-        One rendered issue per group of reproduced regressions; empty when there is none.
+    What the outbox keeps while the tracker cannot be reached: empty once the alert's issues
+    were filed (what is left to do then is a comment, kept in the database).
 
     Raises:
-        NotFound: no alert ``alert_id``.
+        NotFound: no alert ``alert_id``, or its run is gone.
+        InvalidInput: the alert's kind has no row in the table.
     """
     alert, run = alert_and_run(session, alert_id)
-    if alert.status == AlertStatus.FILED:  # what is left to do is a comment, kept in the database
+    row = kind_row(alert)
+    context = FilingContext(alert=alert, run=run, settings=settings, bisection=bisection)
+    return [rendered for _, rendered in _rendered(session, row, context)]
+
+
+def _rendered(
+    session: Session, row: AlertKindRow, context: FilingContext
+) -> list[tuple[object, RenderedIssue]]:
+    """Each report of the alert and its issue; none once the alert's issues were filed."""
+    if context.alert.status == AlertStatus.FILED:
         return []
-    regressions = _reproduced(session, alert_id)
+    labels = searchable_labels(context.settings, row.labels)
     return [
-        render_issue(report)
-        for _group, report in _reports(session, alert, run, regressions, bisection, settings)
+        (report, row.render(report, row.fingerprint(report), labels))
+        for report in row.report(session, context)
     ]
 
 
-def _reports(
-    session: Session,
-    alert: Alert,
-    run: Run,
-    regressions: list[Regression],
-    bisection: BisectionInput | None,
-    settings: Settings,
-) -> list[tuple[_Group, IssueReport]]:
-    """Each cause's group of ``regressions`` and the report built for it."""
-    if not regressions:
-        return []
-    improvements = _improvements(session, run)
-    return [
-        (
-            group,
-            build_report(
-                session,
-                run=run,
-                alert=alert,
-                group=group,
-                improvements=improvements,
-                bisection=bisection,
-                settings=settings,
-            ),
-        )
-        for group in _groups(session, run, regressions, bisection)
-    ]
-
-
-def _reproduced(session: Session, alert_id: int) -> list[Regression]:
-    """The alert's regressions that the confirmation re-run reproduced, oldest first."""
-    return list(
-        session.scalars(
-            select(Regression)
-            .where(
-                Regression.alert_id == alert_id,
-                Regression.direction == "regression",
-                Regression.confirmation == Confirmation.REPRODUCED,
-            )
-            .order_by(Regression.id)
-        )
-    )
-
-
-def _improvements(session: Session, run: Run) -> list[Regression]:
-    """The run's improvements, oldest first (its issues list them beside the regressions)."""
-    return list(
-        session.scalars(
-            select(Regression)
-            .where(Regression.run_id == run.id, Regression.direction == "improvement")
-            .order_by(Regression.id)
-        )
-    )
-
-
-def _file_group(
-    session: Session,
-    *,
-    tracker: IssueTracker,
-    run: Run,
-    alert: Alert,
-    group: _Group,
-    report: IssueReport,
-) -> FiledIssue:
-    rendered = render_issue(report)
-    record = _open_record(session, tracker, rendered.fingerprint)
-    created_now = False
-    if record is None:
-        # Not recorded: an issue created by an attempt that crashed before its commit still
-        # carries the marker; otherwise file a new one (create looks for the marker again).
-        found = tracker.find_open(rendered.fingerprint)
-        if found is None:
-            found = tracker.create(rendered)
-            created_now = found.run_id in (None, run.id)
-        # A record closed here but open there (reopened) keeps its recorded state: sync-back
-        # reads the reopening and moves the regressions back to untriaged.
-        record = _existing_record(session, tracker, found) or _new_record(
-            session, tracker=tracker, issue=found, rendered=rendered, run=run, alert=alert
-        )
-    if record.run_id == run.id:
-        action = "created" if created_now else "adopted"
-    else:
-        action = "commented"
-        tracker.comment(record.number, render_recurrence(report), key=f"run-{run.id}")
-        log.info("run %s: commented on issue #%d (still regressed)", run.id, record.number)
-    if created_now:
-        log.info("alert %s: filed %s", alert.id, record.url)
-    record.last_night = max(record.last_night, run.night)
-    linked = _link(session, record, group.regressions)
-    session.flush()
+def _post(
+    tracker: IssueTracker, comment: Comment, filed: Mapping[str, FiledIssue]
+) -> FiledIssue | None:
+    """Post ``comment`` on its issue (the one named, filed now, or open in the tracker)."""
+    number, url = comment.number, comment.url
+    if number is None and comment.fingerprint:
+        issue = filed.get(comment.fingerprint) or tracker.find_open(comment.fingerprint)
+        number, url = (issue.number, issue.url) if issue is not None else (None, "")
+    if number is None:  # no open issue to tell (closed since, or never filed)
+        return None
+    tracker.comment(number, comment.body, key=comment.key)
     return FiledIssue(
-        record_id=record.id,
-        number=record.number,
-        url=record.url,
-        action=action,
-        fingerprint=rendered.fingerprint,
-        regression_ids=linked,
+        number=number,
+        url=url,
+        action=comment.action,
+        fingerprint=comment.fingerprint or "",
+        record_id=comment.record_id,
+        regression_ids=comment.regression_ids,
     )
-
-
-def _open_record(session: Session, tracker: IssueTracker, fp: str) -> IssueRecord | None:
-    """The recorded open issue with fingerprint ``fp``, checked against the tracker.
-
-    An issue closed (or gone) since the last sync is recorded as closed and not returned, so a
-    regression that came back gets a fresh issue rather than a comment on a closed one.
-    """
-    record = session.scalar(
-        select(IssueRecord)
-        .where(
-            IssueRecord.fingerprint == fp,
-            IssueRecord.tracker == tracker.kind,
-            IssueRecord.location == tracker.location,
-            IssueRecord.state == "open",
-        )
-        .order_by(IssueRecord.id.desc())
-        .limit(1)
-    )
-    if record is None:
-        return None
-    try:
-        current = tracker.get(record.number)
-    except NotFound:
-        record.state = "closed"
-        return None
-    if current.state != "open":
-        # Leave labels and the watermark to sync-back, which moves the regressions.
-        record.state = current.state
-        return None
-    return record
-
-
-def _existing_record(
-    session: Session, tracker: IssueTracker, issue: TrackedIssue
-) -> IssueRecord | None:
-    return session.scalar(
-        select(IssueRecord).where(
-            IssueRecord.tracker == tracker.kind,
-            IssueRecord.location == tracker.location,
-            IssueRecord.number == issue.number,
-        )
-    )
-
-
-def _new_record(
-    session: Session,
-    *,
-    tracker: IssueTracker,
-    issue: TrackedIssue,
-    rendered: RenderedIssue,
-    run: Run,
-    alert: Alert,
-) -> IssueRecord:
-    record = IssueRecord(
-        fingerprint=rendered.fingerprint,
-        tracker=tracker.kind,
-        location=tracker.location,
-        number=issue.number,
-        url=issue.url,
-        title=issue.title,
-        state=issue.state,
-        state_reason=issue.state_reason,
-        labels=list(issue.labels),
-        alert_id=alert.id,
-        run_id=issue.run_id if issue.run_id is not None else run.id,
-        first_night=run.night,
-        last_night=run.night,
-        remote_updated_at=issue.updated_at,
-    )
-    session.add(record)
-    session.flush()
-    return record
-
-
-def _link(
-    session: Session, record: IssueRecord, regressions: Sequence[Regression]
-) -> tuple[int, ...]:
-    have = set(
-        session.scalars(
-            select(IssueRegression.regression_id).where(IssueRegression.issue_id == record.id)
-        )
-    )
-    for regression in regressions:
-        if regression.id not in have:
-            session.add(IssueRegression(issue_id=record.id, regression_id=regression.id))
-            have.add(regression.id)
-    return tuple(sorted(have))

@@ -4,7 +4,7 @@ Every issue body ends in ``<!-- nightbench:fingerprint=<hex> -->`` so that a lat
 the open issue for the same benchmarks, metrics and culprit (or commit range) and comments there
 instead of opening another. ``<!-- nightbench:run=<id> -->`` names the run an issue was filed
 for, and ``<!-- nightbench:comment=<key> -->`` makes a comment findable, so that it is left once
-per key. Both trackers read them back (:mod:`workers.issues.github`,
+per key. Both trackers read them back (:mod:`workers.issues.trackers.github`,
 :mod:`workers.issues.outbox`).
 """
 
@@ -97,7 +97,12 @@ def comment_marker(key: str) -> str:
     return f"<!-- {COMMENT_MARKER_PREFIX}{key} -->"
 
 
-def _check_key(key: str) -> str:
+def check_key(key: str) -> str:
+    """``key`` when it is a valid comment key (letters, digits, ``_.:-``, 1 to 128).
+
+    Raises:
+        InvalidInput: it is not.
+    """
     if not _COMMENT_KEY_RE.fullmatch(key):
         raise InvalidInput(
             f"comment key must be 1-128 characters of letters, digits and _.:-, got {key!r}"
@@ -105,5 +110,6 @@ def _check_key(key: str) -> str:
     return key
 
 
-def _with_comment_marker(body: str, key: str) -> str:
+def with_comment_marker(body: str, key: str) -> str:
+    """``body`` ending in the hidden marker of comment ``key`` (a repeat finds it)."""
     return f"{body.rstrip()}\n\n{comment_marker(key)}\n"

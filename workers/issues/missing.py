@@ -1,33 +1,34 @@
 """Missing data as an issue: a night whose benchmarks did not all report by its deadline.
 
 A ``missing_data`` alert is a row; nobody reads rows. It is stored with its filing pending
-(:func:`service.runs.service.mark_missing`) and filed like a regression alert, through the
-durable filing state (:mod:`workers.issues.pending`: outbox, retry with backoff, status), by
-:func:`file_missing_alert`: one issue per machine class (the jobs' queue) and night,
-deduplicated by fingerprint (:func:`missing_data_fingerprint`): each benchmark that never
-reported, the worker that last took it, its attempts and its last error, and what to do. When
-the data comes later (a re-dispatch of that night, a late post to an ingest run),
-:func:`note_arrivals` makes the alert pending again and the filing tells the issue once per
-benchmark.
+(:func:`service.runs.service.mark_missing`) and filed like any alert, through the durable
+filing state (:mod:`workers.issues.pending`: outbox, retry with backoff, status) and the kind's
+row (:data:`workers.issues.kinds.KINDS`): one issue per machine class (the jobs' queue) and
+night, deduplicated by fingerprint (:func:`missing_data_fingerprint`): each benchmark that never
+reported, the worker that last took it, its attempts and its last error, and what to do
+(:mod:`workers.issues.render.missing`). When the data comes later (a re-dispatch of that night,
+a late post to an ingest run), :func:`note_arrivals` makes the alert pending again and the
+filing tells the issue once per benchmark (:func:`arrival_comments`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Mapping
+from datetime import date, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.config import Settings
 from service.db import session_scope
-from service.models import Alert, AlertStatus, FilingState, Job, JobStatus, Run, RunKind
-from workers.issues.filing_state import alert_and_run, reopen
-from workers.issues.markers import marker, run_marker
-from workers.issues.model import RenderedIssue, TrackedIssue
-from workers.issues.tracker import IssueTracker, searchable_labels
+from service.models import Alert, AlertKind, FilingState, Run
+from workers.issues.filing_state import reopen
+from workers.issues.kind import FilingContext
+from workers.issues.model import Arrival, Comment, FiledIssue, MissingDataReport
+from workers.issues.render.missing import render_arrival
+from workers.issues.reports.missing import arrived_benchmarks, missing_reports, still_missing
+from workers.issues.trackers import IssueTracker
 
 log = logging.getLogger(__name__)
 LABELS = ("nightbench", "missing-data")
@@ -38,212 +39,50 @@ def missing_data_fingerprint(queue: str, night: str) -> str:
     return hashlib.sha256(f"missing_data\0{queue}\0{night}".encode()).hexdigest()[:16]
 
 
-def missing_data_labels(settings: Settings) -> tuple[str, ...]:
-    """The labels of a missing-data issue: the deployment's first label, then ``LABELS``
-    (:func:`workers.issues.tracker.searchable_labels`)."""
-    return searchable_labels(settings, LABELS)
+def report_fingerprint(report: MissingDataReport) -> str:
+    """The fingerprint of a missing-data report's issue."""
+    return missing_data_fingerprint(report.queue, str(report.run.night))
 
 
-def render_missing_data(
-    run: Run, jobs: list[Job], *, labels: Sequence[str] = LABELS
-) -> list[RenderedIssue]:
-    """One issue per machine class (queue) of ``jobs``, the run's jobs that never reported.
+def reports(session: Session, context: FilingContext) -> list[MissingDataReport]:
+    """The missing-data kind's ``report``: one per machine class with jobs still missing."""
+    return missing_reports(session, run=context.run)
 
-    Args:
-        run: the run past its deadline.
-        jobs: its jobs that never reported.
-        labels: the issues' labels (:func:`missing_data_labels` for a deployment's).
 
-    Raises:
-        ValueError: ``jobs`` is empty.
+def arrival_comments(
+    session: Session,
+    context: FilingContext,
+    tracker: IssueTracker,
+    filed: Mapping[str, FiledIssue],
+) -> list[Comment]:
+    """The missing-data kind's ``comments``: tell each machine class's issue the benchmarks of
+    :func:`workers.issues.reports.missing.arrived_benchmarks` not yet told (``Alert.arrived``),
+    in one comment whose key makes a repeat a no-op; records them as told (the caller's
+    savepoint undoes it when the tracker fails). Only flushes.
     """
-    if not jobs:
-        raise ValueError("no missing job to file")
-    by_queue: dict[str, list[Job]] = {}
-    for job in jobs:
-        by_queue.setdefault(job.queue, []).append(job)
-    issues = []
-    for queue, missing in sorted(by_queue.items()):
-        fp = missing_data_fingerprint(queue, str(run.night))
-        rows = "\n".join(
-            f"| `{j.benchmark}` | {j.worker or 'never taken'} | {j.attempts} | "
-            f"{(j.error or '').splitlines()[0] if j.error else ''} |"
-            for j in missing
-        )
-        body = (
-            f"**{len(missing)} benchmark(s) of night {run.night} on `{queue}` never reported** "
-            f"by the run's deadline ({run.deadline_at:%Y-%m-%d %H:%M} UTC, run {run.id}, "
-            f"build `{run.torch_spec}`). The night was judged on what came; these series have "
-            f"no point for it, so a regression there would go unseen.\n\n"
-            f"| benchmark | last worker | attempts | last error |\n| --- | --- | --- | --- |\n"
-            f"{rows}\n\n"
-            f"What to do: check that a worker serves `{queue}` (`nightbench status` lists the "
-            f"workers seen in the last hour), then measure these again with `nightbench "
-            f"dispatch --date {run.night} --torch '{run.torch_spec}' --models "
-            f"{','.join(sorted({j.model for j in missing}))}`.\n\n"
-            f"{marker(fp)}\n{run_marker(run.id)}\n"
-        )
-        title = (
-            f"Missing data: {len(missing)} benchmark(s) of night {run.night} on {queue} "
-            f"never reported"
-        )
-        issues.append(RenderedIssue(title=title, body=body, labels=tuple(labels), fingerprint=fp))
-    return issues
-
-
-def render_missing_alert(
-    session: Session, *, alert_id: int, settings: Settings
-) -> list[RenderedIssue]:
-    """The issues the missing-data alert ``alert_id`` files, rendered, filing nothing.
-
-    What the outbox keeps while the tracker cannot be reached: empty once the alert's issues
-    were filed (what is left to do then is a comment, kept in the database: ``Alert.arrived``),
-    and when none of its run's jobs is missing any more (a late post brought them all).
-
-    Raises:
-        NotFound: no alert ``alert_id``, or its run is gone.
-    """
-    alert, run = alert_and_run(session, alert_id, "missing_data")
-    if alert.status == AlertStatus.FILED:
-        return []
-    jobs = list(
-        session.scalars(
-            select(Job)
-            .where(Job.run_id == run.id, Job.status == JobStatus.MISSING)
-            .order_by(Job.id)
-        )
-    )
-    return render_missing_data(run, jobs, labels=missing_data_labels(settings)) if jobs else []
-
-
-def file_missing_alert(
-    session: Session, *, alert_id: int, settings: Settings, tracker: IssueTracker
-) -> list[TrackedIssue]:
-    """File the missing-data alert ``alert_id``: its issues, then what came since, told once.
-
-    The first filing creates one issue per machine class with missing jobs (the tracker returns
-    the open issue carrying the same fingerprint instead, so an issue whose creation answer was
-    lost is not filed twice). Each filing then tells the open issue of each machine class the
-    benchmarks of :func:`arrived_benchmarks` not yet told (``Alert.arrived``), in one comment
-    whose key makes a repeat a no-op; a machine class with no open issue has nothing to tell.
-    Only flushes; the caller (:func:`workers.issues.pending.file_durably`) commits, or rolls
-    its savepoint back when the tracker failed, so nothing is recorded as filed or told then.
-
-    Returns:
-        The issues created or found, and those commented on.
-
-    Raises:
-        NotFound: no alert ``alert_id``, or its run is gone.
-        InfrastructureError: the tracker kept failing (``TrackerAccessDenied``: it refused the
-            credentials or the repository).
-    """
-    first = render_missing_alert(session, alert_id=alert_id, settings=settings)
-    alert, run = alert_and_run(session, alert_id, "missing_data")
-    done: dict[str, TrackedIssue] = {issue.fingerprint: tracker.create(issue) for issue in first}
-    for created in done.values():
-        log.warning("run %s: missing data filed as %s", run.id, created.url)
+    alert, run = context.alert, context.run
     came = arrived_benchmarks(session, run, alert=alert)
     known = set(alert.arrived or [])
     fresh = {q: [b for b in names if b not in known] for q, names in sorted(came.items())}
+    comments: list[Comment] = []
     for queue, names in fresh.items():
-        fp = missing_data_fingerprint(queue, str(run.night))
-        issue = (done.get(fp) or tracker.find_open(fp)) if names else None
-        if issue is None:  # nothing came, or no open issue to tell
+        if not names:
             continue
-        still = sorted(
-            j.benchmark
-            for j in session.scalars(
-                select(Job).where(
-                    Job.run_id == run.id, Job.queue == queue, Job.status == JobStatus.MISSING
-                )
-            )
-            if j.benchmark not in came[queue]
-        )
+        still = [b for b in still_missing(session, run=run, queue=queue) if b not in came[queue]]
         key = (
             "arrived-"
             + hashlib.sha256("\0".join([str(alert.id), *names]).encode()).hexdigest()[:12]
         )
-        tracker.comment(issue.number, render_arrival(run.night, queue, names, still), key=key)
-        done[fp] = issue
-        log.info("run %s: data came for %s, told on %s", run.id, ", ".join(names), issue.url)
+        body = render_arrival(Arrival(run.night, queue, tuple(names), tuple(still)))
+        comments.append(
+            Comment(key=key, body=body, fingerprint=missing_data_fingerprint(queue, str(run.night)))
+        )
     alert.arrived = sorted(known | {b for names in fresh.values() for b in names}) or None
-    alert.status = AlertStatus.FILED
     session.flush()
-    return list(done.values())
-
-
-def _aware(ts: datetime) -> datetime:
-    """``ts`` as UTC-aware (SQLite gives naive datetimes back)."""
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    return comments
 
 
 ARRIVALS_LOOKBACK_DAYS = 30  # missing-data alerts of older nights are no longer watched
-
-
-def arrived_benchmarks(session: Session, run: Run, *, alert: Alert) -> dict[str, list[str]]:
-    """Benchmarks of ``run`` that missed its deadline and whose data came since, by queue.
-
-    A benchmark came when its job of ``run`` ended ``done`` after the missing-data ``alert``
-    was raised (a late post to an ingest run) or when another run of the same night measured
-    it (a re-dispatch).
-
-    Returns:
-        ``{queue: [benchmark, ...]}`` (sorted names; queues with nothing arrived left out).
-    """
-    jobs = list(session.scalars(select(Job).where(Job.run_id == run.id)))
-    missed = [
-        j
-        for j in jobs
-        if j.status == JobStatus.MISSING
-        or (
-            j.status == JobStatus.DONE
-            and j.finished_at is not None
-            and _aware(j.finished_at) > _aware(alert.created_at)
-        )
-    ]
-    if not missed:
-        return {}
-    elsewhere = set(
-        session.scalars(
-            select(Job.id)
-            .join(Run, Run.id == Job.run_id)
-            .where(
-                Run.night == run.night,
-                Run.id != run.id,
-                Run.kind.in_((RunKind.NIGHTLY, RunKind.INGEST)),
-                Job.status == JobStatus.DONE,
-            )
-            .where(Job.model.in_({j.model for j in missed}))
-        )
-    )
-    done_elsewhere = (
-        {
-            (j.model, j.mode, j.device, j.compiler)
-            for j in session.scalars(select(Job).where(Job.id.in_(elsewhere)))
-        }
-        if elsewhere
-        else set()
-    )
-    out: dict[str, list[str]] = {}
-    for j in missed:
-        if j.status == JobStatus.DONE or (j.model, j.mode, j.device, j.compiler) in done_elsewhere:
-            out.setdefault(j.queue, []).append(j.benchmark)
-    return {q: sorted(names) for q, names in out.items()}
-
-
-def render_arrival(night: date, queue: str, arrived: Sequence[str], still: Sequence[str]) -> str:
-    """The comment telling a missing-data issue that data came (Markdown)."""
-    listed = ", ".join(f"`{b}`" for b in arrived)
-    rest = (
-        f" Still missing: {', '.join(f'`{b}`' for b in still)}."
-        if still
-        else " Nothing of this night on this machine class is missing any more."
-    )
-    return (
-        f"**Data arrived** for {len(arrived)} benchmark(s) of night {night} on `{queue}`: "
-        f"{listed}. Stored for their series; the night was judged without them, so a "
-        f"regression in them shows from the next night on.{rest}"
-    )
 
 
 def note_arrivals(*, today: date | None = None, now: datetime | None = None) -> list[int]:
@@ -252,7 +91,7 @@ def note_arrivals(*, today: date | None = None, now: datetime | None = None) -> 
     Watches the missing-data alerts of the last ``ARRIVALS_LOOKBACK_DAYS`` nights; one whose
     issues were filed and for which :func:`arrived_benchmarks` holds benchmarks not yet told
     (``Alert.arrived``) goes back to ``pending`` (:func:`workers.issues.filing_state.reopen`).
-    The durable filing's retry then posts the comment (:func:`file_missing_alert`), with the
+    The durable filing's retry then posts the comment (:func:`arrival_comments`), with the
     same backoff and status as any filing: GitHub away loses nothing. An alert still pending or
     failing tells it when it files. Runs from the deadline sweep; touches no tracker.
 
@@ -267,7 +106,7 @@ def note_arrivals(*, today: date | None = None, now: datetime | None = None) -> 
                 select(Alert)
                 .join(Run, Run.id == Alert.run_id)
                 .where(
-                    Alert.kind == "missing_data",
+                    Alert.kind == AlertKind.MISSING_DATA,
                     Alert.filing_state == FilingState.FILED,
                     Run.night >= since,
                 )

@@ -2,7 +2,7 @@
 
 :class:`IssueReport` and its parts (:class:`Change`, :class:`Bisection`, :class:`Probe`,
 :class:`Commit`, :class:`Environment`, :class:`Checks`) are what one issue says, assembled from
-stored results (:mod:`workers.issues.report`) and rendered (:mod:`workers.issues.render`) into a
+stored results (:mod:`workers.issues.reports.regression`) and rendered (:mod:`workers.issues.render.regression`) into a
 :class:`RenderedIssue`; :class:`TrackedIssue` is an issue as a tracker holds it. Pure: no
 database, no network.
 """
@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import Any
 
 from service.benchmarks import benchmark_name
 from service.errors import InvalidInput
@@ -28,7 +29,7 @@ class Change:
 
     Attributes:
         model, mode, device, compiler: the benchmark (``compiler`` is ``eager`` unless compiled).
-        metric: ``latency`` | ``gpu_peak_mem`` | ``cpu_peak_mem`` (any name renders).
+        metric: a metric name (``service.metrics``; any name renders).
         unit: ``ms`` or ``bytes`` (memory renders as MiB); other units render verbatim.
         baseline: the series' baseline, in ``unit``.
         tonight: tonight's value (median of samples), in ``unit``.
@@ -44,6 +45,8 @@ class Change:
             raised once it persisted); ``None`` when it began tonight.
         noise: one sentence when the benchmark is marked unstable (alerted only beyond its
             noise): its spread and the bar the change cleared; ``None`` otherwise.
+        work: one sentence on the work per step (``cpu_instructions``) beside a change in
+            time: whether the count moved with it, ``None`` when the night counted nothing.
     """
 
     model: str
@@ -64,6 +67,7 @@ class Change:
     recent: tuple[float, ...] = ()
     since: date | None = None
     noise: str | None = None
+    work: str | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.baseline) and self.baseline > 0):
@@ -358,3 +362,190 @@ class TrackedIssue:
     updated_at: datetime
     state_reason: str | None = None
     run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class NightRun:
+    """A night's run as the missing-data and failing issues name it.
+
+    Attributes:
+        id: the run.
+        night: its night.
+        torch_spec: the build it measured (``nightly:2026-11-20``, a wheel, a commit).
+        torch_git_commit: torch's commit of that build (full sha), when known.
+        deadline_at: when the night stopped waiting for results (UTC), when it has one.
+    """
+
+    id: int
+    night: date
+    torch_spec: str
+    torch_git_commit: str | None = None
+    deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MissingJob:
+    """A benchmark of a night that never reported by the run's deadline.
+
+    Attributes:
+        benchmark: ``model:mode:device`` (plus the compiler when not eager).
+        model: the model, for the re-dispatch command.
+        worker: the worker that last took the job, ``None`` when none did.
+        attempts: how many times a worker started it.
+        error: its last error text, if any.
+    """
+
+    benchmark: str
+    model: str
+    worker: str | None
+    attempts: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MissingDataReport:
+    """One missing-data issue: the benchmarks of one machine class (queue) and night that never
+    reported (at least one)."""
+
+    run: NightRun
+    queue: str
+    jobs: tuple[MissingJob, ...]
+
+    def __post_init__(self) -> None:
+        if not self.jobs:
+            raise InvalidInput("a missing-data issue needs at least one missing benchmark")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """Data that came for benchmarks of a missing-data issue (a comment on it).
+
+    Attributes:
+        night, queue: the night and machine class the issue is about.
+        arrived: the benchmarks whose data came, sorted.
+        still: those of the machine class still missing, sorted.
+    """
+
+    night: date
+    queue: str
+    arrived: tuple[str, ...]
+    still: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FailedNight:
+    """One night a failing benchmark's job ended in an error (its run and the error text)."""
+
+    run: NightRun
+    error: str | None
+
+
+@dataclass(frozen=True)
+class FailingReport:
+    """One failing-benchmark issue: a benchmark whose job failed on its last nights in a row.
+
+    Attributes:
+        benchmark, queue: the benchmark and the machine class it fails on.
+        model, mode, device, compiler: the benchmark's parts, for the reproduction command.
+        nights: how many nights in a row it failed; ``since``: the streak's first night.
+        run: tonight's run (the one that filed it).
+        failed: the failing nights, newest first.
+        last_good: the last night it ran, when known (a benchmark counts only after it ran).
+        source_repository: ``owner/name`` of the source repository on GitHub, for links.
+        bisection_id, bisection_commits: the failure bisection searching the range, if started.
+        bisect_provider: whether a build provider is configured (a bisection can be started).
+    """
+
+    benchmark: str
+    queue: str
+    model: str
+    mode: str
+    device: str
+    compiler: str
+    nights: int
+    since: date
+    run: NightRun
+    failed: tuple[FailedNight, ...]
+    last_good: NightRun | None = None
+    source_repository: str | None = None
+    bisection_id: int | None = None
+    bisection_commits: int | None = None
+    bisect_provider: bool = False
+
+
+@dataclass(frozen=True)
+class RunsAgain:
+    """A benchmark that ``run`` measured after failing on ``nights`` nights since ``since``."""
+
+    run: NightRun
+    benchmark: str
+    queue: str
+    nights: int
+    since: date
+
+
+@dataclass(frozen=True)
+class FailureBisected:
+    """What a finished failure bisection found, for the comment on its issue.
+
+    Attributes:
+        id: the bisection.
+        benchmark: the benchmark it searched.
+        outcome: ``culprit`` | ``inconclusive`` | ``not_reproduced``.
+        result: its stored answer (``Bisection.result``: culprits, per-benchmark answers,
+            builds, rounds, the error and the commits stepped around).
+        source_repository: ``owner/name`` of the source repository on GitHub, for links.
+    """
+
+    id: int
+    benchmark: str
+    outcome: str | None
+    result: dict[str, Any]
+    source_repository: str | None = None
+
+
+@dataclass(frozen=True)
+class Comment:
+    """A comment an alert's filing posts once (``key``) on an open issue.
+
+    Attributes:
+        key: what makes a repeat a no-op (:meth:`IssueTracker.comment`).
+        body: the comment's Markdown.
+        fingerprint: the open issue carrying this fingerprint (one filed in the same attempt,
+            else the tracker's); no open issue: nothing is told.
+        number, url: the issue itself, when the kind found it already (checked open).
+        record_id, regression_ids: the stored issue record and the regressions it tells of.
+        action: what the filing reports for it (``commented`` | ``told``).
+    """
+
+    key: str
+    body: str
+    fingerprint: str | None = None
+    number: int | None = None
+    url: str = ""
+    record_id: int | None = None
+    regression_ids: tuple[int, ...] = ()
+    action: str = "commented"
+
+
+@dataclass(frozen=True)
+class FiledIssue:
+    """What filing did for one issue of an alert.
+
+    Attributes:
+        record_id: the :class:`~service.models.IssueRecord`, for the kinds that keep one.
+        number: the issue number in its tracker.
+        url: where to read it.
+        action: ``created`` | ``commented`` (recurrence, arrival, runs again, bisected) |
+            ``told`` (its series is back) | ``adopted`` (found by its marker, filed for this
+            run by an attempt that did not get to record it).
+        fingerprint: the fingerprint it carries.
+        regression_ids: the regressions it now speaks for.
+    """
+
+    number: int
+    url: str
+    action: str
+    fingerprint: str
+    record_id: int | None = None
+    regression_ids: tuple[int, ...] = ()

@@ -1,6 +1,6 @@
 """Issues as Markdown files in a local folder, for running without GitHub.
 
-:class:`OutboxTracker` satisfies :class:`~workers.issues.tracker.IssueTracker`: filing writes a
+:class:`OutboxTracker` satisfies :class:`~workers.issues.trackers.IssueTracker`: filing writes a
 file, and sync-back reads the state and labels a person edited in its front matter.
 
 The folder is storage that can fail (a full disk, a read-only mount): a write that fails raises
@@ -24,11 +24,11 @@ import yaml
 
 from service.errors import InfrastructureError, InvalidInput, NotFound
 from workers.issues.markers import (
-    _check_key,
-    _with_comment_marker,
+    check_key,
     comment_marker,
     find_fingerprint,
     find_run_id,
+    with_comment_marker,
 )
 from workers.issues.model import RenderedIssue, TrackedIssue
 
@@ -110,7 +110,7 @@ class OutboxTracker:
             InvalidInput: a malformed ``key``.
             NotFound: no outbox file for ``number``.
         """
-        mark = comment_marker(_check_key(key))
+        mark = comment_marker(check_key(key))
         front, text = self._read(number)
         if mark in text:
             return
@@ -119,7 +119,7 @@ class OutboxTracker:
         text = (
             text.rstrip("\n")
             + f"\n\n---\n\n### Comment, {now}\n\n"
-            + _with_comment_marker(body, key)
+            + with_comment_marker(body, key)
         )
         self._replace(number, front, text)
 

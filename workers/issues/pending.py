@@ -2,9 +2,10 @@
 
 An alert's ``filing_state`` (:class:`~service.models.FilingState`) goes ``pending`` →
 ``filed``, or ``failed_retrying`` → ``filed``; the moves are :mod:`workers.issues.filing_state`.
-Two kinds of alert go this way: a confirmed regression alert (pending when its night is filed)
-and a missing-data alert (stored pending with the jobs it names, at the run's deadline; pending
-again when data it lacked comes later, until the comment saying so is posted). :func:`file_durably` makes one
+Every kind of alert goes this way (:data:`workers.issues.kinds.KINDS`): a confirmed regression
+alert (pending when its night is filed), a missing-data alert (stored pending with the jobs it
+names, at the run's deadline; pending again when data it lacked comes later, until the comment
+saying so is posted), a failing-benchmark alert. :func:`file_durably` makes one
 attempt inside a savepoint: a failure (GitHub rejecting the token or the repository, a 5xx burst
 longer than the client's retries, GitHub unreachable) rolls back what the attempt wrote, records
 the error, the attempts and the next attempt's time on the alert, and writes the rendered issue
@@ -13,8 +14,8 @@ logged at once in one line naming the setting to fix.
 
 The retry (:func:`retry_pending`) runs from the periodic ``issues.retry_filing`` task (beat),
 the deadline sweep, ``nightbench issues retry`` and each night's filing step. It files each due
-alert through :func:`workers.issues.filing.file_alert` (regressions) or
-:func:`workers.issues.missing.file_missing_alert` (missing data), whose fingerprint dedup finds
+alert through :func:`workers.issues.filing.file_alert` (the row of its kind: regression,
+missing data, failing benchmark), whose fingerprint dedup finds
 an issue created by an attempt whose answer was lost (apply-then-502), so an issue is filed
 exactly once (a comment: once per key); the outbox copy is then marked filed with the issue's
 URL.
@@ -34,14 +35,15 @@ from sqlalchemy.orm import Session
 from service.config import Settings, get_settings
 from service.db import session_scope
 from service.errors import InfrastructureError, InvalidInput, NotFound, TrackerAccessDenied
-from service.models import FILING_UNFILED, Alert, FilingState
+from service.models import FILING_UNFILED, Alert, AlertKind, FilingState
 from service.models.base import utcnow
-from workers.issues import causes, failing, filing, missing
-from workers.issues.causes import BisectionInput
+from workers.issues import filing
 from workers.issues.filing_state import BACKOFF_FIRST, BACKOFF_MAX, backoff, mark_pending
 from workers.issues.model import RenderedIssue
 from workers.issues.outbox import OutboxTracker
-from workers.issues.tracker import IssueTracker, make_tracker
+from workers.issues.reports import causes
+from workers.issues.reports.causes import BisectionInput
+from workers.issues.trackers import IssueTracker, make_tracker
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ def file_durably(
         session: database session.
         alert_id: the alert (made pending here if it was not yet).
         settings: the tracker's settings, the outbox folder.
-        tracker: where issues go; default :func:`workers.issues.tracker.make_tracker`.
+        tracker: where issues go; default :func:`workers.issues.trackers.make_tracker`.
         bisection: the bisection's outcome; default read back from the alert's run.
         now: the time of the attempt (default: now).
 
@@ -111,7 +113,7 @@ def file_durably(
     if alert.filing_state == FilingState.FILED:
         return FilingAttempt(alert_id, FilingState.FILED, None, ())
     mark_pending(alert, now=now)
-    if bisection is None and alert.kind not in (MISSING_DATA, failing.FAILING):
+    if bisection is None and filing.kind_row(alert).reads_bisection:
         bisection = causes.night_bisection_input(session, run_id=alert.run_id)
     try:
         tracker = tracker or make_tracker(settings)
@@ -181,9 +183,6 @@ def _to_outbox(
         return []
 
 
-MISSING_DATA = "missing_data"
-
-
 @dataclass(frozen=True)
 class _Filed:
     """An issue an attempt filed, found or commented on: its fingerprint and URL."""
@@ -200,19 +199,11 @@ def _file(
     tracker: IssueTracker,
     bisection: BisectionInput | None,
 ) -> list[_Filed]:
-    """File ``alert`` by its kind: a regression's issues (:func:`workers.issues.filing.file_alert`),
-    a missing-data notice and its arrival comments (:func:`workers.issues.missing.file_missing_alert`)
-    or a benchmark failing night after night (:func:`workers.issues.failing.file_failing_alert`).
+    """File ``alert`` through its kind's row (:func:`workers.issues.filing.file_alert`).
 
     Raises:
         InfrastructureError, InvalidInput: the tracker failed (the caller's savepoint undoes it).
     """
-    if alert.kind in (MISSING_DATA, failing.FAILING):
-        file_kind = (
-            missing.file_missing_alert if alert.kind == MISSING_DATA else failing.file_failing_alert
-        )
-        issues = file_kind(session, alert_id=alert.id, settings=settings, tracker=tracker)
-        return [_Filed(str(i.fingerprint), i.url) for i in issues]
     filed = filing.file_alert(
         session, alert_id=alert.id, settings=settings, tracker=tracker, bisection=bisection
     )
@@ -223,11 +214,6 @@ def _render(
     session: Session, alert_id: int, *, settings: Settings, bisection: BisectionInput | None
 ) -> list[RenderedIssue]:
     """The issues :func:`_file` would create for alert ``alert_id`` (what the outbox keeps)."""
-    alert = session.get(Alert, alert_id)
-    if alert is not None and alert.kind == MISSING_DATA:
-        return missing.render_missing_alert(session, alert_id=alert_id, settings=settings)
-    if alert is not None and alert.kind == failing.FAILING:
-        return failing.render_failing_alert(session, alert_id=alert_id, settings=settings)
     return filing.render_alert(session, alert_id=alert_id, settings=settings, bisection=bisection)
 
 
@@ -339,7 +325,9 @@ def file_missing_data(
     with session_scope() as session:
         alert_id = session.scalar(
             select(Alert.id).where(
-                Alert.run_id == run_id, Alert.kind == MISSING_DATA, Alert.filing_state.is_not(None)
+                Alert.run_id == run_id,
+                Alert.kind == AlertKind.MISSING_DATA,
+                Alert.filing_state.is_not(None),
             )
         )
         if alert_id is None:

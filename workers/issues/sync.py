@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -23,7 +23,7 @@ from service.models import IssueRecord, IssueRegression, Regression
 from service.models.base import utcnow
 from service.regressions.service import set_state
 from workers.issues.model import TrackedIssue
-from workers.issues.tracker import IssueTracker, make_tracker
+from workers.issues.trackers import IssueTracker, make_tracker
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +67,6 @@ def desired_state(previous: IssueRecord, issue: TrackedIssue) -> str | None:
     return None
 
 
-def _utc(ts: datetime) -> datetime:
-    """``ts`` as UTC-aware: SQLite hands timestamps back without the timezone they were
-    stored in (UTC)."""
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-
-
 def sync_issues(
     session: Session, *, tracker: IssueTracker, since: datetime | None = None
 ) -> SyncReport:
@@ -98,7 +92,7 @@ def sync_issues(
     if not records:
         return SyncReport(seen=0)
     if since is None:
-        seen_at = [_utc(r.remote_updated_at) for r in records.values() if r.remote_updated_at]
+        seen_at = [r.remote_updated_at for r in records.values() if r.remote_updated_at]
         since = max(seen_at) - SYNC_OVERLAP if seen_at else None
     now = utcnow()
     changed: dict[int, str] = {}
@@ -115,7 +109,7 @@ def sync_issues(
         record.state_reason = issue.state_reason
         record.labels = list(issue.labels)
         record.title = issue.title
-        if record.remote_updated_at is None or issue.updated_at > _utc(record.remote_updated_at):
+        if record.remote_updated_at is None or issue.updated_at > record.remote_updated_at:
             record.remote_updated_at = issue.updated_at
         record.synced_at = now
     session.flush()

@@ -23,13 +23,13 @@ from sqlalchemy.orm import Session
 from service.benchmarks import benchmark_name
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import Alert, Run, RunKind
+from service.models import RUN_OPEN, Alert, Run, RunKind
 from service.regressions import back
 from service.regressions import service as regressions
 from service.runs import rounds
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
-from service.series import is_night_round, is_paired_round
+from service.series import is_count_round, is_night_round, is_paired_round
 from workers.app import queue_for
 from workers.builds.torch_envs import CURRENT
 from workers.enqueue import Step
@@ -65,7 +65,11 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
         round_of = (
             parent_id
             if kind == RunKind.REPLICATE
-            and (is_night_round(run.options) or is_paired_round(run.options))
+            and (
+                is_night_round(run.options)
+                or is_paired_round(run.options)
+                or is_count_round(run.options)
+            )
             else None
         )
         if round_of is not None:
@@ -74,9 +78,9 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
         # One round of a night's (or a re-run's, or its paired build's) processes ended: the
         # next round, or verdicts.
         return _settle(round_of, settings)
-    if (kind == "confirm" and parent_id is not None) or kind == "nightly":
+    if (kind == RunKind.CONFIRM and parent_id is not None) or kind == RunKind.NIGHTLY:
         return _settle(run_id, settings)
-    if kind == "ingest":
+    if kind == RunKind.INGEST:
         return _detect(run_id, settings)
     # Any other run (a replicate run: more processes of a night, for a comparison) only closes.
     with session_scope() as session:
@@ -110,7 +114,20 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
         left = rounds.rounds_left(session, run_id=run_id, processes=wanted)
         if left is None:
             return []
-        if left > 0:
+        counting = rounds.count_round(session, run_id=run_id) if left == 0 else None
+        if counting is not None and counting.status in RUN_OPEN:
+            return []  # the count pass is still counting
+        if left == 0 and counting is None and kind in (RunKind.NIGHTLY, RunKind.CONFIRM):
+            queue = rounds.run_queue(session, run_id=run_id)
+            count = rounds.create_count_round(
+                session,
+                parent=run,
+                models=lambda model: settings.counts_on(queue, model),
+                deadline_s=settings.night_deadline_s,
+            )
+            if count is not None:  # the timed processes have all ended: count, then judge
+                created.append(count.id)
+        elif left > 0:
             created.append(
                 rounds.create_round(
                     session, parent=run, rounds=wanted, deadline_s=settings.night_deadline_s
@@ -136,7 +153,7 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
         # A paired round's jobs go out beside the re-run's, in turns: which build goes first
         # alternates from round to round.
         return interleaved(*(job_steps(c) for c in created), swap=swap)
-    if kind == "confirm" and parent_id is not None:
+    if kind == RunKind.CONFIRM and parent_id is not None:
         return _after_confirmation(parent_id, run_id, settings)
     return _detect(run_id, settings)
 
@@ -160,7 +177,7 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
         failing_alert = failing.note_failing(session, run=run)
         file_now |= failing_alert is not None
         pending = regressions.pending_regressions(session, run_id=run_id)
-        if run.kind == "ingest":
+        if run.kind == RunKind.INGEST:
             # Results posted by runners: no re-run here; the next night confirms instead.
             for r in pending:
                 r.confirmation = "not_possible"
@@ -243,7 +260,7 @@ def _create_confirmation(
         night=run.night,
         benchmarks=specs,
         torch_spec=run.torch_spec,
-        kind="confirm",
+        kind=RunKind.CONFIRM,
         parent_run_id=run.id,
         deadline_s=settings.night_deadline_s,
         options=options,

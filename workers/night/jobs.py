@@ -8,6 +8,7 @@ or a hang ends only that process and becomes an error result with its reason; th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,10 +19,12 @@ from typing import Any
 
 from service.config import Settings, get_settings
 from service.db import session_scope
+from service.metrics import INSTRUCTIONS
 from service.models import JOB_ENDED, JobStatus
 from service.results import service as results
 from service.runs import rounds
 from service.runs import service as runs
+from service.series import is_count_round
 from workers import runner
 from workers.builds import torch_envs as environments
 from workers.night import heartbeat
@@ -59,9 +62,13 @@ def suite_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def list_suite(command: SuiteCommand | None = None, timeout_s: float = 300) -> list[dict[str, Any]]:
+def list_suite(
+    command: SuiteCommand | None = None, timeout_s: float = 1800
+) -> list[dict[str, Any]]:
     """``python -m suite list --json`` of the build under test; with ``torchbench_path`` set
-    (``NIGHTBENCH_TORCHBENCH_PATH``), TorchBench's models too (``--suite all``).
+    (``NIGHTBENCH_TORCHBENCH_PATH``), TorchBench's models too (``--suite all``), their imports
+    checked in that build's environment where not cached (``--check-imports``: minutes for the
+    whole real checkout the first time, hence the timeout).
 
     Args:
         command: the interpreter and extra environment; None: this interpreter.
@@ -73,8 +80,10 @@ def list_suite(command: SuiteCommand | None = None, timeout_s: float = 300) -> l
     """
     command = command or SuiteCommand()
     torchbench = get_settings().torchbench_path
+    # TorchBench's models are available once their import passed in the environment under
+    # test: the listing checks those not checked there yet (suite/torchbench_check.py).
     args = ["list", "--json"] + (
-        ["--suite", "all", "--torchbench", str(torchbench)] if torchbench else []
+        ["--suite", "all", "--torchbench", str(torchbench), "--check-imports"] if torchbench else []
     )
     outcome = runner.run_suite(
         command.python,
@@ -234,7 +243,8 @@ def measure_job(job_id: int, *, worker: str, command: SuiteCommand | None = None
             batch_size=job.batch_size,
         )
         run_id, last_worker = job.run_id, job.worker
-        torch_spec = runs.get_run(session, run_id).torch_spec
+        run = runs.get_run(session, run_id)
+        torch_spec, counting = run.torch_spec, is_count_round(run.options)
     if lost >= limit:
         log.warning("job %s: its worker died %d times; ending it as an error", job_id, lost)
         return fail_job(
@@ -245,6 +255,8 @@ def measure_job(job_id: int, *, worker: str, command: SuiteCommand | None = None
                 f"(NIGHTBENCH_JOB_MAX_WORKER_LOSSES={limit})"
             ),
         )
+    if counting:
+        return count_jobs(job_id, worker=worker, torch_spec=torch_spec, command=command)
     try:
         with heartbeat.heartbeat(job_id, worker=worker):
             record = _run_in_build(spec, torch_spec=torch_spec, command=command)
@@ -258,6 +270,140 @@ def measure_job(job_id: int, *, worker: str, command: SuiteCommand | None = None
         run = runs.get_run(session, run_id)
         rounds.store_measured(session, run=run, job=job, record=record)
         runs.end_job(session, job=job, error=record.get("error"))
+    with session_scope() as session:
+        return run_id if runs.begin_finishing(session, run_id=run_id) else None
+
+
+def run_count(
+    specs: list[dict[str, Any]],
+    *,
+    settings: Settings | None = None,
+    command: SuiteCommand | None = None,
+) -> list[dict[str, Any]]:
+    """Count instructions per step of CPU benchmarks in one valgrind process (``python -m suite
+    count``, :mod:`suite.counting`) and return one record per spec, in order.
+
+    Never raises for a benchmark's failure: a benchmark that failed, or that the process did not
+    reach (a crash, the timeout), has ``error`` set; a host without valgrind gives records with
+    ``skipped`` (no metric, no error).
+    """
+    settings = settings or get_settings()
+    command = command or SuiteCommand()
+    items = ",".join(
+        f"{s['model']}:{s['mode']}" + (f":{s['batch_size']}" if s.get("batch_size") else "")
+        for s in specs
+    )
+    args = [
+        "count",
+        "--benchmarks",
+        items,
+        "--warmup-steps",
+        str(settings.count_warmup_steps),
+        "--repeats",
+        str(settings.count_repeats),
+        "--timeout",
+        str(settings.count_process_timeout_s),
+    ]
+    outcome = runner.run_suite(
+        command.python,
+        args,
+        timeout_s=settings.count_process_timeout_s + 60,
+        cwd=command.cwd or ROOT,
+        env=suite_environment(dict(command.env)),
+    )
+    records = (outcome.record or {}).get("records")
+    if not isinstance(records, list) or len(records) != len(specs):
+        why = outcome.error or "the count process wrote no records"
+        return [
+            {**s, "metrics": [], "environment": {}, "measures": [INSTRUCTIONS], "error": why}
+            for s in specs
+        ]
+    return [dict(r) for r in records]
+
+
+def _count_in_build(
+    specs: list[dict[str, Any]], *, torch_spec: str, command: SuiteCommand | None
+) -> list[dict[str, Any]]:
+    """``run_count`` with the interpreter of the run's build under test (as ``_run_in_build``)."""
+    if command is not None or torch_spec.strip() == environments.CURRENT:
+        return run_count(specs, command=command)
+    try:
+        with environments.use_environment(torch_spec) as env:
+            records = run_count(specs, command=command_for(env))
+    except environments.InvalidTorchSpec as exc:
+        reason = f"build under test {torch_spec!r}: {exc.message}"
+        return [
+            {**s, "metrics": [], "environment": {}, "measures": [INSTRUCTIONS], "error": reason}
+            for s in specs
+        ]
+    return [with_build(r, env.build) for r in records]
+
+
+def count_jobs(
+    job_id: int, *, worker: str, torch_spec: str, command: SuiteCommand | None = None
+) -> int | None:
+    """Count the job ``job_id`` of a count pass, with up to ``count_batch - 1`` more of the pass's
+    queued jobs in the same valgrind process (``import torch`` under valgrind paid once).
+
+    The job is already started by :func:`measure_job`; the others are claimed here (started,
+    under their row locks), so their own tasks, delivered later, find them ended. A benchmark
+    that could not be counted on this host (no valgrind) ends done with nothing stored and a
+    line in its night's note; a failed count is an error result of the count pass (never of the
+    night, whose latency stands).
+
+    Returns:
+        The count pass's run id when this batch ended its last job, else None.
+
+    Raises:
+        Exception: what counting raised (an infrastructure error), after every claimed job is
+            queued again.
+    """
+    settings = get_settings()
+    with session_scope() as session:
+        job = runs.get_job(session, job_id)
+        run_id = job.run_id
+        batch = [
+            job,
+            *runs.claim_queued_jobs(
+                session,
+                run_id=run_id,
+                exclude=job_id,
+                limit=settings.count_batch - 1,
+                worker=worker,
+            ),
+        ]
+        ids = [j.id for j in batch]
+        specs = [
+            dict(
+                model=j.model,
+                mode=j.mode,
+                device=j.device,
+                compiler=j.compiler,
+                batch_size=j.batch_size,
+            )
+            for j in batch
+        ]
+    try:
+        with contextlib.ExitStack() as beats:
+            for i in ids:
+                beats.enter_context(heartbeat.heartbeat(i, worker=worker))
+            records = _count_in_build(specs, torch_spec=torch_spec, command=command)
+    except Exception:
+        for i in ids:
+            _requeue(i)
+        raise
+    with session_scope() as session:
+        run = runs.get_run(session, run_id)
+        for i, record in zip(ids, records, strict=True):
+            job = runs.get_job(session, i, lock=True)
+            if job.status in JOB_ENDED:
+                continue
+            skipped = (record.get("skipped") or {}).get(INSTRUCTIONS)
+            if skipped:
+                rounds.note_not_counted(session, run=run, reason=skipped)
+            else:
+                rounds.store_measured(session, run=run, job=job, record=record)
+            runs.end_job(session, job=job, error=record.get("error"))
     with session_scope() as session:
         return run_id if runs.begin_finishing(session, run_id=run_id) else None
 

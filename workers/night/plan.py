@@ -95,6 +95,8 @@ def plan(
             for mode in modes:
                 if mode not in info.get("modes", ["train", "eval"]):
                     continue
+                if f"{mode}:{device}" in info.get("not_implemented", []):
+                    continue  # offered on another device only (TorchBench's metadata, sizes)
                 for compiler in compilers:
                     if compiler not in info.get("compilers", ["eager", "inductor"]):
                         continue  # e.g. an eager-only TorchScript or quantized model

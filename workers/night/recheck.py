@@ -35,7 +35,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.models import Result, Run
+from service.models import Result, Run, RunKind
 from service.regressions.rules import DEFAULT_PARAMS
 from service.stability import recheck as store
 from suite.stability import UNSTABLE_SPREAD, allowed_spread, full_setup_label, summarize
@@ -164,7 +164,9 @@ def recheck_run(session: Session, *, run: Run, settings: Settings) -> list[Reche
         return []
     run_ids = [
         run.id,
-        *session.scalars(select(Run.id).where(Run.parent_run_id == run.id, Run.kind == "confirm")),
+        *session.scalars(
+            select(Run.id).where(Run.parent_run_id == run.id, Run.kind == RunKind.CONFIRM)
+        ),
     ]
     results = session.scalars(
         select(Result)

@@ -12,13 +12,14 @@ import logging
 
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import Alert, Confirmation, Run
+from service.models import Alert, AlertKind, Confirmation, Run
 from service.regressions import service as regressions
 from service.runs import service as runs
 from workers import commits
 from workers.bisect import celery_driver as bisecting
 from workers.enqueue import Step
-from workers.issues import causes, pending
+from workers.issues import pending
+from workers.issues.reports import causes
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def _regression_alert_id(session, run: Run) -> int | None:  # type: ignore[no-un
         .join(Regression, Regression.alert_id == Alert.id)
         .where(
             Alert.run_id == run.id,
-            Alert.kind == "regression",
+            Alert.kind == AlertKind.REGRESSION,
             Regression.confirmation == Confirmation.REPRODUCED,
         )
         .limit(1)

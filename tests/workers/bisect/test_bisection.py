@@ -141,6 +141,7 @@ def simulate(
     broken: frozenset[int] = frozenset(),
     drift_per_round: float = 0.0,
     fresh_override: Callable[[int, str], float] | None = None,
+    fresh_purposes: tuple[str, ...] = (b.VERIFY, b.RECHECK),
     paired: bool = True,
     slow_slots: float = 0.0,
 ) -> b.BisectionState:
@@ -149,6 +150,7 @@ def simulate(
     ``paired``: the round's commits are measured slot by slot, one sample each (the local
     driver); otherwise without slots (Celery workers). ``slow_slots``: the chance that the
     machine runs at half speed during a slot, slowing every commit measured in it.
+    ``fresh_override``: the level of the samples taken for ``fresh_purposes`` instead.
     """
     rng = np.random.default_rng(seed)
     state = start([f"{i:040x}" for i in range(n + 1)], benchmarks, config)
@@ -167,7 +169,7 @@ def simulate(
             samples, slots = {}, {}
             for name in r.benchmarks:
                 level = model(r.index, name)
-                if fresh_override is not None and r.purpose == b.VERIFY:
+                if fresh_override is not None and r.purpose in fresh_purposes:
                     level = fresh_override(r.index, name)
                 factor = (
                     speed[: r.samples]
@@ -366,41 +368,86 @@ def test_a_gradual_change_is_inconclusive_never_a_wrong_commit() -> None:
         assert found.range and found.reason
 
 
-def test_a_failed_verification_names_no_culprit() -> None:
-    # Fresh samples of the candidate measure as good: the search was misled, so no culprit.
+def test_a_verification_that_keeps_failing_ends_inconclusive_once_the_budget_is_spent() -> None:
+    # Fresh samples of the candidate measure as good in every verification, while the search's
+    # and the rechecks' samples put it on the bad side: the recoveries go round until the
+    # sample budget is spent, and the answer names no culprit, only the range still supported.
     state = simulate(
         16,
         step({"bench": 9}),
         seed=1,
+        config=SearchConfig(budget_samples=1200),
         fresh_override=lambda index, name: 10.0 if index == 9 else step({"bench": 9})(index, name),
+        fresh_purposes=(b.VERIFY,),
     )
     result = outcome(state)
     assert result is not None and result.kind == b.INCONCLUSIVE
-    assert "verification failed" in result.benchmarks[0].reason
+    (found,) = result.benchmarks
+    assert found.reason.startswith("the sample budget is spent ("), found.reason
     assert culprit_indices(state) == {}
+    assert state.commits[9] in found.range, found.range
 
 
 @pytest.mark.parametrize("paired", [True, False])
-def test_a_candidate_that_measures_good_again_leaves_the_culprit_inside_the_range(
+def test_a_search_misled_before_the_verification_recovers_and_names_the_culprit(
     paired: bool,
 ) -> None:
-    # The search's rounds read commit 4 as bad (a straying moment of the host); fresh samples
-    # put it on the good side, where it is: the culprit is 5. The answer names none, and its
-    # range must reach past the candidate to the next commit judged bad, never stop at 4.
+    # The search's rounds read commit 4 as bad (a straying moment of the host); fresh samples,
+    # the verification's and the recheck's, put it on the good side, where it is: the
+    # verification of 4 fails, the commits nearest the boundary are rechecked, the search
+    # resumes after 4 and names 5.
     state = simulate(
-        8,
-        step({"bench": 4}),
-        seed=2,
-        paired=paired,
-        fresh_override=lambda index, name: step({"bench": 5})(index, name),
+        8, step({"bench": 4}), seed=2, paired=paired, fresh_override=step({"bench": 5})
     )
     result = outcome(state)
-    assert result is not None and result.kind == b.INCONCLUSIVE, result
-    (found,) = result.benchmarks
-    assert "verification failed" in found.reason and "candidate" in found.reason
-    assert found.culprit is None
-    assert state.commits[5] in found.range, found.range
-    assert state.commits[4] in found.range and state.commits[3] not in found.range, found.range
+    assert result is not None and result.kind == b.CULPRIT, result
+    assert culprit_indices(state) == {"bench": 5}
+    rechecked = {p.index for p in state.probes if p.purpose == b.RECHECK}
+    assert 4 in rechecked, rechecked
+
+
+def _literal(values: Sequence[float], count: int) -> tuple[float, ...]:
+    """``count`` samples: ``values`` repeated, each repeat 0.1% slower than the last."""
+    return tuple(values[k % len(values)] * (1 + 0.001 * (k // len(values))) for k in range(count))
+
+
+def test_literal_probes_a_wrong_convergence_is_recovered_after_the_failed_verification() -> None:
+    # Eight commits, the culprit is 5 (12 ms after it, 10 ms before). The search's samples of
+    # commit 4 read 12 ms (the host strayed while it ran), so the search closes on (3, 4]. The
+    # verification's fresh samples put 4 at 10 ms: it fails. The recheck (48 samples of 2, 3
+    # and 4 beside both endpoints) puts 4 back on the good side, and the search resumes in
+    # (4, 8]: 6 and 5 are bad, and the verification of (4, 5] names 5.
+    state = start([f"{i:040x}" for i in range(9)], ("bench",), SearchConfig())
+    rounds = []
+    while requests := next_probes(state):
+        rounds.append({r.index: r.purpose for r in requests})
+        results = []
+        for r in requests:
+            misled = r.index == 4 and r.purpose == b.SEARCH
+            values = BAD_MS if r.index >= 5 or misled else GOOD_MS
+            results.append(ProbeResult(r.sha, r.purpose, {"bench": _literal(values, r.samples)}))
+        state = record_round(state, results)
+    assert rounds[:4] == [
+        {0: b.ENDPOINT, 8: b.ENDPOINT},
+        {0: b.REFERENCE, 4: b.SEARCH, 8: b.REFERENCE},
+        {0: b.REFERENCE, 2: b.SEARCH, 8: b.REFERENCE},
+        {0: b.REFERENCE, 3: b.SEARCH, 8: b.REFERENCE},
+    ], rounds
+    assert rounds[4] == {0: b.REFERENCE, 3: b.VERIFY, 4: b.VERIFY, 8: b.REFERENCE}, rounds
+    assert rounds[5] == {
+        0: b.REFERENCE,
+        2: b.RECHECK,
+        3: b.RECHECK,
+        4: b.RECHECK,
+        8: b.REFERENCE,
+    }, rounds
+    (recheck,) = [p for p in state.probes if p.purpose == b.RECHECK and p.index == 4]
+    assert len(recheck.results[0].samples) == SearchConfig().max_samples
+    assert recheck.results[0].side == GOOD
+    result = outcome(state)
+    assert result is not None and result.kind == b.CULPRIT, result
+    assert result.culprits == ((state.commits[5], ("bench",)),)
+    assert result.builds <= SearchConfig().builds_allowed(8)
 
 
 @pytest.mark.parametrize("paired", [True, False])

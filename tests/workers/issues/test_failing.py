@@ -118,15 +118,14 @@ def test_a_failing_benchmark_waits_in_the_outbox_while_github_refuses(
 
 
 def test_the_commit_range_links_the_builds_either_side_of_the_first_failure() -> None:
-    from service.config import Settings
-    from workers.issues.failing import _range
+    from workers.issues.render.failing import commit_range
 
-    linked = _range(Settings(source_github_repository="pytorch/pytorch"), "a" * 40, "b" * 40)
+    linked = commit_range("pytorch/pytorch", "a" * 40, "b" * 40)
     assert f"`{'a' * 10}..{'b' * 10}`" in linked
     assert f"https://github.com/pytorch/pytorch/compare/{'a' * 40}...{'b' * 40}" in linked
-    assert "compare" not in _range(Settings(source_github_repository=None), "a" * 40, "b" * 40)
-    assert "same torch commit" in _range(Settings(), "a" * 40, "a" * 40)
-    assert _range(Settings(), None, "b" * 40) == ""
+    assert "compare" not in commit_range(None, "a" * 40, "b" * 40)
+    assert "same torch commit" in commit_range(None, "a" * 40, "a" * 40)
+    assert commit_range(None, None, "b" * 40) == ""
 
 
 def test_a_benchmark_that_never_ran_is_not_filed(github: FakeGitHub) -> None:
@@ -358,8 +357,8 @@ def test_another_failure_inside_the_range_is_stepped_around_for_real(
 
 
 def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
-    from service.config import Settings
-    from workers.issues.failing import render_bisected
+    from workers.issues.model import FailureBisected
+    from workers.issues.render.failing import render_bisected
 
     a, b, c = ("a" * 40, "b" * 40, "c" * 40)
     answer = {
@@ -386,8 +385,19 @@ def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
             "error": "dqn:eval:cpu: RuntimeError: shapes (2 of 2 runs failed)",
         },
     )
-    linked = Settings(source_github_repository="pytorch/pytorch")
-    text = render_bisected(row, linked)
+
+    def told(row: Bisection, repository: str | None) -> str:
+        return render_bisected(
+            FailureBisected(
+                id=row.id,
+                benchmark=row.benchmarks[0],
+                outcome=row.outcome,
+                result=dict(row.result or {}),
+                source_repository=repository,
+            )
+        )
+
+    text = told(row, "pytorch/pytorch")
     assert text.startswith(
         "**Bisection 7 could not name one commit** (5 builds, 4 rounds): the "
         "1 commit(s) between aaaa (runs) and cccc (fails) did not build."
@@ -398,7 +408,7 @@ def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
     ) in text
     assert "RuntimeError: shapes (2 of 2 runs failed)\n```" in text
     row.outcome, answer["reason"] = "not_reproduced", "the first failing build cccc runs"
-    text = render_bisected(row, Settings(source_github_repository=""))
+    text = told(row, "")
     assert (
         text.startswith(
             "**Bisection 7 did not reproduce the failure** (5 builds, 4 rounds): "

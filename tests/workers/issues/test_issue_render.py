@@ -11,7 +11,6 @@ from datetime import date
 import pytest
 
 from service.errors import InvalidInput
-from workers.issues.markdown import format_p_value, format_value, sparkline
 from workers.issues.markers import find_fingerprint, fingerprint, marker
 from workers.issues.model import (
     Bisection,
@@ -22,7 +21,8 @@ from workers.issues.model import (
     IssueReport,
     Probe,
 )
-from workers.issues.render import render_issue, render_recurrence
+from workers.issues.render.markdown import format_p_value, format_value, sparkline
+from workers.issues.render.regression import render_issue, render_recurrence
 
 CULPRIT = Commit(
     sha="abc1234" + "0" * 33,
@@ -561,3 +561,18 @@ def test_confidence_names_what_the_p_value_compares() -> None:
         "no test: above the baseline's recurring peak",
         "p = 0.008 (tonight and its re-run vs 14 nights)",
     ]
+
+
+def test_a_count_regression_reads_in_instructions_per_step() -> None:
+    count = latency(
+        model="sac",
+        device="cpu",
+        metric="cpu_instructions",
+        unit="instructions",
+        baseline=412.3e6,
+        tonight=457.9e6,
+        p_value=0.001,
+    )
+    issue = render_issue(report(regressions=(count,)))
+    assert "cpu_instructions went from 412.3 M instr to 457.9 M instr (+11.1%)" in issue.body
+    assert "412.3 M instr → 457.9 M instr" in issue.body

@@ -647,7 +647,8 @@ def test_suite_stability_stored_shows_each_verdict_with_its_source(database_url:
     status = CliRunner().invoke(app, ["status"], env={"COLUMNS": "250"})
     assert (
         "1 of 2 benchmark verdicts are unstable: shown, alerted only beyond their noise "
-        "(ppo:eval:cpu from +45%)"
+        "(ppo:eval:cpu from +45%); on latency only: cpu_instructions, cpu_peak_mem alert as on "
+        "any benchmark"
     ) in status.stdout
     assert not any(
         "unstable" in line

@@ -7,28 +7,11 @@ import math
 import re
 from collections.abc import Sequence
 
+from service.metrics import format_change as format_change  # the one formatter, re-exported
+from service.metrics import format_value as format_value
 from workers.issues.model import Bisection, Commit, Environment, IssueReport
 
 _SPARK = "▁▂▃▄▅▆▇█"
-_MIB = 1024 * 1024
-
-
-def format_value(value: float, unit: str) -> str:
-    """A number with its unit: ``12.41 ms``, ``1,234.5 MiB`` (bytes are shown in MiB)."""
-    if unit == "bytes":
-        return f"{value / _MIB:,.1f} MiB"
-    if unit == "ms":
-        if abs(value) >= 100:
-            return f"{value:,.1f} ms"
-        if abs(value) >= 1:
-            return f"{value:.2f} ms"
-        return f"{value:.3f} ms"
-    return f"{value:,.4g} {unit}".rstrip()
-
-
-def format_change(relative: float) -> str:
-    """``+12.4%`` for a relative change of 0.124."""
-    return f"{relative * 100:+.1f}%"
 
 
 def format_p_value(p_value: float | None) -> str:
@@ -51,41 +34,46 @@ def sparkline(values: Sequence[float]) -> str:
     return "".join(_SPARK[round((v - low) / (high - low) * steps)] for v in values)
 
 
-def _commit_link(report: IssueReport, commit: Commit) -> str:
+def commit_link(report: IssueReport, commit: Commit) -> str:
+    """A commit's short sha, linked to the report's code repository when it has one."""
     if report.code_url:
         return f"[`{commit.short}`]({report.code_url.rstrip('/')}/commit/{commit.sha})"
     return f"`{commit.short}`"
 
 
-def _range_link(report: IssueReport, bisection: Bisection) -> str:
+def range_link(report: IssueReport, bisection: Bisection) -> str:
+    """The bisection's commit range as a compare link (or why it is unknown)."""
     if bisection.known_range is None:
-        before, after = _version(report.baseline), _version(report.tonight)
+        before, after = version(report.baseline), version(report.tonight)
         return f"unknown (torch {before} → {after}, commits not recorded)"
     good, bad = bisection.known_range
     if good.sha.lower() == bad.sha.lower():
-        return f"{_commit_link(report, bad)} (no new commit since the previous night)"
+        return f"{commit_link(report, bad)} (no new commit since the previous night)"
     text = f"`{good.short}..{bad.short}`"
     if report.code_url:
         return f"[{text}]({report.code_url.rstrip('/')}/compare/{good.sha}...{bad.sha})"
     return text
 
 
-def _commit_table(report: IssueReport, commits: Sequence[Commit]) -> str:
+def commit_table(report: IssueReport, commits: Sequence[Commit]) -> str:
+    """A Markdown table of ``commits``: sha, title, author, pull request."""
     rows = ["| commit | title | author | pull request |", "| --- | --- | --- | --- |"]
     for c in commits:
-        pr = _pr_link(report, c.pr_number) if c.pr_number else ""
+        pr = pr_link(report, c.pr_number) if c.pr_number else ""
         rows.append(
-            f"| {_commit_link(report, c)} | {_cell(_shorten(c.title, 80))} | "
-            f"{_cell(_person(c))} | {pr} |"
+            f"| {commit_link(report, c)} | {cell(shorten(c.title, 80))} | "
+            f"{cell(person(c))} | {pr} |"
         )
     return "\n".join(rows)
 
 
-def _version(env: Environment | None) -> str:
+def version(env: Environment | None) -> str:
+    """The torch version of ``env``, or ``unknown``."""
     return (env.torch_version if env is not None else None) or "unknown"
 
 
-def _pr_link(report: IssueReport, number: int | None) -> str:
+def pr_link(report: IssueReport, number: int | None) -> str:
+    """A pull request number, linked to the report's code repository when it has one."""
     if number is None:
         return "none named"
     if report.code_url:
@@ -93,7 +81,8 @@ def _pr_link(report: IssueReport, number: int | None) -> str:
     return f"#{number}"
 
 
-def _person(commit: Commit) -> str:
+def person(commit: Commit) -> str:
+    """A commit's author with their GitHub login when known."""
     if commit.author and commit.author_login:
         return f"{commit.author} (@{commit.author_login})"
     if commit.author_login:
@@ -101,7 +90,8 @@ def _person(commit: Commit) -> str:
     return commit.author
 
 
-def _sha_cell(report: IssueReport, value: str | None) -> str:
+def sha_cell(report: IssueReport, value: str | None) -> str:
+    """A torch commit for the environment table (linked), or the text as it is."""
     if not value:
         return "n/a"
     if re.fullmatch(r"[0-9a-fA-F]{7,64}", value):
@@ -109,32 +99,37 @@ def _sha_cell(report: IssueReport, value: str | None) -> str:
         if report.torch_url:
             return f"[`{short}`]({report.torch_url.rstrip('/')}/commit/{value})"
         return f"`{short}`"
-    return _cell(value)
+    return cell(value)
 
 
-def _plain_cell(report: IssueReport, value: str | None) -> str:
-    return _cell(value) if value else "n/a"
+def plain_cell(report: IssueReport, value: str | None) -> str:
+    """A table cell of ``value``, or ``n/a``."""
+    return cell(value) if value else "n/a"
 
 
-def _cell(text: str | None) -> str:
+def cell(text: str | None) -> str:
     """Text safe inside a Markdown table cell (one line, pipes escaped)."""
     if not text:
         return ""
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _quote(title: str) -> str:
-    return f'"{_cell(_shorten(title, 100))}"' if title else ""
+def quote(title: str) -> str:
+    """A commit title quoted for a sentence, shortened."""
+    return f'"{cell(shorten(title, 100))}"' if title else ""
 
 
-def _shorten(text: str, limit: int) -> str:
+def shorten(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _count(n: int | None) -> str:
+def count(n: int | None) -> str:
+    """``n`` as text, or ``n/a``."""
     return str(n) if n is not None else "n/a"
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """``text`` as a file-name-safe slug."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "result"

@@ -5,13 +5,14 @@ confidence, the machine, the recent nights and links to the series' history; for
 environment of tonight and of the baseline, how the build's identity moved between the baseline
 nights and tonight (the night report's :func:`service.runs.report.environment_changes`, against
 the series' latest baseline night and the night before), the confirmation re-run, and the
-bisection's commits and probes (:mod:`workers.issues.causes`).
+bisection's commits and probes (:mod:`workers.issues.reports.causes`).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -20,9 +21,10 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.errors import InvalidInput
-from service.models import Alert, Confirmation, Machine, Regression, Result, Run
+from service.metrics import INSTRUCTIONS, exact_levels, format_change, format_value, host_bound
+from service.models import Alert, Confirmation, Machine, Regression, Result, Run, RunKind
 from service.regressions import paired
-from service.regressions.detection import MEMORY_METRICS, confirm
+from service.regressions.detection import confirm
 from service.regressions.rules import DEFAULT_PARAMS
 from service.regressions.service import (
     history_nights,
@@ -33,14 +35,15 @@ from service.regressions.service import (
 from service.regressions.unstable import alerts_from
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
-from workers.issues.causes import (
+from workers.issues.model import Change, Checks, Environment, IssueReport
+from workers.issues.reports.causes import (
     TORCH_CODE_URL,
     BisectionInput,
-    _bisection,
-    _commit_dicts,
-    _Group,
+    CauseGroup,
+    cause_groups,
+    commit_dicts,
+    issue_bisection,
 )
-from workers.issues.model import Change, Checks, Environment, IssueReport
 
 RECENT_NIGHTS = 14
 BUILD_MOVED = (
@@ -48,12 +51,80 @@ BUILD_MOVED = (
 )
 
 
+@dataclass(frozen=True)
+class GroupReport:
+    """One issue of a regression alert: the regressions sharing a cause, and what it says."""
+
+    group: CauseGroup
+    report: IssueReport
+
+
+def reproduced(session: Session, alert_id: int) -> list[Regression]:
+    """The alert's regressions that the confirmation re-run reproduced, oldest first."""
+    return list(
+        session.scalars(
+            select(Regression)
+            .where(
+                Regression.alert_id == alert_id,
+                Regression.direction == "regression",
+                Regression.confirmation == Confirmation.REPRODUCED,
+            )
+            .order_by(Regression.id)
+        )
+    )
+
+
+def improvements(session: Session, run: Run) -> list[Regression]:
+    """The run's improvements, oldest first (its issues list them beside the regressions)."""
+    return list(
+        session.scalars(
+            select(Regression)
+            .where(Regression.run_id == run.id, Regression.direction == "improvement")
+            .order_by(Regression.id)
+        )
+    )
+
+
+def group_reports(
+    session: Session,
+    *,
+    alert: Alert,
+    run: Run,
+    bisection: BisectionInput | None,
+    settings: Settings,
+) -> list[GroupReport]:
+    """One report per cause of the alert's reproduced regressions (:func:`cause_groups`).
+
+    Returns:
+        Empty when nothing was reproduced.
+    """
+    regressions = reproduced(session, alert.id)
+    if not regressions:
+        return []
+    better = improvements(session, run)
+    return [
+        GroupReport(
+            group,
+            build_report(
+                session,
+                run=run,
+                alert=alert,
+                group=group,
+                improvements=better,
+                bisection=bisection,
+                settings=settings,
+            ),
+        )
+        for group in cause_groups(session, run, regressions, bisection)
+    ]
+
+
 def build_report(
     session: Session,
     *,
     run: Run,
     alert: Alert,
-    group: _Group,
+    group: CauseGroup,
     improvements: Sequence[Regression],
     bisection: BisectionInput | None,
     settings: Settings,
@@ -75,8 +146,8 @@ def build_report(
     first = results.get(group.regressions[0].result_id)
     tonight = _environment(first.environment if first else {}, run.torch_git_commit)
     baseline_env, build_changes = _baseline(session, run, first)
-    commits = {c["sha"]: c for c in _commit_dicts(bisection.commits if bisection else [])}
-    commits.update({c["sha"]: c for c in _commit_dicts(run.commit_range or [])})
+    commits = {c["sha"]: c for c in commit_dicts(bisection.commits if bisection else [])}
+    commits.update({c["sha"]: c for c in commit_dicts(run.commit_range or [])})
     code_url = bisection.code_url if bisection is not None else TORCH_CODE_URL
     options: dict[str, Any] = {}
     if bisection is not None and bisection.repo:
@@ -88,7 +159,7 @@ def build_report(
         night=run.night,
         tonight=tonight,
         baseline=baseline_env,
-        bisection=_bisection(group, bisection, commits),
+        bisection=issue_bisection(group, bisection, commits),
         improvements=better,
         checks=_checks(session, run, group.regressions),
         code_url=code_url,
@@ -181,6 +252,66 @@ def _change(
             else None
         ),
         noise=_noise(session, regression) if full else None,
+        work=work_per_step(session, regression) if full else None,
+    )
+
+
+WORK_NIGHTS = 7
+"""Earlier nights of a count series whose median a latency regression's count is compared with."""
+
+
+def work_per_step(session: Session, regression: Regression) -> str | None:
+    """The sentence on the work per step beside a regression in time (``Change.work``).
+
+    The night's ``cpu_instructions`` of the same benchmark, when it was counted: a count that
+    regressed too says what each step executes changed (and the bisection counts); one within
+    the threshold of the median of its last :data:`WORK_NIGHTS` nights says the time moved for
+    another reason. None for a metric the host does not move, or a night that counted nothing.
+    """
+    if not host_bound(regression.metric):
+        return None
+    count = session.scalar(
+        select(Result).where(
+            Result.run_id == regression.run_id,
+            Result.model == regression.model,
+            Result.mode == regression.mode,
+            Result.device == regression.device,
+            Result.compiler == regression.compiler,
+            Result.metric == INSTRUCTIONS,
+            Result.error.is_(None),
+        )
+    )
+    if count is None or count.median is None or not count.series_key:
+        return None
+    moved = session.scalar(
+        select(Regression).where(
+            Regression.run_id == regression.run_id,
+            Regression.series_key == count.series_key,
+            Regression.direction == "regression",
+        )
+    )
+    if moved is not None:
+        return (
+            f"The work per step moved too: {INSTRUCTIONS} "
+            f"{format_value(moved.baseline, moved.unit)} → {format_value(count.median, count.unit)} "
+            f"({format_change(count.median / moved.baseline - 1)}): each step executes more, "
+            "and the bisection counts instructions."
+        )
+    history = series_history(
+        session,
+        series_key=count.series_key,
+        night=count.night,
+        run_id=count.run_id,
+        limit=WORK_NIGHTS,
+    )
+    levels = [r.median for r in history if r.median]
+    if not levels:
+        return None
+    before = statistics.median(levels)
+    return (
+        f"The work per step did not change: {INSTRUCTIONS} {format_value(before, count.unit)} → "
+        f"{format_value(count.median, count.unit)} ({format_change(count.median / before - 1)}); "
+        "the time moved for another reason (threading, caches, memory layout, the allocator)."
     )
 
 
@@ -195,7 +326,7 @@ def _noise(session: Session, regression: Regression) -> str | None:
         regression.compiler,
         result.machine_id if result is not None else None,
     )
-    spreads = unstable_spreads(session, by_machine=True) if regression.metric == "latency" else {}
+    spreads = unstable_spreads(session, by_machine=True) if host_bound(regression.metric) else {}
     if key not in spreads:
         return None
     spread, beyond = spreads[key], DEFAULT_PARAMS.unstable_beyond
@@ -244,7 +375,7 @@ def _allocator(setup: Any) -> str | None:
 def _confirm_run(session: Session, run_id: int) -> Run | None:
     return session.scalar(
         select(Run)
-        .where(Run.parent_run_id == run_id, Run.kind == "confirm")
+        .where(Run.parent_run_id == run_id, Run.kind == RunKind.CONFIRM)
         .order_by(Run.id.desc())
         .limit(1)
     )
@@ -278,12 +409,12 @@ def _confidence(
     p-value stored when tonight was flagged. Peak memory has none (the detector uses an
     envelope there, not a test).
     """
-    if regression.metric in MEMORY_METRICS:
+    if exact_levels(regression.metric):
         return None, "no test: above the baseline's recurring peak each night"
     history = history_nights(session, result=result, limit=settings.baseline_nights)
     confirm_run = _confirm_run(session, regression.run_id)
     rerun = _rerun(session, confirm_run, regression) if confirm_run is not None else None
-    if rerun is not None and history:
+    if rerun is not None and confirm_run is not None and history:
         # Judged as the confirmation judged it: beside the previous night's build when paired.
         again, _ = paired.judged_rerun(
             session,
@@ -322,7 +453,7 @@ def _checks(session: Session, run: Run, regressions: Sequence[Regression]) -> Ch
         change = (level - g.baseline) / g.baseline
         beside = (
             paired.previous_build_level(session, confirm_run=confirm_run, regression=g)
-            if g.metric == "latency"
+            if host_bound(g.metric)
             else None
         )
         if beside:  # both builds as the confirmation judged them: medians of process medians

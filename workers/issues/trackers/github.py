@@ -1,6 +1,6 @@
 """Issues in a GitHub (or GitHub Enterprise Server) repository, through PyGithub.
 
-:class:`GitHubTracker` satisfies :class:`~workers.issues.tracker.IssueTracker`. Its
+:class:`GitHubTracker` satisfies :class:`~workers.issues.trackers.IssueTracker`. Its
 :meth:`~GitHubTracker.create` looks for an open issue carrying the fingerprint marker before
 creating one, and again after a failed create before trying anew, so a crash or a lost response
 between "GitHub created the issue" and "we recorded its number" never yields a second issue.
@@ -40,11 +40,11 @@ from urllib3 import Retry
 
 from service.errors import InfrastructureError, InvalidInput, NotFound, TrackerAccessDenied
 from workers.issues.markers import (
-    _check_key,
-    _with_comment_marker,
+    check_key,
     comment_marker,
     find_fingerprint,
     find_run_id,
+    with_comment_marker,
 )
 from workers.issues.model import RenderedIssue, TrackedIssue
 
@@ -272,7 +272,7 @@ class GitHubTracker:
             NotFound: no issue ``number``.
             InfrastructureError: GitHub kept failing.
         """
-        text = _with_comment_marker(body, _check_key(key))
+        text = with_comment_marker(body, check_key(key))
         with self._errors(f"commenting on issue #{number}"):
             target = self._repository().get_issue(number)
             mark = comment_marker(key)

@@ -1,6 +1,6 @@
 """Where issues go: GitHub through PyGithub, or Markdown files in a local outbox.
 
-Both trackers (:class:`~workers.issues.github.GitHubTracker`,
+Both trackers (:class:`~workers.issues.trackers.github.GitHubTracker`,
 :class:`~workers.issues.outbox.OutboxTracker`) satisfy :class:`IssueTracker`, so filing and
 sync-back do not care which one the settings chose (:func:`make_tracker`). Filing is idempotent:
 every issue body carries a hidden fingerprint marker (see :mod:`workers.issues.markers`), and
@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from service.errors import InvalidInput
-from workers.issues.github import GitHubTracker
 from workers.issues.model import RenderedIssue, TrackedIssue
 from workers.issues.outbox import OutboxTracker
+from workers.issues.trackers.github import GitHubTracker
 
 if TYPE_CHECKING:
     from service.config import Settings

@@ -16,27 +16,27 @@ import math
 import shlex
 from collections.abc import Sequence
 
-from workers.issues.markdown import (
-    _cell,
-    _commit_link,
-    _commit_table,
-    _count,
-    _person,
-    _plain_cell,
-    _pr_link,
-    _quote,
-    _range_link,
-    _sha_cell,
-    _shorten,
-    _slug,
-    _version,
+from workers.issues.markers import fingerprint, marker, run_marker
+from workers.issues.model import Bisection, Change, IssueReport, Probe, RenderedIssue
+from workers.issues.render.markdown import (
+    cell,
+    commit_link,
+    commit_table,
+    count,
     format_change,
     format_p_value,
     format_value,
+    person,
+    plain_cell,
+    pr_link,
+    quote,
+    range_link,
+    sha_cell,
+    shorten,
+    slug,
     sparkline,
+    version,
 )
-from workers.issues.markers import fingerprint, marker, run_marker
-from workers.issues.model import Bisection, Change, IssueReport, Probe, RenderedIssue
 
 _TITLE_LIMIT = 256  # GitHub rejects longer issue titles
 
@@ -49,8 +49,8 @@ def report_fingerprint(report: IssueReport) -> str:
     if bisection.outcome == "culprit" and bisection.culprit is not None:
         return fingerprint(benchmarks, metrics, culprit=bisection.culprit.sha)
     # Without a known commit, the torch builds stand for the ends of the range.
-    good = bisection.good.sha if bisection.good else f"torch:{_version(report.baseline)}"
-    bad = bisection.bad.sha if bisection.bad else f"torch:{_version(report.tonight)}"
+    good = bisection.good.sha if bisection.good else f"torch:{version(report.baseline)}"
+    bad = bisection.bad.sha if bisection.bad else f"torch:{version(report.tonight)}"
     return fingerprint(benchmarks, metrics, commit_range=(good, bad))
 
 
@@ -115,7 +115,7 @@ def _title(report: IssueReport, ordered: Sequence[Change]) -> str:
     bisection = report.bisection
     if bisection.outcome == "culprit" and bisection.culprit is not None:
         tail = f"since {bisection.culprit.short}"
-        commit_title = _shorten(bisection.culprit.title, 80)
+        commit_title = shorten(bisection.culprit.title, 80)
         if commit_title:
             tail += f" ({commit_title})"
     elif bisection.outcome == "inconclusive" and bisection.known_range is not None:
@@ -131,7 +131,7 @@ def _title(report: IssueReport, ordered: Sequence[Change]) -> str:
             tail += f" (at {bad.short})" if same else f" ({good.short}..{bad.short})"
         elif report.tonight.torch_version:
             tail += f" (torch {report.tonight.torch_version})"
-    return _shorten(f"[perf] {what} {tail}", _TITLE_LIMIT)
+    return shorten(f"[perf] {what} {tail}", _TITLE_LIMIT)
 
 
 def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
@@ -150,18 +150,18 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
     lines = [sentence]
     if bisection.outcome == "culprit" and bisection.culprit is not None:
         c = bisection.culprit
-        who = _person(c)
-        text = f"The bisection names {_commit_link(report, c)}"
+        who = person(c)
+        text = f"The bisection names {commit_link(report, c)}"
         if c.title:
-            text += f" {_quote(c.title)}"
+            text += f" {quote(c.title)}"
         if who:
             text += f" by {who}"
         if c.pr_number is not None:
-            text += f", {_pr_link(report, c.pr_number)}"
+            text += f", {pr_link(report, c.pr_number)}"
         lines.append(text + " as the first bad commit.")
     elif bisection.outcome == "inconclusive":
         lines.append(
-            f"The bisection left the cause in the range {_range_link(report, bisection)} "
+            f"The bisection left the cause in the range {range_link(report, bisection)} "
             "without singling out one commit: "
             + (
                 f"{bisection.reason}."
@@ -172,7 +172,7 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
     elif bisection.outcome == "not_reproduced":
         lines.append(
             "Bisection did not reproduce the change between "
-            f"{_range_link(report, bisection)}: "
+            f"{range_link(report, bisection)}: "
             + (f"{bisection.reason}. " if bisection.reason else "the endpoints measured alike. ")
             + "That does not clear the nights above: a bisection measures each endpoint in a "
             "few processes, and a real step of the threshold's size still ends so in 3 to 24 "
@@ -181,7 +181,7 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
         )
     else:
         lines.append(
-            f"The night's commit range is {_range_link(report, bisection)}; "
+            f"The night's commit range is {range_link(report, bisection)}; "
             "it has not been bisected."
         )
     culprit = bisection.culprit if bisection.outcome == "culprit" else None
@@ -197,22 +197,22 @@ def _summary_table(ordered: Sequence[Change]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c in ordered:
-        samples = f"{_count(c.baseline_samples)} / {_count(c.tonight_samples)}"
+        samples = f"{count(c.baseline_samples)} / {count(c.tonight_samples)}"
         rows.append(
             f"| {c.benchmark} | {c.metric} | {format_value(c.baseline, c.unit)} → "
             f"{format_value(c.tonight, c.unit)} | **{format_change(c.relative)}**"
             f"{f' since {c.since}' if c.since else ''} | "
-            f"{_confidence_cell(c)} | {samples} | {_cell(c.machine) or 'n/a'} |"
+            f"{_confidence_cell(c)} | {samples} | {cell(c.machine) or 'n/a'} |"
         )
     return "\n".join(rows)
 
 
 def _confidence_cell(change: Change) -> str:
     if change.p_value is None:
-        return _cell(change.p_basis) or "n/a"
+        return cell(change.p_basis) or "n/a"
     text = format_p_value(change.p_value)
     if change.p_basis:
-        text += f" ({_cell(change.p_basis)})"
+        text += f" ({cell(change.p_basis)})"
     return text
 
 
@@ -228,18 +228,18 @@ def _culprit_section(report: IssueReport) -> str:
         rows = [
             "| | |",
             "| --- | --- |",
-            f"| commit | {_commit_link(report, c)} |",
-            f"| title | {_cell(c.title) or 'n/a'} |",
-            f"| author | {_cell(_person(c)) or 'n/a'} |",
-            f"| pull request | {_pr_link(report, c.pr_number) if c.pr_number else 'none named'} |",
+            f"| commit | {commit_link(report, c)} |",
+            f"| title | {cell(c.title) or 'n/a'} |",
+            f"| author | {cell(person(c)) or 'n/a'} |",
+            f"| pull request | {pr_link(report, c.pr_number) if c.pr_number else 'none named'} |",
         ]
         if bisection.culprit_parent is not None:
-            rows.append(f"| parent | {_commit_link(report, bisection.culprit_parent)} |")
+            rows.append(f"| parent | {commit_link(report, bisection.culprit_parent)} |")
         parts.append("## Culprit\n\n" + "\n".join(rows))
     elif bisection.outcome == "inconclusive":
         text = (
             "## Commit range\n\n"
-            f"No single culprit: the cause lies in {_range_link(report, bisection)}"
+            f"No single culprit: the cause lies in {range_link(report, bisection)}"
             + (
                 f" ({bisection.reason})."
                 if bisection.reason
@@ -247,13 +247,13 @@ def _culprit_section(report: IssueReport) -> str:
             )
         )
         if bisection.suspects:
-            text += " The commits to read:\n\n" + _commit_table(report, bisection.suspects)
+            text += " The commits to read:\n\n" + commit_table(report, bisection.suspects)
         parts.append(text)
     else:
-        text = f"## Commit range\n\n{_range_link(report, bisection)}"
+        text = f"## Commit range\n\n{range_link(report, bisection)}"
         text += f", {bisection.commits} commits." if bisection.commits else "."
         if bisection.suspects:
-            text += "\n\n" + _commit_table(report, bisection.suspects)
+            text += "\n\n" + commit_table(report, bisection.suspects)
         parts.append(text)
     if bisection.probes:
         parts.append(_probe_table(report, bisection))
@@ -278,15 +278,15 @@ def _probe_table(report: IssueReport, bisection: Bisection) -> str:
     for i, p in enumerate(bisection.probes, start=1):
         median = format_value(p.median, p.unit) if p.median is not None else "n/a"
         build = f"{p.build_seconds:.0f} s" if p.build_seconds is not None else "n/a"
-        reading = p.reading if p.skipped is None else f"skipped: {_cell(p.skipped)}"
-        cells = [str(i), _commit_link(report, p.commit), _cell(_shorten(p.commit.title, 60))]
+        reading = p.reading if p.skipped is None else f"skipped: {cell(p.skipped)}"
+        cells = [str(i), commit_link(report, p.commit), cell(shorten(p.commit.title, 60))]
         if show_benchmark:
             cells.append(p.benchmark)
         cells += [
             _verdict_cell(p, p.verdict_good),
             _verdict_cell(p, p.verdict_bad),
             f"**{reading}**",
-            _count(p.samples),
+            count(p.samples),
             median,
             build,
         ]
@@ -313,6 +313,8 @@ def _history_section(ordered: Sequence[Change]) -> str:
         lines = [f"**{c.benchmark} {c.metric}**"]
         if c.noise:
             lines.append(c.noise)
+        if c.work:
+            lines.append(c.work)
         if c.chart_url:
             lines.append(f"![{c.benchmark} {c.metric} history]({c.chart_url})")
         if c.recent:
@@ -351,7 +353,7 @@ def _environment_section(report: IssueReport) -> str:
         before = getattr(base, attr) if base is not None else None
         if tonight is None and before is None:
             continue
-        fmt = _sha_cell if attr == "torch_commit" else _plain_cell
+        fmt = sha_cell if attr == "torch_commit" else plain_cell
         if base is not None:
             rows.append(f"| {label} | {fmt(report, before)} | {fmt(report, tonight)} |")
         else:
@@ -375,7 +377,7 @@ def _reproduce_section(report: IssueReport, ordered: Sequence[Change]) -> str:
         )
         if c.compiler != "eager":
             command += f" --compiler {c.compiler}"
-        lines.append(command + f" --out {_slug(c.benchmark_id)}.json")
+        lines.append(command + f" --out {slug(c.benchmark_id)}.json")
     bisection = report.bisection
     pair: tuple[str, str] | None = None
     if bisection.outcome == "culprit" and bisection.culprit and bisection.culprit_parent:
@@ -411,7 +413,7 @@ def _checks_section(report: IssueReport) -> str:
     if bisection.outcome == "culprit":
         if bisection.verified is True:
             parent = bisection.culprit_parent
-            parent_text = f" ({_commit_link(report, parent)})" if parent is not None else ""
+            parent_text = f" ({commit_link(report, parent)})" if parent is not None else ""
             items.append(
                 f"- Culprit verification: passed; the parent{parent_text} measures as good and "
                 "the culprit as bad."
@@ -427,7 +429,7 @@ def _checks_section(report: IssueReport) -> str:
         items.append("- Culprit verification: not applicable, no single culprit was named.")
     skipped = [p for p in bisection.probes if p.skipped is not None]
     if skipped:
-        names = ", ".join(f"`{p.commit.short}` ({_cell(p.skipped)})" for p in skipped)
+        names = ", ".join(f"`{p.commit.short}` ({cell(p.skipped)})" for p in skipped)
         items.append(f"- Skipped commits (did not build): {names}")
     return "## What was checked\n\n" + "\n".join(items)
 

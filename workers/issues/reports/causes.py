@@ -17,16 +17,19 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.models import Bisection as BisectionRow
 from service.models import BisectionStatus, Regression, Run
 from service.regressions.service import range_start
 from workers.bisect.search import (
     CULPRIT,
     INCONCLUSIVE,
     NOT_REPRODUCED,
+    REFERENCE,
     SKIPPED,
     Outcome,
     ProbeRecord,
 )
+from workers.bisect.state import BenchmarkOutcome, BenchmarkVerdict
 from workers.issues.model import Bisection, Commit, Probe
 
 TORCH_CODE_URL = "https://github.com/pytorch/pytorch"
@@ -83,34 +86,33 @@ class BisectionInput:
 
 
 def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | None:
-    """The finished bisection of a night, for its issue: every probe but the endpoints' reference
-    measurements, and the commits, links and install command its provider recorded.
+    """The finished bisection of a night, for its issue, read from its stored answer
+    (``Bisection.result``, :func:`workers.bisect.report.outcome_json`): every probe but the
+    endpoints' reference measurements, and the commits, links and install command its provider
+    recorded. Nothing is replayed.
 
     Returns:
-        None when no bisection of the night finished (none ran, or it failed).
+        None when no bisection of the night finished (none ran, or it failed), or its stored
+        answer holds no outcome.
     """
-    from service.models import Bisection as BisectionRow
-    from workers.bisect.celery_driver import probes_of, replay
-    from workers.bisect.search import REFERENCE, outcome
-
     bisection = session.scalar(
         select(BisectionRow)
         .where(BisectionRow.run_id == run_id)
         .order_by(BisectionRow.id.desc())
         .limit(1)
     )
-    if bisection is None or bisection.status != BisectionStatus.DONE:
+    if bisection is None or bisection.status != BisectionStatus.DONE or not bisection.result:
         return None
-    state = replay(bisection, probes_of(session, bisection.id))
-    final = outcome(state)
-    if final is None:
+    stored = stored_outcome(bisection.result)
+    if stored is None:
         return None
+    final, probes = stored
     spec = bisection.provider
     # The endpoints measured again beside every round are the yardstick, not findings: the
     # issue lists the probes themselves (the full record stays in Bisection.result).
     return BisectionInput(
         outcome=final,
-        probes=tuple(p for p in state.probes if p.purpose != REFERENCE),
+        probes=tuple(p for p in probes if p.purpose != REFERENCE),
         commits=tuple(bisection.commits),
         repo=spec.get("repo"),
         code_url=spec["code_url"] if "code_url" in spec else TORCH_CODE_URL,
@@ -118,8 +120,63 @@ def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | 
     )
 
 
+def stored_outcome(
+    result: Mapping[str, Any],
+) -> tuple[Outcome, tuple[ProbeRecord, ...]] | None:
+    """A bisection's answer and probes as :func:`workers.bisect.report.outcome_json` stored
+    them (``Bisection.result``); None when it holds no outcome."""
+    if not result.get("outcome"):
+        return None
+    outcome = Outcome(
+        kind=str(result["outcome"]),
+        benchmarks=tuple(
+            BenchmarkOutcome(
+                benchmark=b["benchmark"],
+                status=b["status"],
+                culprit=b.get("culprit"),
+                range=tuple(b.get("range") or ()),
+                change=b.get("change"),
+                reason=b.get("reason") or "",
+            )
+            for b in result.get("benchmarks") or []
+        ),
+        culprits=tuple(
+            (c["sha"], tuple(c.get("benchmarks") or ())) for c in result.get("culprits") or []
+        ),
+        skipped=tuple((s["sha"], s.get("reason") or "") for s in result.get("skipped") or []),
+        builds=int(result.get("builds") or 0),
+        rounds=int(result.get("rounds") or 0),
+    )
+    probes = tuple(
+        ProbeRecord(
+            round=p["round"],
+            sha=p["sha"],
+            index=p["index"],
+            purpose=p["purpose"],
+            status=p["status"],
+            build_seconds=p.get("build_seconds"),
+            results=tuple(
+                BenchmarkVerdict(
+                    benchmark=r["benchmark"],
+                    samples=tuple(r.get("samples") or ()),
+                    vs_good=r.get("vs_good"),
+                    vs_bad=r.get("vs_bad"),
+                    side=r.get("side"),
+                    error=r.get("error"),
+                )
+                for r in p.get("results") or []
+            ),
+            reason=p.get("reason"),
+        )
+        for p in result.get("probes") or []
+    )
+    return outcome, probes
+
+
 @dataclass
-class _Group:
+class CauseGroup:
+    """Regressions of one alert that share a cause, and what the bisection says of it."""
+
     outcome: str  # culprit | inconclusive | not_reproduced | not_bisected
     regressions: list[Regression]
     culprit: str | None = None
@@ -129,15 +186,15 @@ class _Group:
     reason: str = ""
 
 
-def _groups(
+def cause_groups(
     session: Session, run: Run, regressions: Sequence[Regression], bisection: BisectionInput | None
-) -> list[_Group]:
+) -> list[CauseGroup]:
     """The regressions split by what the bisection says caused them, in a stable order."""
     night_good, night_bad = _night_range(session, run)
     if bisection is None:
-        suspects = tuple(_commit_dicts(run.commit_range or [])[1:])
+        suspects = tuple(commit_dicts(run.commit_range or [])[1:])
         return [
-            _Group(
+            CauseGroup(
                 "not_bisected",
                 list(regressions),
                 good=night_good,
@@ -145,22 +202,22 @@ def _groups(
                 suspects=tuple(c["sha"] for c in suspects),
             )
         ]
-    shas = [c["sha"] for c in _commit_dicts(bisection.commits)]
+    shas = [c["sha"] for c in commit_dicts(bisection.commits)]
     per_benchmark = {o.benchmark: o for o in bisection.outcome.benchmarks}
-    groups: dict[tuple[str, ...], _Group] = {}
+    groups: dict[tuple[str, ...], CauseGroup] = {}
     for regression in regressions:
         found = per_benchmark.get(regression.benchmark)
         if found is None:
             key: tuple[str, ...] = ("not_bisected",)
-            group = _Group("not_bisected", [], good=night_good, bad=night_bad)
+            group = CauseGroup("not_bisected", [], good=night_good, bad=night_bad)
         elif found.status == CULPRIT and found.culprit:
             key = ("culprit", found.culprit)
-            group = _Group("culprit", [], culprit=found.culprit)
+            group = CauseGroup("culprit", [], culprit=found.culprit)
         elif found.status == INCONCLUSIVE and found.range:
             first = shas.index(found.range[0]) if found.range[0] in shas else 1
             good = shas[first - 1] if first >= 1 else shas[0]
             key = ("inconclusive", good, found.range[-1])
-            group = _Group(
+            group = CauseGroup(
                 "inconclusive",
                 [],
                 good=good,
@@ -171,7 +228,7 @@ def _groups(
         else:
             outcome = NOT_REPRODUCED if found.status == NOT_REPRODUCED else "not_bisected"
             key = (outcome,)
-            group = _Group(
+            group = CauseGroup(
                 outcome,
                 [],
                 good=shas[0],
@@ -184,7 +241,7 @@ def _groups(
 
 def _night_range(session: Session, run: Run) -> tuple[str | None, str | None]:
     """``(good, bad)`` shas of the night: the recorded commit range, else the two builds."""
-    commits = _commit_dicts(run.commit_range or [])
+    commits = commit_dicts(run.commit_range or [])
     if len(commits) >= 2:
         return commits[0]["sha"], commits[-1]["sha"]
     previous = range_start(session, run=run)
@@ -198,7 +255,8 @@ def _sha_or_none(value: str | None) -> str | None:
     return None
 
 
-def _commit_dicts(commits: Sequence[Any]) -> list[dict[str, Any]]:
+def commit_dicts(commits: Sequence[Any]) -> list[dict[str, Any]]:
+    """``commits`` (``CommitInfo`` or dicts) as dicts, those without a valid sha left out."""
     out = []
     for c in commits:
         data = c.as_json() if hasattr(c, "as_json") else dict(c)
@@ -219,9 +277,11 @@ def _commit(info: Mapping[str, Any] | None, sha: str) -> Commit:
     )
 
 
-def _bisection(
-    group: _Group, bisection: BisectionInput | None, commits: Mapping[str, Mapping[str, Any]]
+def issue_bisection(
+    group: CauseGroup, bisection: BisectionInput | None, commits: Mapping[str, Mapping[str, Any]]
 ) -> Bisection:
+    """What the issue of ``group`` says of the bisection: its commits, probes and answer."""
+
     def commit(sha: str | None) -> Commit | None:
         return _commit(commits.get(sha), sha) if sha else None
 
@@ -234,7 +294,7 @@ def _bisection(
             commits=len(group.suspects) or None,
             suspects=suspects,
         )
-    shas = [c["sha"] for c in _commit_dicts(bisection.commits)]
+    shas = [c["sha"] for c in commit_dicts(bisection.commits)]
     names = {g.benchmark for g in group.regressions}
     probes = tuple(_probes(bisection.probes, names, commits))
     if group.outcome == "culprit" and group.culprit:

@@ -1,0 +1,98 @@
+"""Instruction counts (``suite/counting.py``): dumps matched to benchmarks, and a real count."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite import counting
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dump(path: Path, ir: int) -> Path:
+    path.write_text(
+        "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npositions: line\n"
+        f"events: Ir\nsummary: {ir}\n\nfn=(1) main\n0 {ir}\n\ntotals: {ir}\n"
+    )
+    return path
+
+
+def test_dump_totals_reads_callgrinds_totals(tmp_path: Path) -> None:
+    assert counting.dump_totals(_dump(tmp_path / "callgrind.out.1", 7_703_345)) == 7_703_345
+    (tmp_path / "x").write_text("not a profile\n")
+    with pytest.raises(ValueError, match="not a callgrind profile"):
+        counting.dump_totals(tmp_path / "x")
+
+
+def test_parse_benchmarks_names_what_is_wrong() -> None:
+    assert counting.parse_benchmarks("resnet18:eval, sac:train:8") == [
+        ("resnet18", "eval", None),
+        ("sac", "train", 8),
+    ]
+    with pytest.raises(ValueError, match="'sac:fit' is not MODEL:train"):
+        counting.parse_benchmarks("sac:fit")
+    with pytest.raises(ValueError, match="batch size must be >= 1"):
+        counting.parse_benchmarks("sac:eval:0")
+    with pytest.raises(ValueError, match="no benchmark"):
+        counting.parse_benchmarks(" , ")
+
+
+def test_records_match_dumps_in_order_and_say_what_was_not_counted(tmp_path: Path) -> None:
+    cfg = counting.CountConfig(warmup_steps=1, steps=2, repeats=2)
+    dumps = [_dump(tmp_path / f"callgrind.out.{i}", ir) for i, ir in enumerate([200, 202, 90], 1)]
+    counted = [
+        {"model": "a", "mode": "eval", "batch_size": 4, "dumps": 2, "benchmark_version": "v"},
+        {"model": "b", "mode": "train", "batch_size": 2, "dumps": 0, "error": "RuntimeError: x"},
+        {"model": "c", "mode": "eval", "batch_size": 1, "dumps": 1, "benchmark_version": "w"},
+    ]
+    benchmarks = [("a", "eval", None), ("b", "train", None), ("c", "eval", None), ("d", "eval", 3)]
+    records = counting._records(benchmarks, counted, dumps, {"cpu_model": "x"}, cfg, "timed out")
+    a, b, c, d = records
+    assert a["error"] is None and a["batch_size"] == 4
+    assert a["metrics"][0]["metric"] == "cpu_instructions"
+    assert a["metrics"][0]["samples"] == [100.0, 101.0]  # per step: each window held 2 steps
+    assert b["error"] == "RuntimeError: x" and b["metrics"] == []
+    assert c["error"] == "counted 1 of 2 windows: timed out"
+    assert d["error"] == "not counted: timed out" and d["measures"] == ["cpu_instructions"]
+
+
+def test_without_valgrind_the_metric_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    with pytest.raises(counting.CountUnavailable, match="valgrind is not installed"):
+        counting.valgrind_version(str(tmp_path / "no-valgrind"))
+    out = tmp_path / "out.json"
+    env = {"PATH": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "count", "--benchmarks", "dqn:eval", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (record,) = json.loads(out.read_text())["records"]
+    assert record["error"] is None and record["metrics"] == []
+    assert "valgrind is not installed" in record["skipped"]["cpu_instructions"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_a_real_valgrind_process_counts_a_small_model(tmp_path: Path) -> None:
+    cfg = counting.CountConfig(warmup_steps=1, steps=1, repeats=2, timeout_s=900)
+    (record,) = counting.count_records([("dqn", "eval", 8)], cfg)
+    assert record["error"] is None, record["error"]
+    (metric,) = record["metrics"]
+    samples = metric["samples"]
+    assert metric["metric"] == "cpu_instructions" and len(samples) == 2
+    # A step of a small MLP on 8 inputs: well above the loop's own work, and near-deterministic.
+    assert min(samples) > 100_000
+    assert max(samples) / min(samples) - 1 < 0.02, samples
+    counter = record["environment"]["counter"]
+    assert counter["tool"] == "callgrind" and counter["valgrind"].startswith("valgrind-")
+    assert record["environment"]["threads"] == 1
