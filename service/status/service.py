@@ -36,7 +36,7 @@ from service.models import (
 from service.models.base import utcnow
 from service.regressions.failing import FailingBenchmark, failing_benchmarks
 from service.regressions.unstable import alerts_from
-from service.runs.service import finish_owed
+from service.runs.service import finish_owed, idle_queued_jobs
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
 from service.status.broker import BrokerState, broker_state
@@ -430,13 +430,26 @@ class StoredStatus:
     status: SystemStatus
     waiting_on: dict[str, list[str]]
     bisection_problems: list[str]
+    # Per queue, the runs and their jobs queued and untouched for ``resend_after_s``.
+    idle_queued: dict[str, dict[int, int]] = field(default_factory=dict)
+    resend_after_s: float = RESEND_AFTER_S
 
 
 def with_broker(stored: StoredStatus, broker: BrokerState) -> SystemStatus:
-    """The stored status with the broker's queue lengths, listeners and problems."""
+    """The stored status with the broker's queue lengths, listeners and problems, and a problem
+    for each queue that holds no message while jobs wait queued on it (their messages were
+    lost: a broker restarted empty; the deadline sweep sends them again)."""
+    lost = [
+        f"run {run_id}: {n} job(s) queued on `{queue}` for over "
+        f"{stored.resend_after_s / 60:.0f} min while the queue holds no message (lost: a broker "
+        "restarted empty?); the deadline sweep sends them again"
+        for queue, by_run in sorted(stored.idle_queued.items())
+        if broker.queues is not None and broker.queues.get(queue) == 0
+        for run_id, n in sorted(by_run.items())
+    ]
     return replace(
         stored.status,
-        problems=stored.status.problems + broker.problems + stored.bisection_problems,
+        problems=stored.status.problems + broker.problems + lost + stored.bisection_problems,
         queues=broker.queues,
         listeners=broker.listeners,
     )
@@ -530,8 +543,14 @@ def store_status(
         failing=failing,
         bisections=bisections,
     )
+    idle: dict[str, dict[int, int]] = {}
+    for job in idle_queued_jobs(session, before=now - timedelta(seconds=resend_after_s)):
+        by_run = idle.setdefault(job.queue, {})
+        by_run[job.run_id] = by_run.get(job.run_id, 0) + 1
     return StoredStatus(
         status=status,
         waiting_on=waiting_on(session, bisections),
         bisection_problems=_bisection_problems(bisections),
+        idle_queued=idle,
+        resend_after_s=resend_after_s,
     )

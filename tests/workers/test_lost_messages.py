@@ -66,9 +66,18 @@ def test_a_queued_job_whose_message_was_lost_is_sent_again_once(broker_url: str)
     assert deadline.resend_lost(now=utcnow()) == []  # not idle long enough yet
     steps = deadline.resend_lost(now=later)
     assert steps == [Step("bench.run", (job_id,), queue)]
+
+    def lost_lines() -> list[str]:
+        with session_scope() as session:
+            state = system_status(session, now=later, broker_url=broker_url, queue_prefix=prefix)
+        return [p for p in state.problems if "holds no message" in p]
+
+    [line] = lost_lines()  # the status names them while they wait
+    assert line.startswith(f"run {run_id}: 1 job(s) queued on `{queue}` for over 10 min"), line
     # Once a message waits in its queue again, nothing more is sent for it.
     from workers.app import app
 
     app.send_task("bench.run", args=[job_id], queue=queue)
     assert broker.llen(f"{prefix}{queue}") == 1
     assert deadline.resend_lost(now=later) == []
+    assert lost_lines() == []
