@@ -86,6 +86,7 @@ _DESCRIPTIONS = {
     401: "missing or invalid API token",
     404: "not found",
     409: "conflicts with stored state",
+    413: "the request body is over the size limit",
     422: "invalid input; the message names the field",
     503: "the database is unreachable",
 }

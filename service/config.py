@@ -140,6 +140,12 @@ class Settings(BaseSettings):
         description="a running job silent this long lost its worker; the sweep requeues it",
     )
     night_deadline_s: float = Field(default=6 * 3600, gt=0, description="missing-data deadline")
+    step_resend_after_s: float = Field(
+        default=600,
+        gt=0,
+        description="a run's night.finish (or a queued job's bench.run) not started this long "
+        "after it was due is sent again by the deadline sweep (its message was lost)",
+    )
     night_processes: int = Field(
         default=1,
         description="processes of each benchmark per night (k): the night is measured in k "

@@ -164,12 +164,13 @@ class ServerTiming:
 class _TooLarge(StarletteHTTPException):
     """The body being read went past the limit (413; FastAPI passes HTTP errors through)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, _too_large_message(limit))
+    def __init__(self, limit: int, *, route: bool) -> None:
+        super().__init__(413, _too_large_message(limit, route=route))
 
 
-def _too_large_message(limit: int) -> str:
-    return f"request body over {limit} bytes (NIGHTBENCH_API_MAX_REQUEST_BYTES)"
+def _too_large_message(limit: int, *, route: bool) -> str:
+    why = "the most this route needs" if route else "NIGHTBENCH_API_MAX_REQUEST_BYTES"
+    return f"request body over {limit} bytes ({why})"
 
 
 class BodyLimit:
@@ -177,7 +178,8 @@ class BodyLimit:
 
     A declared ``Content-Length`` over the limit is refused at once; a body sent without one
     (chunked) is counted as it arrives and refused once it passes the limit, so no route ever
-    parses more than ``api_max_request_bytes`` (the app's settings) whatever a client sends.
+    parses more than ``api_max_request_bytes`` (the app's settings), or the lower limit its
+    operation declares (``x-max-request-bytes``), whatever a client sends.
     """
 
     def __init__(self, app: Any) -> None:
@@ -189,9 +191,12 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = (scope["app"].state.settings or get_settings()).api_max_request_bytes
+        own = _route_limit(scope)
+        route = own is not None and own < limit
+        limit = own if own is not None and route else limit
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _send_too_large(send, limit)
+            await _send_too_large(send, limit, route=route)
             return
         seen = 0
         started = False
@@ -202,7 +207,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge(limit)
+                    raise _TooLarge(limit, route=route)
             return message
 
         async def tracking(message: Any) -> None:
@@ -214,11 +219,11 @@ class BodyLimit:
             await self.app(scope, counted, tracking)
         except _TooLarge:
             if not started:
-                await _send_too_large(send, limit)
+                await _send_too_large(send, limit, route=route)
 
 
-async def _send_too_large(send: Any, limit: int) -> None:
-    await _send_error(send, 413, _too_large_message(limit))
+async def _send_too_large(send: Any, limit: int, *, route: bool) -> None:
+    await _send_error(send, 413, _too_large_message(limit, route=route))
 
 
 async def _send_error(
@@ -253,6 +258,22 @@ def _needs_token(scope: Any) -> bool:
         ]
         app.state.token_operations = table
     return any(m == scope["method"] and p.match(scope["path"]) for p, m in table)
+
+
+def _route_limit(scope: Any) -> int | None:
+    """The body limit of the operation ``scope`` asks for, when its OpenAPI operation sets one
+    (``x-max-request-bytes``: a route whose bodies are small by nature refuses big ones)."""
+    app = scope["app"]
+    table = getattr(app.state, "route_limits", None)
+    if table is None:
+        table = [
+            (_template_pattern(template), method.upper(), int(op["x-max-request-bytes"]))
+            for template, ops in app.openapi().get("paths", {}).items()
+            for method, op in ops.items()
+            if "x-max-request-bytes" in op
+        ]
+        app.state.route_limits = table
+    return next((n for p, m, n in table if m == scope["method"] and p.match(scope["path"])), None)
 
 
 def _bearer(scope: Any) -> str | None:

@@ -13,7 +13,9 @@ from typing import Any
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
+from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.errors import InfrastructureError
 from workers.app import app
@@ -24,23 +26,27 @@ from workers.issues import sync as issue_sync
 from workers.night import deadline, finish, plan, triage
 from workers.night import jobs as benchmarking
 
-RETRYABLE = (OperationalError, InfrastructureError, ConnectionError)
+RETRYABLE = (OperationalError, PoolTimeout, BrokerError, InfrastructureError, ConnectionError)
 
 
 class RetriedTask(Task):  # type: ignore[misc]
     """The retry policy of every task, written once.
 
     Acknowledged after it ran (a worker lost mid-task: the broker redelivers it, and the task
-    survives running twice); retried on a database, broker or tracker outage (``RETRYABLE``),
-    waiting 1, 2, 4, ... s (jittered, at most ``retry_backoff_max``), ``max_retries`` times.
-    A task states only where it differs (fewer retries for a periodic one: beat sends it again).
+    survives running twice); retried on a database, broker or tracker outage (``RETRYABLE``)
+    for at least the outage the deployment plans for (15 min, docs/deployment.md), never dropped
+    within seconds: countdowns of 5, 10, 20, 40, 80 s, then 120 s each, 12 retries over 995 s.
+    No jitter, so the sum is what it says (5 jittered retries gave up within 37 s of Postgres
+    going down, docs/reliability.md). A task states only where it differs (fewer retries for a
+    periodic one: beat sends it again).
     """
 
     acks_late = True
     autoretry_for = RETRYABLE
-    retry_backoff = True
-    retry_backoff_max = 600
-    max_retries = 5
+    retry_backoff = 5
+    retry_backoff_max = 120
+    retry_jitter = False
+    max_retries = 12
 
 
 class BenchmarkTask(RetriedTask):
@@ -75,6 +81,7 @@ def run_benchmark(self, job_id: int) -> None:  # type: ignore[no-untyped-def]
 def finish_run(run_id: int) -> None:
     """Detect / confirm once every job of the run has ended; then confirm jobs or triage."""
     send(finish.finish(run_id))
+    finish.sent(run_id)
 
 
 @app.task(name="night.triage", base=RetriedTask)

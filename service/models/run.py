@@ -76,6 +76,9 @@ class Run(TimestampMixin, Base):
     # An ingest run's idempotency key: unique, so two requests racing with one key make one run.
     ingest_key: Mapped[str | None] = mapped_column(String(128), unique=True)
     deadline_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Set when the run's last job ended (it went ``detecting``) and cleared once ``night.finish``
+    # has sent its next steps: a run it stays set on lost that message (the sweep re-sends it).
+    finish_owed_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     note: Mapped[str | None] = mapped_column(Text)

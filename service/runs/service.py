@@ -257,11 +257,51 @@ def begin_finishing(session: Session, *, run_id: int) -> bool:
         session.execute(
             update(Run)
             .where(Run.id == run_id, Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))
-            .values(status=RunStatus.DETECTING)
+            .values(status=RunStatus.DETECTING, finish_owed_since=utcnow())
         ),
     ).rowcount
     session.flush()
     return bool(moved)
+
+
+def finish_sent(session: Session, *, run_id: int) -> None:
+    """``night.finish`` of the run has run and sent its next steps: nothing is owed any more."""
+    session.execute(update(Run).where(Run.id == run_id).values(finish_owed_since=None))
+    session.flush()
+
+
+def idle_queued_jobs(session: Session, *, before: datetime) -> list[Job]:
+    """Queued jobs of open runs (not posted ones: their results come over the API) untouched
+    since before ``before`` (started or heard of last, else their run created, before it)."""
+    return list(
+        session.scalars(
+            select(Job)
+            .join(Run, Run.id == Job.run_id)
+            .where(
+                Job.status == JobStatus.QUEUED,
+                Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)),
+                Run.kind != RunKind.INGEST,
+                func.coalesce(Job.heartbeat_at, Job.started_at, Run.created_at) < before,
+            )
+            .order_by(Job.id)
+        )
+    )
+
+
+def finish_owed(session: Session, *, before: datetime) -> list[Run]:
+    """Runs still ``detecting`` whose ``night.finish`` has been owed since before ``before``
+    (its message was lost: the broker was down when the last job ended, or restarted empty)."""
+    return list(
+        session.scalars(
+            select(Run)
+            .where(
+                Run.status == RunStatus.DETECTING,
+                Run.finish_owed_since.is_not(None),
+                Run.finish_owed_since < before,
+            )
+            .order_by(Run.id)
+        )
+    )
 
 
 def finish_run(session: Session, *, run: Run, status: str | None = None) -> None:

@@ -46,7 +46,11 @@ def _compute(app: FastAPI) -> dict[str, Any]:
     settings = app.state.settings or get_settings()
     session = app.state.session_factory()
     try:
-        stored = store_status(session, threshold_for=settings.threshold_for)
+        stored = store_status(
+            session,
+            threshold_for=settings.threshold_for,
+            resend_after_s=settings.step_resend_after_s,
+        )
         session.commit()
     except BaseException:
         session.rollback()

@@ -36,6 +36,7 @@ from service.models import (
 from service.models.base import utcnow
 from service.regressions.failing import FailingBenchmark, failing_benchmarks
 from service.regressions.unstable import alerts_from
+from service.runs.service import finish_owed, idle_queued_jobs
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
 from service.status.broker import BrokerState, broker_state
@@ -128,6 +129,9 @@ class UnstableBenchmark:
     spread: float | None
     alerts_from: float | None
     still_alerts_on: tuple[str, ...] = ()
+
+
+RESEND_AFTER_S = 600.0  # Settings.step_resend_after_s's default
 
 
 @dataclass(frozen=True)
@@ -383,6 +387,7 @@ def system_status(
     broker_url: str | None = None,
     queue_prefix: str = "",
     threshold_for: Callable[[str, str], float] | None = None,
+    resend_after_s: float = RESEND_AFTER_S,
 ) -> SystemStatus:
     """Everything above, and the problems: a run past its deadline, an ingest run open over a
     day, a machine class that has not measured for more than ``stale_after_nights`` nights, a
@@ -401,9 +406,15 @@ def system_status(
         queue_prefix: its key prefix.
         threshold_for: ``(metric, "model:mode") -> threshold`` for the unstable benchmarks'
             bars (:func:`unstable_now`).
+        resend_after_s: how long a run's ``night.finish`` may be owed before it is a problem
+            (``step_resend_after_s``: the deadline sweep sends it again then).
     """
     stored = store_status(
-        session, now=now, stale_after_nights=stale_after_nights, threshold_for=threshold_for
+        session,
+        now=now,
+        stale_after_nights=stale_after_nights,
+        threshold_for=threshold_for,
+        resend_after_s=resend_after_s,
     )
     return with_broker(
         stored, broker_state(broker_url, prefix=queue_prefix, waiting_on=stored.waiting_on)
@@ -419,13 +430,26 @@ class StoredStatus:
     status: SystemStatus
     waiting_on: dict[str, list[str]]
     bisection_problems: list[str]
+    # Per queue, the runs and their jobs queued and untouched for ``resend_after_s``.
+    idle_queued: dict[str, dict[int, int]] = field(default_factory=dict)
+    resend_after_s: float = RESEND_AFTER_S
 
 
 def with_broker(stored: StoredStatus, broker: BrokerState) -> SystemStatus:
-    """The stored status with the broker's queue lengths, listeners and problems."""
+    """The stored status with the broker's queue lengths, listeners and problems, and a problem
+    for each queue that holds no message while jobs wait queued on it (their messages were
+    lost: a broker restarted empty; the deadline sweep sends them again)."""
+    lost = [
+        f"run {run_id}: {n} job(s) queued on `{queue}` for over "
+        f"{stored.resend_after_s / 60:.0f} min while the queue holds no message (lost: a broker "
+        "restarted empty?); the deadline sweep sends them again"
+        for queue, by_run in sorted(stored.idle_queued.items())
+        if broker.queues is not None and broker.queues.get(queue) == 0
+        for run_id, n in sorted(by_run.items())
+    ]
     return replace(
         stored.status,
-        problems=stored.status.problems + broker.problems + stored.bisection_problems,
+        problems=stored.status.problems + broker.problems + lost + stored.bisection_problems,
         queues=broker.queues,
         listeners=broker.listeners,
     )
@@ -437,6 +461,7 @@ def store_status(
     now: datetime | None = None,
     stale_after_nights: int = 1,
     threshold_for: Callable[[str, str], float] | None = None,
+    resend_after_s: float = RESEND_AFTER_S,
 ) -> StoredStatus:
     """The status as the database tells it (:func:`system_status` without the broker).
 
@@ -445,6 +470,7 @@ def store_status(
         now: the time to judge by (default: now, UTC).
         stale_after_nights: nights a machine class may go without results before it is told.
         threshold_for: as :func:`system_status`.
+        resend_after_s: as :func:`system_status`.
     """
     now = now or utcnow()
     classes = machine_classes(session, today=now.date())
@@ -461,6 +487,13 @@ def store_status(
         f"with no deadline"
         for r in runs
         if r.deadline_at is None and r.age_s > 86400
+    ]
+    problems += [
+        f"run {r.id} ({r.kind}, night {r.night}): its jobs all ended "
+        f"{(now - r.finish_owed_since).total_seconds() / 60:.0f} min ago and night.finish never "
+        "ran (its message was lost); the deadline sweep sends it again"
+        for r in finish_owed(session, before=now - timedelta(seconds=resend_after_s))
+        if r.finish_owed_since is not None
     ]
     problems += [
         f"machine class {c.queue} last measured night {c.last_night} ({c.nights_behind} nights ago)"
@@ -510,8 +543,14 @@ def store_status(
         failing=failing,
         bisections=bisections,
     )
+    idle: dict[str, dict[int, int]] = {}
+    for job in idle_queued_jobs(session, before=now - timedelta(seconds=resend_after_s)):
+        by_run = idle.setdefault(job.queue, {})
+        by_run[job.run_id] = by_run.get(job.run_id, 0) + 1
     return StoredStatus(
         status=status,
         waiting_on=waiting_on(session, bisections),
         bisection_problems=_bisection_problems(bisections),
+        idle_queued=idle,
+        resend_after_s=resend_after_s,
     )

@@ -91,3 +91,12 @@ def test_a_body_of_many_unknown_keys_is_one_error(client: TestClient, auth: dict
         headers=auth,
     )
     assert r.status_code == 422
+
+
+def test_a_run_body_far_over_what_a_run_needs_is_refused_unread(
+    client: TestClient, auth: dict
+) -> None:
+    body = b'{"night": "2026-03-01", "note": "' + b"x" * (5 * 2**20) + b'"}'
+    r = client.post("/api/runs", content=body, headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert r.json()["detail"] == "request body over 4194304 bytes (the most this route needs)"

@@ -13,8 +13,9 @@ def test_every_task_retries_by_the_one_policy() -> None:
         assert isinstance(task, tasks.RetriedTask), name
         assert task.autoretry_for == tasks.RETRYABLE, name
         assert hasattr(task, "_orig_run"), f"{name}: not wrapped for automatic retries"
-        assert task.retry_backoff and task.retry_backoff_max == 600, name
-        assert task.max_retries in (3, 5), name
+        assert task.retry_backoff == 5 and task.retry_backoff_max == 120, name
+        assert not task.retry_jitter, name
+        assert task.max_retries in (3, 12), name
         assert task.acks_late is (name != "night.dispatch"), name
     # Where a task differs, it says so: periodic ones retry less, dispatch is acked early.
     assert {n for n, t in ours.items() if t.max_retries == 3} == {

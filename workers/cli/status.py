@@ -39,6 +39,7 @@ def status(
             broker_url=settings.broker_url,
             queue_prefix=settings.queue_prefix,
             threshold_for=settings.threshold_for,
+            resend_after_s=settings.step_resend_after_s,
         )
     if as_json:
         print(json.dumps(asdict(state), default=str, indent=1))

@@ -11,9 +11,11 @@ from datetime import datetime, timedelta
 
 from service.config import get_settings
 from service.db import session_scope
+from service.errors import InfrastructureError
 from service.models import JobStatus, Run, RunKind, RunStatus
 from service.models.base import utcnow
 from service.runs import service as runs
+from service.status.broker import queue_lengths
 from workers.enqueue import Step, send
 from workers.issues import missing, pending
 from workers.night.jobs import fail_job
@@ -39,7 +41,8 @@ def check_deadline(run_id: int, *, now: datetime | None = None) -> list[Step]:
 
 
 def sweep_deadlines(now: datetime | None = None) -> list[int]:
-    """Requeue the jobs whose worker fell silent (:func:`requeue_lost`), check every unfinished
+    """Requeue the jobs whose worker fell silent (:func:`requeue_lost`), send again the steps
+    whose message was lost (:func:`resend_lost`), check every unfinished
     run whose deadline has passed, make missing-data alerts whose data came pending again
     (:func:`workers.issues.missing.note_arrivals`), detect regressions in runs
     posted through the API once all their results are in, and send ``issues.retry_filing``
@@ -63,6 +66,7 @@ def sweep_deadlines(now: datetime | None = None) -> list[int]:
             )
         )
     steps = requeue_lost(now=now)
+    steps += resend_lost(now=now)
     steps += [step for run_id in due for step in check_deadline(run_id, now=now)]
     # Runs whose results were posted to the API, every benchmark in: detection is next.
     steps += [Step("night.finish", (run_id,)) for run_id in posted]
@@ -123,4 +127,52 @@ def requeue_lost(now: datetime | None = None) -> list[Step]:
         )
         if run_id is not None:
             steps.append(Step("night.finish", (run_id,)))
+    return steps
+
+
+def resend_lost(now: datetime | None = None) -> list[Step]:
+    """The steps whose message the broker lost, to send again.
+
+    A broker down when a run's last job ended, or restarted without persistence, loses what was
+    sent or waiting; the database still says what was due:
+
+    * a run ``detecting`` whose ``night.finish`` has been owed for ``step_resend_after_s``
+      (:func:`service.runs.service.finish_owed`): ``night.finish`` again (it survives a
+      duplicate: each step it takes is a conditional update under the run's lock);
+    * queued jobs untouched for ``step_resend_after_s`` whose queue holds no message at all:
+      ``bench.run`` again. An empty queue is what tells a lost message from a long queue (a
+      message still waiting is never doubled); the next sweep finds the queue holding the new
+      one. Without a broker (embedded) or when it cannot be read, no job is re-sent.
+
+    Args:
+        now: the sweep's time (default: now, UTC).
+
+    Returns:
+        Steps to send.
+    """
+    settings = get_settings()
+    before = (now or utcnow()) - timedelta(seconds=settings.step_resend_after_s)
+    steps: list[Step] = []
+    with session_scope() as session:
+        for run in runs.finish_owed(session, before=before):
+            log.warning(
+                "run %s: night.finish owed since %s never ran (its message was lost); sent again",
+                run.id,
+                run.finish_owed_since,
+            )
+            steps.append(Step("night.finish", (run.id,)))
+        idle = [(j.id, j.queue, j.benchmark) for j in runs.idle_queued_jobs(session, before=before)]
+    if not idle:
+        return steps
+    try:
+        lengths = queue_lengths(settings.broker_url, prefix=settings.queue_prefix)
+    except InfrastructureError as exc:
+        log.warning("queued jobs not checked for lost messages: %s", exc.message)
+        return steps
+    for job_id, queue, benchmark in idle:
+        if lengths is not None and lengths.get(queue) == 0:
+            log.warning(
+                "job %s (%s): queued, its queue %s empty; sent again", job_id, benchmark, queue
+            )
+            steps.append(Step("bench.run", (job_id,), queue))
     return steps

@@ -88,6 +88,13 @@ def finish(run_id: int, *, settings: Settings | None = None) -> list[Step]:
     return []
 
 
+def sent(run_id: int) -> None:
+    """The run's ``night.finish`` ran and its next steps were sent: the sweep stops re-sending
+    it (:func:`workers.night.deadline.resend_lost`)."""
+    with session_scope() as session:
+        runs.finish_sent(session, run_id=run_id)
+
+
 def _settle(run_id: int, settings: Settings) -> list[Step]:
     """A nightly or confirmation run whose latest round ended: send its next round while it has
     fewer processes per benchmark than its queue's (``Settings.processes_for``), else detect

@@ -7,9 +7,11 @@ thread beside the measurement; the deadline sweep (:func:`workers.night.deadline
 puts a running job silent for ``job_lost_after_s`` back in its queue. So a dead host's job is
 measured again within ``job_lost_after_s`` plus the sweep's period (180 + 300 s by default).
 
-A task that finds its job running with a live heartbeat (the broker's own redelivery of a job
-already requeued, or a pool child's task requeued while its heartbeat is still fresh) waits
-until the heartbeat stops or the job ends: two processes never measure one job side by side.
+A task that finds its job running with another worker's live heartbeat (the broker's own
+redelivery of a job already requeued) waits until the heartbeat stops or the job ends: two
+processes never measure one job side by side. A live heartbeat under the task's own worker name
+is its dead pool process's (the task handed back when that process died): the job is measured
+again at once (``workers.night.jobs``).
 """
 
 from __future__ import annotations

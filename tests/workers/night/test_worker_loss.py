@@ -318,3 +318,68 @@ def test_the_broker_s_restore_period_reaches_the_transport_only_when_set() -> No
     assert options["unacked_mutex_expire"] == 10
     with pytest.raises(ValueError, match="greater than 0"):
         Settings(broker_url=redis_url, broker_restore_every_s=0)
+
+
+def _pool_children(pgid: int) -> list[int]:
+    """Pids of the worker's pool processes: members of its group other than its main process,
+    excluding the suite processes they run."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == pgid:
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != pgid:
+                continue
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"suite" not in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_killed_pool_process_s_job_is_measured_again_at_once(
+    celery_workers: WorkerPool,
+    tmp_path,
+    configure,  # type: ignore[no-untyped-def]
+) -> None:
+    # A stale heartbeat takes 120 s here: waiting for the dead process's would show.
+    configure(suite_min_seconds=4, job_lost_after_s=120, **SHORT_TASK_LIMITS)
+    prefix = os.environ["NIGHTBENCH_QUEUE_PREFIX"]
+    w0 = celery_workers.start("cpu", log_dir=tmp_path, name="w0")
+    run_id = nightly.create_night(
+        night=date(2026, 11, 8), benchmarks=[BenchmarkSpec(model="dqn", mode="eval")]
+    )
+    nightly.enqueue_jobs(run_id)
+    wait_until(
+        lambda: bool(_children_of_group(prefix, w0.pid)),
+        timeout=120,
+        interval=0.2,
+        what="the job's suite process on w0",
+    )
+    [child] = _pool_children(w0.pid)
+    suites = _children_of_group(prefix, w0.pid)
+    killed_at = datetime.now(UTC)
+    for pid in [child, *suites]:  # the pool process dies (an OOM kill), its suite with it
+        os.kill(pid, 9)
+
+    def run_done() -> bool:
+        with session_scope() as session:
+            return session.scalar(select(Run.status).where(Run.id == run_id)) == "complete"
+
+    wait_until(run_done, timeout=110, interval=1, what="the night to complete after the kill")
+    [job] = _jobs(run_id)
+    assert (job.status, job.attempts) == ("done", 2)
+    assert job.started_at is not None
+    # Measured again before the dead process's heartbeat could have gone stale.
+    assert job.started_at - killed_at < timedelta(seconds=120)
+    assert "whose process measuring it died; measured again now" in (tmp_path / "w0.log").read_text(
+        errors="replace"
+    )
+    with session_scope() as session:
+        counts = session.execute(
+            select(Result.metric, func.count())
+            .where(Result.run_id == run_id)
+            .group_by(Result.metric)
+        ).all()
+    assert counts and all(n == 1 for _, n in counts), counts
