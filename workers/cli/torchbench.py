@@ -276,6 +276,8 @@ def install_torchbench(
         )
         os.environ[ENV_VAR] = str(root)  # the import check reads the checkout from it
         _, found = torchbench_check.checks(chosen.torchbench, python=python)
+    except typer.Exit:
+        raise  # a refusal already explained (click's Exit is a RuntimeError)
     except (tb_install.InstallInputError, RuntimeError, OSError) as exc:
         _fail(str(exc))
         raise
