@@ -50,6 +50,7 @@ FRAMEWORK_IMPORTS = (
 )
 # Libraries built against one torch: a failure inside them at import time is a build mismatch.
 TORCH_BUILT = ("torchvision", "torchaudio", "torchtext", "fbgemm_gpu")
+NO_TEST = "TorchBench offers no test"  # imported, yet every (test, device) is ruled out
 NOT_CHECKED = (
     "not checked: its import has not been checked in this environment "
     "(python -m suite list --check-imports, or nightbench torchbench check)"
@@ -352,5 +353,5 @@ def apply(entry: ModelInfo, check: ImportCheck | None) -> ModelInfo:
     )
     if not checked.modes:
         reasons = "; ".join(f"{k}: {v}" for k, v in checked.not_offered.items())
-        return replace(checked, available=False, reason=f"TorchBench offers no test: {reasons}")
+        return replace(checked, available=False, reason=f"{NO_TEST}: {reasons}")
     return checked

@@ -321,3 +321,25 @@ def test_check_prints_the_matrix_with_each_cause(record: Path, tmp_path: Path) -
         "train_run": 0,
         "train_ok": 0,
     }
+
+
+def test_a_matrix_row_tells_imported_but_nothing_offered_from_not_importable() -> None:
+    from workers.cli.torchbench import matrix_row
+
+    whisper = {
+        "name": "torchbench.hf_Whisper",
+        "available": False,
+        "reason": "TorchBench offers no test: train:cpu: marked; eval:cpu: marked",
+        "modes": [],
+        "devices": [],
+        "not_offered": {"train:cpu": "marked", "eval:cpu": "marked"},
+    }
+    row = matrix_row(whisper, {}, "cpu")
+    assert (row["importable"], row["eval"], row["train"]) == (
+        "yes",
+        "not offered: marked",
+        "not offered: marked",
+    )
+    broken = {**whisper, "reason": "broken torchvision: RuntimeError: ...", "not_offered": {}}
+    assert matrix_row(broken, {}, "cpu")["importable"] == "broken torchvision: RuntimeError: ..."
+    assert matrix_row(broken, {}, "cpu")["eval"] == "-"

@@ -24,6 +24,7 @@ from service.config import get_settings
 from service.errors import NightbenchError
 from suite.model_info import TORCHBENCH_PREFIX
 from suite.records import BenchmarkRecord
+from suite.torchbench_check import NO_TEST
 from suite.torchbench_checkout import ENV_VAR
 from suite.torchbench_results import (
     PYTEST_BENCHMARK,
@@ -399,7 +400,7 @@ def matrix_row(entry: dict[str, Any], runs: dict[str, str], device: str) -> dict
     """
     reason = entry.get("reason") or ""
     installed = reason if reason.startswith("missing requirement") else "yes"
-    if entry.get("available"):
+    if entry.get("available") or reason.startswith(NO_TEST):
         importable = "yes"
     elif installed != "yes":
         importable = "-"
