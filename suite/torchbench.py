@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +102,10 @@ def list_models(*, check_imports: bool = False) -> list[ModelInfo]:
     """Listing entries of TorchBench's models: read from files (no model is imported here), then
     as this environment's import check has them (:mod:`suite.torchbench_check`): a model is
     available only once its import passed, "not checked" before, and lists the tests and batch
-    sizes TorchBench's construction decided. With ``check_imports`` the models not checked yet
-    are checked now (a subprocess per batch) and cached.
+    sizes TorchBench's construction decided; one whose TorchBench setup FAILED here (as
+    ``nightbench torchbench install`` recorded it: data or weights never downloaded) is not
+    available either. With ``check_imports`` the models not checked yet are checked now (a
+    subprocess per batch) and cached.
 
     Raises:
         TorchBenchUnavailable: no checkout configured or importable.
@@ -114,8 +117,16 @@ def list_models(*, check_imports: bool = False) -> list[ModelInfo]:
     entries = checkout.list_models(_suite_contract())
     names = [e.name[len(TORCHBENCH_PREFIX) :] for e in entries if e.available]
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
-    _, found = torchbench_check.checks(names, devices=devices, run=check_imports)
-    return [torchbench_check.apply(e, found.get(e.name[len(TORCHBENCH_PREFIX) :])) for e in entries]
+    identity, found = torchbench_check.checks(names, devices=devices, run=check_imports)
+    failed = torchbench_check.failed_setups(identity["id"])
+    out = []
+    for entry in entries:
+        name = entry.name[len(TORCHBENCH_PREFIX) :]
+        checked = torchbench_check.apply(entry, found.get(name))
+        if checked.available and name in failed:
+            checked = replace(checked, available=False, reason=failed[name])
+        out.append(checked)
+    return out
 
 
 class TorchBenchAdapter(BenchmarkModel):

@@ -50,6 +50,8 @@ FRAMEWORK_IMPORTS = (
 )
 # Libraries built against one torch: a failure inside them at import time is a build mismatch.
 TORCH_BUILT = ("torchvision", "torchaudio", "torchtext", "fbgemm_gpu")
+NO_TEST = "TorchBench offers no test"  # imported, yet every (test, device) is ruled out
+SETUP_FAILED = "TorchBench's setup FAILED here"  # imported, but its data or weights are missing
 NOT_CHECKED = (
     "not checked: its import has not been checked in this environment "
     "(python -m suite list --check-imports, or nightbench torchbench check)"
@@ -171,6 +173,33 @@ def load(env_id: str) -> dict[str, ImportCheck]:
         return {}
 
 
+def load_setups(env_id: str) -> dict[str, dict[str, Any]]:
+    """TorchBench's setup outcomes recorded for an environment by ``nightbench torchbench
+    install``: ``{name: {"version", "status", "error"}}`` (empty when none)."""
+    try:
+        return dict(json.loads(_cache_file(env_id).read_text()).get("setups") or {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def store_setups(
+    identity: Mapping[str, Any], outcomes: Mapping[str, tuple[str, str | None]]
+) -> None:
+    """Record TorchBench's setup outcomes (``{name: (status, last error line)}``, status ``OK``
+    | ``FAIL`` | ``SKIP``) for the environment: a model whose setup FAILED here (its data or
+    weights never downloaded, a requirement that did not install) is not available even when
+    it imports.
+
+    Raises:
+        OSError: the cache folder cannot be written.
+    """
+    setups = load_setups(identity["id"])
+    for name, (status, error) in outcomes.items():
+        version = checkout.source_version(name)
+        setups[name] = {"version": version, "status": status, "error": error}
+    _write(identity, load(identity["id"]), setups)
+
+
 def store(identity: Mapping[str, Any], checks: Iterable[ImportCheck]) -> None:
     """Add ``checks`` to the environment's cache (written whole, then renamed into place).
 
@@ -179,9 +208,19 @@ def store(identity: Mapping[str, Any], checks: Iterable[ImportCheck]) -> None:
     """
     kept = load(identity["id"])
     kept.update({c.name: c for c in checks})
+    _write(identity, kept, load_setups(identity["id"]))
+
+
+def _write(
+    identity: Mapping[str, Any], kept: Mapping[str, ImportCheck], setups: Mapping[str, Any]
+) -> None:
     path = _cache_file(identity["id"])
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"identity": dict(identity), "models": {n: c.to_json() for n, c in sorted(kept.items())}}
+    doc = {
+        "identity": dict(identity),
+        "models": {n: c.to_json() for n, c in sorted(kept.items())},
+        "setups": dict(sorted(setups.items())),
+    }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "w") as out:
         json.dump(doc, out, indent=1)
@@ -323,6 +362,20 @@ def checks(
     return identity, valid
 
 
+def failed_setups(env_id: str) -> dict[str, str]:
+    """``{name: why}`` for the models whose TorchBench setup FAILED in this environment, at
+    their current source version (see :func:`store_setups`)."""
+    out = {}
+    for name, setup in load_setups(env_id).items():
+        try:
+            current = checkout.source_version(name)
+        except LookupError:
+            continue
+        if setup.get("status") == "FAIL" and setup.get("version") == current:
+            out[name] = f"{SETUP_FAILED}: {setup.get('error')}"
+    return out
+
+
 def apply(entry: ModelInfo, check: ImportCheck | None) -> ModelInfo:
     """A listing entry as the import check has it: unavailable with the cause (or "not
     checked"); otherwise each checked (test, device) offered only when TorchBench's construction
@@ -352,5 +405,5 @@ def apply(entry: ModelInfo, check: ImportCheck | None) -> ModelInfo:
     )
     if not checked.modes:
         reasons = "; ".join(f"{k}: {v}" for k, v in checked.not_offered.items())
-        return replace(checked, available=False, reason=f"TorchBench offers no test: {reasons}")
+        return replace(checked, available=False, reason=f"{NO_TEST}: {reasons}")
     return checked

@@ -562,13 +562,16 @@ REAL_CHECKOUT = os.environ.get("NIGHTBENCH_TORCHBENCH_PATH")
 def test_a_real_torchbench_checkout_lists_and_runs() -> None:
     assert REAL_CHECKOUT is not None
     env = {"NIGHTBENCH_TORCHBENCH_PATH": REAL_CHECKOUT}
-    proc = run_suite(["list", "--json", "--suite", "torchbench"], **env)
+    proc = run_suite(["list", "--json", "--suite", "torchbench", "--check-imports"], **env)
     assert proc.returncode == 0, proc.stderr
     models = {e["name"]: e for e in json.loads(proc.stdout)}
     assert len(models) >= 90  # pytorch/benchmark has ~100 models
     assert all(e["available"] or e["reason"] for e in models.values())
+    assert not any(e["reason"] and e["reason"].startswith("not checked") for e in models.values())
     lj = models["torchbench.lennard_jones"]
-    assert lj["available"], lj["reason"]
+    if not lj["available"]:  # TorchBench's requirements (psutil, ...) are not installed here
+        assert lj["reason"].startswith(("missing module", "missing requirement")), lj["reason"]
+        pytest.skip(f"torchbench.lennard_jones does not import here: {lj['reason']}")
     proc, record = run_record("torchbench.lennard_jones", "eval", **env)
     assert proc.returncode == 0, proc.stderr
     assert record["benchmark_version"] == lj["benchmark_version"]

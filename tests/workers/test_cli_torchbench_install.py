@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from suite import torchbench_install
-from tests.suite.helpers import FIXTURES
+from tests.suite.helpers import FIXTURES, run_suite
 from tests.suite.test_suite_torchbench import PLANTED_FILES
 from workers.cli import app
 
@@ -105,6 +105,16 @@ def test_names_failed_setups_and_models_that_do_not_import_and_exits_1(
     assert (
         "2 of 3 TorchBench model(s) import after install; 1 setup(s) FAILED, 1 do not import"
         in (output)
+    )
+    # The listing in that environment: a model whose setup FAILED is not available.
+    listing = run_suite(
+        ["list", "--json", "--suite", "torchbench"], NIGHTBENCH_TORCHBENCH_PATH=str(copy)
+    )
+    entries = {e["name"]: e for e in json.loads(listing.stdout)}
+    assert entries["torchbench.tiny_mlp"]["available"]
+    assert entries["torchbench.broken_setup"]["reason"] == (
+        "TorchBench's setup FAILED here: ERROR: No matching distribution found for "
+        "nightbench-fixture-nope"
     )
     # The models installed with everything installed before them held where it was.
     held = Path(asked["pip_constraint"].split()[-1])
@@ -321,3 +331,43 @@ def test_check_prints_the_matrix_with_each_cause(record: Path, tmp_path: Path) -
         "train_run": 0,
         "train_ok": 0,
     }
+
+
+def test_a_matrix_row_tells_imported_but_nothing_offered_from_not_importable() -> None:
+    from workers.cli.torchbench import matrix_row
+
+    whisper = {
+        "name": "torchbench.hf_Whisper",
+        "available": False,
+        "reason": "TorchBench offers no test: train:cpu: marked; eval:cpu: marked",
+        "modes": [],
+        "devices": [],
+        "not_offered": {"train:cpu": "marked", "eval:cpu": "marked"},
+    }
+    row = matrix_row(whisper, {}, "cpu")
+    assert (row["importable"], row["eval"], row["train"]) == (
+        "yes",
+        "not offered: marked",
+        "not offered: marked",
+    )
+    broken = {**whisper, "reason": "broken torchvision: RuntimeError: ...", "not_offered": {}}
+    assert matrix_row(broken, {}, "cpu")["importable"] == "broken torchvision: RuntimeError: ..."
+    assert matrix_row(broken, {}, "cpu")["eval"] == "-"
+
+
+def test_a_matrix_row_of_a_model_whose_setup_failed_here() -> None:
+    from workers.cli.torchbench import matrix_row
+
+    entry = {
+        "name": "torchbench.hf_Bert",
+        "available": False,
+        "reason": "TorchBench's setup FAILED here: OSError: We couldn't connect",
+        "modes": ["train", "eval"],
+        "devices": ["cpu"],
+        "not_offered": {},
+    }
+    row = matrix_row(entry, {}, "cpu")
+    assert row["importable"] == "yes"
+    assert (
+        row["eval"] == "unavailable: TorchBench's setup FAILED here: OSError: We couldn't connect"
+    )

@@ -24,6 +24,7 @@ from service.config import get_settings
 from service.errors import NightbenchError
 from suite.model_info import TORCHBENCH_PREFIX
 from suite.records import BenchmarkRecord
+from suite.torchbench_check import NO_TEST, SETUP_FAILED
 from suite.torchbench_checkout import ENV_VAR
 from suite.torchbench_results import (
     PYTEST_BENCHMARK,
@@ -275,11 +276,17 @@ def install_torchbench(
             root, command, env=tb_install.constrained_environment(held)
         )
         os.environ[ENV_VAR] = str(root)  # the import check reads the checkout from it
-        _, found = torchbench_check.checks(chosen.torchbench, python=python)
+        identity, found = torchbench_check.checks(chosen.torchbench, python=python)
+        setups = tb_install.parse_setup_output(output)
+        torchbench_check.store_setups(
+            identity,
+            {n: (o.status, o.error) for n, o in setups.items() if n in chosen.torchbench},
+        )
+    except typer.Exit:
+        raise  # a refusal already explained (click's Exit is a RuntimeError)
     except (tb_install.InstallInputError, RuntimeError, OSError) as exc:
         _fail(str(exc))
         raise
-    setups = tb_install.parse_setup_output(output)
     failed = {n: o for n, o in setups.items() if o.status == "FAIL" and n in chosen.torchbench}
     for name, outcome in failed.items():
         typer.echo(f"{TORCHBENCH_PREFIX}{name}: setup FAILED: {outcome.error}", err=True)
@@ -393,11 +400,13 @@ def matrix_row(entry: dict[str, Any], runs: dict[str, str], device: str) -> dict
     Returns:
         ``{"model", "installed", "importable", "eval", "train"}``: ``installed`` and
         ``importable`` are ``"yes"`` or why not, each test ``"ok"``, ``"not offered: why"``,
-        ``"error: ..."``, ``"not run"``, or ``"-"`` where the model does not import.
+        ``"unavailable: why"`` (TorchBench's setup FAILED here), ``"error: ..."``, ``"not
+        run"``, or ``"-"`` where the model does not import.
     """
     reason = entry.get("reason") or ""
     installed = reason if reason.startswith("missing requirement") else "yes"
-    if entry.get("available"):
+    imported_only = reason.startswith((NO_TEST, SETUP_FAILED))
+    if entry.get("available") or imported_only:
         importable = "yes"
     elif installed != "yes":
         importable = "-"
@@ -408,6 +417,8 @@ def matrix_row(entry: dict[str, Any], runs: dict[str, str], device: str) -> dict
         key = f"{test}:{device}"
         if importable != "yes":
             row[test] = "-"
+        elif reason.startswith(SETUP_FAILED):
+            row[test] = f"unavailable: {reason}"
         elif key in (entry.get("not_offered") or {}):
             row[test] = f"not offered: {entry['not_offered'][key]}"
         elif test not in entry.get("modes", []) or device not in entry.get("devices", []):
@@ -426,7 +437,9 @@ def matrix_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     }
     for test in MATRIX_TESTS:
         offered = [
-            r[test] for r in rows if r[test] != "-" and not r[test].startswith("not offered")
+            r[test]
+            for r in rows
+            if r[test] != "-" and not r[test].startswith(("not offered", "unavailable"))
         ]
         counts[f"{test}_offered"] = len(offered)
         counts[f"{test}_run"] = sum(v != "not run" for v in offered)

@@ -48,6 +48,26 @@ def test_without_models_the_night_is_the_own_suite() -> None:
     assert _names(plan(CATALOG)) == ["dcgan", "resnet18"]
 
 
+def test_a_test_offered_on_another_device_only_is_not_planned_here() -> None:
+    catalog = [
+        {
+            "name": "torchbench.llama",
+            "suite": "torchbench",
+            "modes": ["train", "eval"],
+            "devices": ["cpu", "cuda"],
+            "not_implemented": ["train:cpu"],
+        }
+    ]
+    cpu = plan(catalog, models=["torchbench.llama"])
+    assert [(s.mode, s.device) for s in cpu] == [("eval", "cpu")]
+    both = plan(catalog, models=["torchbench.llama"], devices=["cpu", "cuda"])
+    assert {(s.mode, s.device) for s in both} == {
+        ("eval", "cpu"),
+        ("train", "cuda"),
+        ("eval", "cuda"),
+    }
+
+
 def test_an_inductor_night_leaves_out_models_that_are_eager_only() -> None:
     catalog = [
         *CATALOG[:2],
