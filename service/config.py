@@ -193,6 +193,13 @@ class Settings(BaseSettings):
         description="benchmarks counted in turn by one valgrind process (import torch under "
         "valgrind, about a minute, paid once per batch)",
     )
+    count_batch_size: int = Field(
+        default=2,
+        ge=0,
+        description="batch size of the count series (0: each model's own): a step under "
+        "valgrind runs hundreds of times slower than timed, and the Python and framework work "
+        "a count is there to watch does not grow with the batch",
+    )
     count_warmup_steps: int = Field(default=2, ge=0, description="uncounted steps first")
     count_repeats: int = Field(default=3, ge=1, description="counted windows per benchmark")
     count_timeout_s: float = Field(

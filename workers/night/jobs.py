@@ -379,7 +379,7 @@ def count_jobs(
                 mode=j.mode,
                 device=j.device,
                 compiler=j.compiler,
-                batch_size=j.batch_size,
+                batch_size=settings.count_batch_size or j.batch_size,
             )
             for j in batch
         ]
