@@ -311,8 +311,9 @@ def noisy_trial(
     return {"verdict": verdict, "builds": final.builds, "samples": samples, "rounds": final.rounds}
 
 
-def noise_table(trials: int, seed: int) -> dict:
-    """Right / wrong / inconclusive, builds and samples per noise model, step and mode."""
+def noise_table(trials: int, seed: int, only: str | None = None) -> dict:
+    """Right / wrong / inconclusive, builds and samples per noise model, step and mode
+    (``only``: the cells whose name starts so, e.g. ``"loaded +8% apart"``)."""
     rng = np.random.default_rng(seed)
     cells: dict[str, dict] = {}
     cases = [
@@ -320,6 +321,7 @@ def noise_table(trials: int, seed: int) -> dict:
         for name in NOISE
         for effect in (0.40, 0.08)
         for paired in (True, False)
+        if only is None or f"{name} +{effect:.0%} {'slots' if paired else 'apart'}".startswith(only)
     ]
     with _progress() as progress:
         bar = progress.add_task("search under modelled noise", total=len(cases) * trials)
@@ -422,12 +424,13 @@ def main(argv: list[str] | None = None) -> int:
         "--noise-table", action="store_true", help="only the search under the noise models"
     )
     parser.add_argument("--code", type=Path, default=None, help="import the search from here")
+    parser.add_argument("--only", default=None, help="noise table: cells starting so")
     args = parser.parse_args(argv)
     if args.noise_table:
         table = {
             "code": str(args.code or ROOT),
             "seed": args.seed,
-            "cells": noise_table(args.sim_trials, args.seed),
+            "cells": noise_table(args.sim_trials, args.seed, args.only),
         }
         text = json.dumps(table, indent=1)
         if args.json:

@@ -27,6 +27,7 @@ from workers.bisect.state import (
 )
 from workers.bisect.verdicts import (
     BAD,
+    DIFFERENT,
     GOOD,
     PAIRED_MIN_SLOTS,
     UNDECIDED,
@@ -717,7 +718,14 @@ def _fresh_checks(
         )
     else:
         # The change's interval must exclude zero in the regression's direction.
+        # and, measured apart, Pinpoint's verdict too: each commit carries its own moment.
         sign = 1 if change > 0 else -1
-        ends_hold = shift_interval(good, bad, alpha=cfg.look_alpha).toward(sign)[1] > 0
-        step_holds = shift_interval(parent, child, alpha=cfg.look_alpha).toward(sign)[1] > 0
+        ends_hold = (
+            ends.verdict == DIFFERENT
+            and shift_interval(good, bad, alpha=cfg.look_alpha).toward(sign)[1] > 0
+        )
+        step_holds = (
+            direct.verdict == DIFFERENT
+            and shift_interval(parent, child, alpha=cfg.look_alpha).toward(sign)[1] > 0
+        )
     return ends, direct, ends_hold, step_holds
