@@ -31,6 +31,7 @@ Usage::
         [--chart docs/bisection.png]
     .venv/bin/python -m benchmarks.bisection --replot out.json --chart docs/bisection.png
     .venv/bin/python -m benchmarks.bisection --noise-table --sim-trials 30 [--code /tmp/before]
+    .venv/bin/python -m benchmarks.bisection --repeat 5 --commits 32 --busy-loops 2 [--light]
 """
 
 from __future__ import annotations
@@ -109,10 +110,13 @@ def bisect_cli(repo: Path, good: str, bad: str, *, workers: int = 1) -> dict:
     return json.loads(proc.stdout)
 
 
-def real_trial(n: int, culprit: int, *, workers: int = 1) -> dict:
-    """One real bisection of an N-commit range with the culprit at ``culprit`` (1..N)."""
+def real_trial(n: int, culprit: int, *, workers: int = 1, light: bool = False) -> dict:
+    """One real bisection of an N-commit range with the culprit at ``culprit`` (1..N); ``light``:
+    the +8% culprit instead of the +35% one (:func:`make_package_repository`)."""
     with tempfile.TemporaryDirectory(prefix="nightbench-bisect-bench-") as tmp:
-        repo = make_package_repository(Path(tmp) / "minitok", commits=n, encode_culprit=culprit)
+        repo = make_package_repository(
+            Path(tmp) / "minitok", commits=n, encode_culprit=culprit, light=light
+        )
         started = time.perf_counter()
         data = bisect_cli(repo.path, repo.good, repo.bad, workers=workers)
         seconds = time.perf_counter() - started
@@ -124,6 +128,9 @@ def real_trial(n: int, culprit: int, *, workers: int = 1) -> dict:
         "n": n,
         "culprit": culprit,
         "workers": workers,
+        "light": light,
+        "load": [round(v, 1) for v in os.getloadavg()],
+        "samples": sum(len(r["samples"]) for p in data["probes"] for r in p["results"]),
         "verdict": verdict,
         "outcome": data["outcome"],
         "builds": data["builds"],
@@ -408,6 +415,23 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def repeat_real(args: argparse.Namespace) -> int:
+    """``--repeat``: real bisections only, one JSON line each, busy loops beside them."""
+    rng = random.Random(args.seed)
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy_loops)
+    ]
+    try:
+        for _ in range(args.repeat):
+            trial = real_trial(args.commits, rng.randint(1, args.commits), light=args.light)
+            print(json.dumps(trial), flush=True)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20, help="real 32-commit trials")
@@ -425,7 +449,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--code", type=Path, default=None, help="import the search from here")
     parser.add_argument("--only", default=None, help="noise table: cells starting so")
+    parser.add_argument(
+        "--repeat", type=int, default=0, help="only this many real bisections (--commits, --light)"
+    )
+    parser.add_argument("--commits", type=int, default=32, help="--repeat: commits in range")
+    parser.add_argument("--light", action="store_true", help="--repeat: the +8%% culprit")
+    parser.add_argument(
+        "--busy-loops", type=int, default=0, help="--repeat: busy loops running beside each run"
+    )
     args = parser.parse_args(argv)
+    if args.repeat:
+        return repeat_real(args)
     if args.noise_table:
         table = {
             "code": str(args.code or ROOT),
