@@ -203,10 +203,13 @@ def test_one_culprit_in_32_commits_is_named_within_eight_builds(culprit: int, pa
     assert result is not None and result.kind == b.CULPRIT
     assert culprit_indices(state) == {"bench": culprit}
     assert result.builds <= math.ceil(math.log2(33)) + 2
-    # Verified: the culprit, its parent and both endpoints were measured again, side by side.
-    (verify_round,) = {p.round for p in state.probes if p.purpose == b.VERIFY}
-    measured = {p.index for p in state.probes if p.round == verify_round}
-    assert measured == {0, culprit - 1, culprit, 32}
+    # Verified: the culprit, its parent and both endpoints were measured again, side by side,
+    # in one round slot by slot, in two when measured apart.
+    verify_rounds = {p.round for p in state.probes if p.purpose == b.VERIFY}
+    assert len(verify_rounds) == (1 if paired else 2)
+    for verify_round in verify_rounds:
+        measured = {p.index for p in state.probes if p.round == verify_round}
+        assert measured == {0, culprit - 1, culprit, 32}
     # Every round after the first measures both endpoints again as references.
     for r in range(1, state.round):
         assert {0, 32} <= {p.index for p in state.probes if p.round == r}
