@@ -53,6 +53,9 @@ class SearchConfig:
             regression; an endpoint change the other way is then not the regression, and ends
             ``not_reproduced`` (after the same doubling of samples as a change too small).
             None: either direction counts (a range given by hand).
+        side_error: the chance that a commit's side, or the endpoints' step, is decided wrong
+            over all the looks its doubling takes (spent evenly: with 12 to 48 samples, three
+            looks at 0.01 each); a wrong side is what the verification and its recovery catch.
         budget_builds: distinct commits a benchmark's search may build, endpoints included;
             None: ⌈log2(N+1)⌉ + 2 + 6 (the floor, the endpoints, and room for two recoveries).
         budget_samples: samples of one benchmark over the whole bisection, every commit and
@@ -71,6 +74,7 @@ class SearchConfig:
     min_change: float = 0.05
     verify: bool = True
     slower: bool | None = None
+    side_error: float = 0.03
     budget_builds: int | None = None
     budget_samples: int | None = None
     budget_seconds: float | None = None
@@ -85,9 +89,10 @@ class SearchConfig:
                 f"max_samples ({self.max_samples}) must be at least initial_samples "
                 f"({self.initial_samples})"
             )
-        if not 0 < self.alpha < 1 or not 0 < self.power < 1:
+        if not 0 < self.alpha < 1 or not 0 < self.power < 1 or not 0 < self.side_error < 1:
             raise InvalidInput(
-                f"alpha and power must lie in (0, 1), got {self.alpha}, {self.power}"
+                f"alpha, power and side_error must lie in (0, 1), got {self.alpha}, "
+                f"{self.power}, {self.side_error}"
             )
         if self.min_change < 0:
             raise InvalidInput(f"min_change must not be negative, got {self.min_change}")
@@ -103,10 +108,10 @@ class SearchConfig:
 
     @property
     def look_alpha(self) -> float:
-        """Each test's one-sided error rate: ``alpha`` spent evenly over :attr:`looks` (the
+        """Each test's one-sided error rate: ``side_error`` spent evenly over :attr:`looks` (the
         Bonferroni bound of a group-sequential test), so a side decided at any look is wrong
-        with probability at most ``alpha``."""
-        return self.alpha / self.looks
+        with probability at most ``side_error``."""
+        return self.side_error / self.looks
 
     def builds_allowed(self, commits: int) -> int:
         """The build budget for a range of ``commits`` commits after the good one."""

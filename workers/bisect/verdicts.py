@@ -394,10 +394,10 @@ def classify(
     """Place a probe on the good or bad side from its samples.
 
     The side is :func:`side_by_shift`'s (intervals of the shift against each endpoint, read
-    against the midpoint between them); the verdicts of :func:`compare` against each endpoint
-    are reported beside it and decide nothing: a machine that drifted since the endpoints were
-    measured makes a probe ``different`` from both, and a probe whose samples are a mixture of
-    two speeds can pass as ``same`` as one side while sitting on neither.
+    against the midpoint between them), and it must also be ``different`` (:func:`compare`)
+    from the other endpoint. ``same`` is not required: a machine that drifted since the
+    endpoints were measured makes a probe ``different`` from both, and a probe whose samples
+    are a mixture of two speeds can pass as ``same`` as one side while sitting on neither.
 
     Args:
         samples: the probe's samples (ms).
@@ -414,4 +414,10 @@ def classify(
     vs_good = compare(samples, good, alternative=bad, alpha=alpha, power=power, resamples=resamples)
     vs_bad = compare(samples, bad, alternative=good, alpha=alpha, power=power, resamples=resamples)
     side = side_by_shift(samples, good, bad, alpha=alpha if side_alpha is None else side_alpha)
+    # And Pinpoint's verdict against the other side: a probe measured apart carries its own
+    # moment of the host, which no interval of its samples sees.
+    if (side == GOOD and vs_bad.verdict != DIFFERENT) or (
+        side == BAD and vs_good.verdict != DIFFERENT
+    ):
+        side = UNDECIDED
     return Classification(side=side, vs_good=vs_good, vs_bad=vs_bad)
