@@ -44,9 +44,10 @@ from workers.builds.base import BuildEnvironment, log_tail
 from workers.runner import run_suite
 
 VALGRIND = ("--tool=callgrind", "--dump-instr=no", "--trace-children=yes")
-COUNT_SAMPLES = (3, 6)
-"""Samples a counted probe starts with and may double to: counts stray by a fraction of a
-percent between processes (docs/benchmarks.md, "Instruction counts"), so three suffice."""
+COUNT_SAMPLES = (6, 6)
+"""Samples a counted probe takes (and its cap): counts stray by a fraction of a percent, but
+the search's rank tests need six a side to reach their error rate at the first look (with
+three a side the smallest one-sided Mann-Whitney p is 0.05), so no probe is measured twice."""
 WHOLE_RUN_SAMPLES = 3
 """``NIGHTBENCH_SAMPLES`` of a command counted whole: always the same, so every run does the
 same work (what the command does may depend on it)."""

@@ -68,7 +68,7 @@ def bisect(
     workers: Annotated[int, typer.Option(min=1, max=64, help="commits probed per round")] = 1,
     samples: Annotated[
         int | None,
-        typer.Option(min=3, help="samples per benchmark per probe (default 12; counted: 3)"),
+        typer.Option(min=3, help="samples per benchmark per probe (default 12; counted: 6)"),
     ] = None,
     max_samples: Annotated[
         int | None, typer.Option(min=3, help="cap when doubling samples (default 48; counted: 6)")
