@@ -52,9 +52,10 @@ def test_identical_builds_give_no_row_above_the_noise() -> None:
     diff = diff_profiles(BEFORE, again)
     assert diff.rows == ()
     assert diff.summary().startswith("no row above the noise (5 rows compared")
-    # The rule: 2 × 2.5% of the step (the least of each row's windows: 1782.6 µs).
+    # The rule: k × the kind's noise share of the step (the least of each row's windows).
     assert diff.total_before == pytest.approx(1028.0 + 570.0 + 79.0 + 101.0 + 33.6)
-    assert diff.threshold == pytest.approx(2 * 0.025 * diff.total_before)
+    rule = NOISE_RULES[MetricKind.TIMED]
+    assert diff.threshold == pytest.approx(rule.k * rule.noise_share * diff.total_before)
 
 
 def test_a_planted_operator_is_named_first_with_its_share() -> None:
@@ -108,15 +109,15 @@ def test_rows_sort_by_change_and_a_vanished_operator_is_named() -> None:
 
 def test_a_repeat_profile_measures_the_noise_and_raises_the_threshold() -> None:
     repeat = _ops(
-        aten__mkldnn_convolution=(1190.0, 1200.0, 1300.0),  # 162 µs: 9.1% of the step
+        aten__mkldnn_convolution=(1328.0, 1400.0, 1350.0),  # 300 µs: 16.6% of the step
         aten__addmm=(570.0, 590.0, 2700.0),
         aten__copy_=(80.0, 79.0, 113.0),
         aten__div=(101.0, 104.0, 180.0),
         aten__clamp_min=(33.6, 34.0, 35.0),
     )
-    assert measured_noise(BEFORE, repeat) == pytest.approx(162.0 / 1811.6)
+    assert measured_noise(BEFORE, repeat) == pytest.approx(300.0 / 1811.6)
     slower = _ops(
-        aten__mkldnn_convolution=(1250.0, 1300.0, 1290.0),  # +222 µs
+        aten__mkldnn_convolution=(1528.0, 1600.0, 1590.0),  # +500 µs
         aten__addmm=(570.0, 590.0, 2700.0),
         aten__copy_=(80.0, 79.0, 113.0),
         aten__div=(101.0, 104.0, 180.0),
@@ -124,8 +125,8 @@ def test_a_repeat_profile_measures_the_noise_and_raises_the_threshold() -> None:
     )
     assert [r.name for r in diff_profiles(BEFORE, slower).rows] == ["aten::mkldnn_convolution"]
     diff = diff_profiles(BEFORE, slower, repeat=repeat)
-    assert diff.rows == () and diff.noise == pytest.approx(162.0 / 1811.6)
-    assert diff.threshold == pytest.approx(2 * 162.0)
+    assert diff.rows == () and diff.noise == pytest.approx(300.0 / 1811.6)
+    assert diff.threshold == pytest.approx(2 * 300.0)
 
 
 def test_the_rule_is_the_metric_kinds_and_profiles_must_match() -> None:
