@@ -84,7 +84,13 @@ class ProfileFailed(RuntimeError):
 
 
 def _document(
-    model: str, mode: str, device: str, batch_size: int | None, cfg: ProfileConfig, metric: str
+    model: str,
+    mode: str,
+    device: str,
+    batch_size: int | None,
+    cfg: ProfileConfig,
+    metric: str,
+    unit: str,
 ) -> dict[str, Any]:
     import torch
 
@@ -94,7 +100,7 @@ def _document(
         "device": device,
         "batch_size": batch_size,
         "metric": metric,
-        "unit": "us" if metric == "latency" else counting.UNIT,
+        "unit": unit,
         "warmup_steps": cfg.warmup_steps,
         "steps": cfg.steps,
         "windows": cfg.windows,
@@ -178,7 +184,7 @@ def profile_operators(
     from torch.profiler import ProfilerActivity, profile
 
     cfg = config or ProfileConfig()
-    doc = _document(model, mode, device, batch_size, cfg, "latency")
+    doc = _document(model, mode, device, batch_size, cfg, "latency", "us")
     activities = [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -385,7 +391,7 @@ def profile_functions(
         counting.CountUnavailable: valgrind (or ``callgrind_annotate``) is not installed.
     """
     cfg = config or ProfileConfig()
-    doc = _document(model, mode, "cpu", batch_size, cfg, counting.METRIC)
+    doc = _document(model, mode, "cpu", batch_size, cfg, counting.METRIC, counting.UNIT)
     doc["valgrind"] = counting.valgrind_version(valgrind)
     if shutil.which("callgrind_annotate") is None:
         raise counting.CountUnavailable(

@@ -4,7 +4,7 @@ The profile probe by hand (``nightbench profile``; docs/profile.md): each build'
 (``workers/builds/torch_envs.py``: ``current``, ``torch==X``, ...) runs ``python -m suite
 profile`` in a subprocess through :func:`workers.runner.run_suite`, and the two documents are
 diffed by :func:`service.profiles.diff_profiles`. What the suite is asked for is the metric
-kind's row of :data:`PROFILE_ARGS`: an operator table for a timed metric, function-level
+kind's row of :data:`PROFILE_KINDS`: an operator table for a timed metric, function-level
 instruction counts (callgrind) for a count.
 """
 
@@ -24,12 +24,25 @@ from workers.builds.base import log_tail
 from workers.builds.torch_envs import use_environment
 from workers.runner import run_suite
 
-PROFILE_ARGS: dict[MetricKind, tuple[str, ...]] = {
-    MetricKind.TIMED: (),
-    MetricKind.COUNT: ("--callgrind",),
+
+@dataclass(frozen=True)
+class ProfileKind:
+    """What ``python -m suite profile`` is asked for to profile a metric of one kind.
+
+    Attributes:
+        args: the suite's options for it (``--callgrind`` for counts).
+        traced: it can keep a Chrome trace (``--trace``).
+    """
+
+    args: tuple[str, ...]
+    traced: bool
+
+
+PROFILE_KINDS: dict[MetricKind, ProfileKind] = {
+    MetricKind.TIMED: ProfileKind(args=(), traced=True),
+    MetricKind.COUNT: ProfileKind(args=("--callgrind",), traced=False),
 }
-"""What ``python -m suite profile`` is asked for, per metric kind (a kind not listed has no
-profile)."""
+"""The profile of each metric kind (a kind not listed has none)."""
 DEFAULT_PROFILE_TIMEOUT_S = 1800.0
 
 
@@ -59,7 +72,8 @@ def profile_args(
     batch_size: int | None = None,
     trace: Path | None = None,
 ) -> list[str]:
-    """The arguments of ``python -m suite profile`` for ``benchmark`` and ``metric_name``.
+    """The arguments of ``python -m suite profile`` for ``benchmark`` and ``metric_name``
+    (``trace`` is dropped for a profile that keeps none).
 
     Raises:
         InvalidInput: a malformed benchmark, a metric with no profile, or a count on a device
@@ -67,7 +81,7 @@ def profile_args(
     """
     b = parse_benchmark(benchmark)
     row = metric(metric_name)
-    if row.kind not in PROFILE_ARGS:
+    if row.kind not in PROFILE_KINDS:
         raise InvalidInput(
             f"metric {metric_name!r} has no profile: one of latency, cpu_instructions"
         )
@@ -78,10 +92,11 @@ def profile_args(
     if b.compiler != "eager":
         raise InvalidInput(f"{b.name}: profiles are of eager benchmarks only")
     args = ["profile", "--model", b.model, "--mode", b.mode, "--device", b.device]
-    args += ["--steps", str(steps), "--windows", str(windows), *PROFILE_ARGS[row.kind]]
+    kind = PROFILE_KINDS[row.kind]
+    args += ["--steps", str(steps), "--windows", str(windows), *kind.args]
     if batch_size is not None:
         args += ["--batch-size", str(batch_size)]
-    return args + (["--trace", str(trace)] if trace is not None else [])
+    return args + (["--trace", str(trace)] if trace is not None and kind.traced else [])
 
 
 def profile_build(
@@ -105,7 +120,7 @@ def profile_build(
         steps: steps per profiled window.
         windows: profiled windows.
         batch_size: overrides the model's default batch size.
-        trace: where to keep the Chrome trace (operator tables only).
+        trace: where to keep the Chrome trace (operator tables only; ignored otherwise).
         timeout_s: seconds the suite process may take.
         extra_env: variables added to the process's environment (a planted regression's
             ``NIGHTBENCH_SUITE_INJECT_WORK``).

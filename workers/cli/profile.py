@@ -16,7 +16,7 @@ from rich.table import Table
 
 from service.errors import NightbenchError
 from service.metrics import format_change
-from service.profiles import ProfileDiff, diff_json
+from service.profiles import ProfileDiff, RowStatus, diff_json
 from workers.cli.common import console, err_console
 from workers.cli.common import fail as _fail
 
@@ -47,7 +47,7 @@ def _table(diff: ProfileDiff, title: str) -> Table:
             _value(r.after, diff.unit),
             f"{r.change:+,.1f}{relative}",
             "—" if r.share is None else f"{r.share:.0%}",
-            "" if r.status == "changed" else str(r.status),
+            "" if r.status is RowStatus.CHANGED else str(r.status),
         )
     return table
 
@@ -87,7 +87,7 @@ def profile(
     try:
         for i, spec in enumerate(order):
             trace = None
-            if trace_dir is not None and metric == "latency":
+            if trace_dir is not None:  # kept by operator tables only
                 trace_dir.mkdir(parents=True, exist_ok=True)
                 trace = trace_dir.resolve() / f"trace-{i + 1}.json"
             err_console.print(f"profiling {benchmark} on {spec} ({metric}) ...")

@@ -3,6 +3,8 @@ identical builds give no row above the noise, a planted operator is named in the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -21,6 +23,10 @@ def test_profile_args_follow_the_metric_table() -> None:
     ]  # fmt: skip
     counted = profile_args("dqn:train:cpu", "cpu_instructions", steps=1, windows=2, batch_size=4)
     assert counted[-3:] == ["--callgrind", "--batch-size", "4"]
+    traced = profile_args("dqn:eval:cpu", "latency", steps=1, windows=1, trace=Path("t.json"))
+    assert traced[-2:] == ["--trace", "t.json"]
+    untraced = profile_args("dqn:eval:cpu", "cpu_instructions", steps=1, windows=1, trace=Path("t"))
+    assert "--trace" not in untraced  # a function table keeps no trace
     with pytest.raises(InvalidInput, match="cpu_instructions is measured on cpu"):
         profile_args("dqn:eval:cuda", "cpu_instructions", steps=1, windows=2)
     with pytest.raises(InvalidInput, match="has no profile"):
