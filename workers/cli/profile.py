@@ -28,7 +28,8 @@ def _value(value: float, unit: str) -> str:
     return UNIT_FORMATS.get(unit, "{:,.4g} " + unit).format(value)
 
 
-def _table(diff: ProfileDiff, title: str) -> Table:
+def diff_table(diff: ProfileDiff, title: str) -> Table:
+    """The diff's rows as a table: op or function, before, after, change, share, new/gone."""
     table = Table(title=title)
     for name, justify in (
         ("op / function", "left"),
@@ -114,5 +115,5 @@ def profile(
         return
     title = f"{benchmark} {metric}: {a.spec} ({a.torch}) → {b.spec} ({b.torch}), per step"
     if diff.rows:
-        console.print(_table(diff, title))
+        console.print(diff_table(diff, title))
     console.print(diff.summary())

@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from service.errors import InvalidInput
-from service.profiles import RowStatus
+from service.profiles import Profile, ProfileRow, RowStatus, diff_profiles
 from workers.bisect.profiles import diff_builds, profile_args, profile_build
 from workers.cli import app
+from workers.cli.profile import diff_table
 
 TINY = ["--batch-size", "2", "--steps", "1", "--windows", "3"]
 
@@ -54,3 +56,25 @@ def test_a_planted_operator_is_in_the_first_three_rows() -> None:
     assert ("aten::mm", RowStatus.NEW) in top, (top, diff.summary())
     mm = next(r for r in diff.rows if r.name == "aten::mm")
     assert mm.share is not None and mm.share > 0.3
+
+
+def test_the_table_shows_before_after_change_and_share() -> None:
+    def ops(**rows: float) -> Profile:
+        return Profile(
+            metric="latency",
+            unit="us",
+            rows={
+                k.replace("__", "::"): ProfileRow(k.replace("__", "::"), (v,))
+                for k, v in rows.items()
+            },
+        )
+
+    diff = diff_profiles(ops(aten__addmm=600.0), ops(aten__addmm=610.0, aten__clone=400.0))
+    console = Console(width=160, record=True)
+    console.print(diff_table(diff, "dqn:eval:cpu latency"))
+    text = console.export_text()
+    assert "op / function" in text and "share" in text
+    (line,) = [row for row in text.splitlines() if "aten::clone" in row]
+    cells = [c.strip() for c in line.split("│") if c.strip()]
+    assert cells == ["aten::clone", "0.0 µs", "400.0 µs", "+400.0", "98%", "new"]
+    assert diff.summary() == "the rows explain 98% of the step's change (+410.0 us)"
