@@ -51,6 +51,10 @@ ANNOTATE_FLAGS = ("--threshold=100", "--show-percs=no")
 _TOTAL_LINE = re.compile(r"^\s*([0-9,]+)\s+PROGRAM TOTALS")
 _HEADER_LINE = re.compile(r"^\s*Ir\s+file:function")
 _FUNCTION_LINE = re.compile(r"^\s*([0-9,]+)\s+(.+:.+)$")
+_UNNAMED_CODE = re.compile(r"^\?\?\?:0x[0-9a-fA-F]+$")
+UNNAMED_CODE = "???:0x… (code without a symbol: JIT kernels)"
+"""The one row every address without a symbol is summed into: oneDNN's JIT kernels land at
+addresses that differ between processes, so each would otherwise read as gone and new."""
 
 
 @dataclass(frozen=True)
@@ -313,7 +317,7 @@ def standardise(
     Through ``torch.utils.benchmark``'s own ``CallgrindStats.as_standardized()`` (build
     prefixes, ``Python/``, ``Objects/`` and ``[library.so]`` suffixes stripped; rows that then
     share a name summed) and ``FunctionCounts.denoise()`` (CPython's ``lookdict_unicode``
-    dropped).
+    dropped), then every address without a symbol summed into :data:`UNNAMED_CODE`.
 
     Returns:
         ``(self, inclusive)``: name → instructions per step.
@@ -341,7 +345,8 @@ def standardise(
 
     def per_step(fc: FunctionCounts) -> dict[str, float]:
         out: dict[str, float] = {}
-        for c, f in fc.denoise():
+        named = fc.transform(lambda f: UNNAMED_CODE if _UNNAMED_CODE.match(f) else f)
+        for c, f in named.denoise():
             out[f] = out.get(f, 0.0) + c / steps
         return out
 
