@@ -10,6 +10,9 @@ Usage::
     python -m suite coverage [--json] [--models M ...] [--threads N]
     python -m suite count --benchmarks M:MODE[:BATCH],... [--warmup-steps N] [--steps N]
                           [--repeats N] [--timeout S] --out FILE|-
+    python -m suite profile --model M --mode train|eval [--device cpu|cuda] [--batch-size N]
+                            [--warmup-steps N] [--steps N] [--windows N] [--threads N]
+                            [--callgrind] [--trace FILE] [--timeout S] --out FILE|-
 
 ``run`` exits 0 when the record has no error, 1 when the benchmark failed (the record then holds
 the reason: an exception, ``NotImplementedError`` for an unsupported configuration, an
@@ -167,6 +170,62 @@ def _count(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _profile(args: argparse.Namespace) -> int:
+    """``python -m suite profile``: the operator table of a benchmark's step, or with
+    ``--callgrind`` its function-level instruction counts (``suite.profiling``).
+
+    Writes the profile document to ``--out``; exits 1 when the benchmark failed (the document's
+    ``error``), 2 on bad arguments or when valgrind is missing for ``--callgrind``.
+    """
+    from suite import counting, profiling
+
+    try:
+        cfg = profiling.ProfileConfig(
+            warmup_steps=args.warmup_steps,
+            steps=args.steps,
+            windows=args.windows,
+            threads=args.threads,
+            timeout_s=args.timeout,
+        )
+    except ValueError as exc:
+        print(f"python -m suite profile: {exc}", file=sys.stderr)
+        return 2
+    if args.callgrind and args.device != "cpu":
+        print("python -m suite profile: --callgrind counts on the cpu only", file=sys.stderr)
+        return 2
+    manifest = os.environ.get(profiling.INSIDE_ENV)
+    with contextlib.redirect_stdout(sys.stderr):  # a model's prints never mix with the document
+        if args.callgrind and manifest:
+            profiling.profile_inside(args.model, args.mode, args.batch_size, cfg, Path(manifest))
+            return 0
+        if args.callgrind:
+            try:
+                doc = profiling.profile_functions(
+                    args.model, args.mode, batch_size=args.batch_size, config=cfg
+                )
+            except counting.CountUnavailable as exc:
+                print(f"python -m suite profile: {exc}", file=sys.stderr)
+                return 2
+        else:
+            doc = profiling.profile_operators(
+                args.model,
+                args.mode,
+                args.device,
+                batch_size=args.batch_size,
+                config=cfg,
+                trace=Path(args.trace) if args.trace else None,
+            )
+    text = json.dumps(doc, indent=1)
+    if args.out == "-":
+        print(text)
+    else:
+        Path(args.out).write_text(text)
+    if doc["error"]:
+        print(f"{args.model} {args.mode} {args.device}: {doc['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _apply_setup(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Re-execute this process with the measurement setup unless it is in force or disabled."""
     from suite.cpu_setup import SetupUnavailable, reexec_if_needed
@@ -310,6 +369,28 @@ def _parser() -> argparse.ArgumentParser:
     p_count.add_argument("--timeout", type=float, default=3600.0, help="seconds for the process")
     p_count.add_argument("--out", required=True, help="output JSON file, or - for stdout")
     p_count.set_defaults(func=_count)
+    p_prof = sub.add_parser(
+        "profile", help="profile a benchmark's step: operators, or functions under callgrind"
+    )
+    p_prof.add_argument("--model", required=True)
+    p_prof.add_argument("--mode", required=True, choices=["train", "eval"])
+    p_prof.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p_prof.add_argument("--batch-size", type=int, default=None)
+    p_prof.add_argument("--warmup-steps", type=int, default=3, help="unprofiled steps first")
+    p_prof.add_argument("--steps", type=int, default=3, help="steps in each profiled window")
+    p_prof.add_argument("--windows", type=int, default=7, help="profiled windows")
+    p_prof.add_argument("--threads", type=int, default=1, help="torch threads on CPU")
+    p_prof.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="count instructions per function under valgrind instead (cpu_instructions)",
+    )
+    p_prof.add_argument("--trace", default=None, help="write the last window's Chrome trace here")
+    p_prof.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds for the valgrind process"
+    )
+    p_prof.add_argument("--out", required=True, help="output JSON file, or - for stdout")
+    p_prof.set_defaults(func=_profile)
     p_cov = sub.add_parser("coverage", help="distinct operators the models exercise")
     p_cov.add_argument("--json", action="store_true", help="print JSON")
     p_cov.add_argument(
@@ -322,7 +403,7 @@ def _parser() -> argparse.ArgumentParser:
     p_cov.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p_cov.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: default)")
     p_cov.set_defaults(func=_coverage)
-    for p in (p_list, p_run, p_count):
+    for p in (p_list, p_run, p_count, p_prof):
         p.add_argument(
             "--torchbench",
             metavar="PATH",

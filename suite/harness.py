@@ -161,6 +161,19 @@ def _inject_fraction(model: str, mode: str, default: float) -> float:
     return default
 
 
+def injection(model: str, mode: str, default: float = 0.0) -> Callable[[float], None]:
+    """The injected work of ``model`` in ``mode``, set up as a timed run sets it up.
+
+    The dose is ``NIGHTBENCH_SUITE_INJECT_WORK``'s for the benchmark, else ``default`` (a
+    fraction of a step); see :func:`_prepare_injection` for what the work is and how it is
+    dosed. Other measurements (``suite/profiling.py``) plant the same work this way.
+
+    Returns:
+        ``work(step_ms)``: the extra work after a model step of ``step_ms`` milliseconds.
+    """
+    return _prepare_injection(_inject_fraction(model, mode, default))
+
+
 def _is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True

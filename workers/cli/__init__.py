@@ -560,6 +560,10 @@ app.command("bisect")(_bisect_cli.bisect)
 app.command("demo")(_bisect_cli.demo)
 app.command("bisect-resume")(_bisect_cli.resume)
 
+from workers.cli import profile as _profile_cli  # noqa: E402
+
+app.command("profile")(_profile_cli.profile)
+
 from workers.cli import worker as _worker_cli  # noqa: E402
 
 app.command("worker")(_worker_cli.worker)
