@@ -439,8 +439,11 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes")] = 1,
 ) -> None:
-    """Serve the REST API, charts and model pages (FastAPI on uvicorn), with deadlines for slow
-    clients (NIGHTBENCH_API_HEADER_TIMEOUT_S, _BODY_TIMEOUT_S, _KEEP_ALIVE_S, _MAX_CONNECTIONS)."""
+    """Serve the REST API, charts and model pages.
+
+    FastAPI on uvicorn, with deadlines for slow clients (NIGHTBENCH_API_HEADER_TIMEOUT_S,
+    _BODY_TIMEOUT_S, _KEEP_ALIVE_S, _MAX_CONNECTIONS).
+    """
     from service.migrate import upgrade_embedded_store
     from service.server import serve as serve_api
 
