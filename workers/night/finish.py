@@ -117,17 +117,7 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
         counting = rounds.count_round(session, run_id=run_id) if left == 0 else None
         if counting is not None and counting.status in RUN_OPEN:
             return []  # the count pass is still counting
-        if left == 0 and counting is None and kind in (RunKind.NIGHTLY, RunKind.CONFIRM):
-            queue = rounds.run_queue(session, run_id=run_id)
-            count = rounds.create_count_round(
-                session,
-                parent=run,
-                models=lambda model: settings.counts_on(queue, model),
-                deadline_s=settings.night_deadline_s,
-            )
-            if count is not None:  # the timed processes have all ended: count, then judge
-                created.append(count.id)
-        elif left > 0:
+        if left > 0:
             created.append(
                 rounds.create_round(
                     session, parent=run, rounds=wanted, deadline_s=settings.night_deadline_s
@@ -148,6 +138,16 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
             note = rounds.rounds_note(session, run=run)
             if note and note not in (run.note or ""):
                 run.note = f"{run.note}\n{note}" if run.note else note
+            if counting is None and kind in (RunKind.NIGHTLY, RunKind.CONFIRM):
+                queue = rounds.run_queue(session, run_id=run_id)
+                count = rounds.create_count_round(
+                    session,
+                    parent=run,
+                    models=lambda model: settings.counts_on(queue, model),
+                    deadline_s=settings.night_deadline_s,
+                )
+                if count is not None:  # the timed processes have all ended: count, then judge
+                    created.append(count.id)
     if created:
         log.info("run %s: round of processes in run(s) %s", run_id, created)
         # A paired round's jobs go out beside the re-run's, in turns: which build goes first

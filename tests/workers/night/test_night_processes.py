@@ -35,7 +35,7 @@ ENV = {
     "torch_git_version": "d" * 40,
 }
 FIRST = date(2026, 7, 1)
-K3 = Settings(night_processes=3)
+K3 = Settings(count_instructions=False, night_processes=3)
 
 
 def _threshold(metric: str, benchmark: str) -> float:
@@ -211,7 +211,7 @@ def test_one_process_a_night_detects_at_once_without_rounds(database_url: str) -
     night = _run(8, ["dqn"])
     _measure(night, {"dqn": 13.0}, rng)
 
-    steps = finish(night, settings=Settings(night_processes=1))
+    steps = finish(night, settings=Settings(count_instructions=False, night_processes=1))
 
     assert [c[:2] for c in _children(night)] == [("confirm", "queued")]
     assert steps and {s.task for s in steps} == {"bench.run"}
@@ -221,7 +221,9 @@ def test_one_process_a_night_detects_at_once_without_rounds(database_url: str) -
 
 def test_a_queue_s_own_number_of_processes_overrides_the_default(database_url: str) -> None:
     # CPU nights in two processes, every other queue in one: a gpu.h100 night detects at once.
-    by_queue = Settings(night_processes=1, night_processes_by_queue={"cpu": 2})
+    by_queue = Settings(
+        count_instructions=False, night_processes=1, night_processes_by_queue={"cpu": 2}
+    )
     assert (by_queue.processes_for("cpu"), by_queue.processes_for("gpu.h100")) == (2, 1)
     rng = random.Random(9)
     _baseline(["dqn"], rng)
@@ -239,7 +241,7 @@ def test_a_queue_s_own_number_of_processes_overrides_the_default(database_url: s
     _round_of(finish(cpu, settings=by_queue), cpu)
     assert finish(gpu, settings=by_queue) == [] and _children(gpu) == []
     with pytest.raises(ValidationError, match="night_processes_by_queue"):
-        Settings(night_processes_by_queue={"cpu": 0})
+        Settings(count_instructions=False, night_processes_by_queue={"cpu": 0})
 
 
 def test_later_nights_read_each_earlier_night_as_its_processes(database_url: str) -> None:
@@ -284,7 +286,7 @@ def test_a_round_past_its_deadline_leaves_the_night_with_fewer_processes(
     from workers.night.deadline import check_deadline
 
     rng = random.Random(9)
-    k2 = Settings(night_processes=2)
+    k2 = Settings(count_instructions=False, night_processes=2)
     _baseline(["dqn"], rng)
     night = _run(8, ["dqn"])
     _measure(night, {"dqn": 10.0}, rng)
