@@ -34,7 +34,9 @@ ENV = {
 }
 OTHER_MACHINE = {**ENV, "cpu_model": "another-cpu"}
 FIRST = date(2026, 10, 1)
-SETTINGS = Settings(stability_recheck_nights=10, stability_recheck_min_processes=5)
+SETTINGS = Settings(
+    stability_recheck_nights=10, stability_recheck_min_processes=5, count_instructions=False
+)
 
 
 def _night(
@@ -594,7 +596,10 @@ def test_recheck_off_leaves_every_verdict_as_it_was(session: Session) -> None:
         {"dqn": [10.0, 10.1, 9.95, 10.05, 10.02, 10.08], "ppo": [10.0, 12.0, 9.0, 11.5, 9.2, 12.4]},
     )
     off = Settings(
-        stability_recheck=False, stability_recheck_nights=10, stability_recheck_min_processes=5
+        stability_recheck=False,
+        stability_recheck_nights=10,
+        stability_recheck_min_processes=5,
+        count_instructions=False,
     )
     assert recheck_run(session, run=nights[-1], settings=off) == []
     assert set(regressions.unstable_spreads(session)) == {("dqn", "eval", "cpu", "eager")}
