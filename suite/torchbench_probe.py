@@ -37,6 +37,7 @@ import os
 import platform
 import re
 import signal
+import site
 import sys
 import sysconfig
 import time
@@ -69,9 +70,11 @@ def identity() -> dict[str, Any]:
     """What an import check's result depends on besides the model: the environment's prefix,
     the Python implementation and version, torch's version and git commit, and a hash of every
     installed distribution's ``name==version``; ``id`` is a 16-hex-digit hash of the rest."""
+    # The environment's own site-packages only: what the working directory or PYTHONPATH puts
+    # on sys.path (a checkout's egg-info) differs between processes of one environment.
     packages = sorted(
         f"{(d.metadata['Name'] or '').lower()}=={d.version}"
-        for d in importlib.metadata.distributions()
+        for d in importlib.metadata.distributions(path=site.getsitepackages())
     )
     torch_version, torch_git = _torch_version()
     out: dict[str, Any] = {

@@ -111,7 +111,7 @@ def test_names_failed_setups_and_models_that_do_not_import_and_exits_1(
         ["list", "--json", "--suite", "torchbench"], NIGHTBENCH_TORCHBENCH_PATH=str(copy)
     )
     entries = {e["name"]: e for e in json.loads(listing.stdout)}
-    assert entries["torchbench.tiny_mlp"]["available"]
+    assert entries["torchbench.tiny_mlp"]["available"], json.dumps(entries["torchbench.tiny_mlp"])
     assert entries["torchbench.broken_setup"]["reason"] == (
         "TorchBench's setup FAILED here: ERROR: No matching distribution found for "
         "nightbench-fixture-nope"
