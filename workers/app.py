@@ -102,7 +102,13 @@ def configure(app: Celery, settings: Settings) -> Celery:
             result_backend=settings.result_backend,
             task_always_eager=False,
         )
-    app.close()  # drop the producer pool made under the previous broker
+    # Drop the pools made under the previous broker: Celery's close() forgets the connection
+    # pool, but the producer pool its AMQP helper cached keeps publishing to the old broker
+    # (Celery 5.7), so that is forgotten too.
+    app.close()
+    amqp = app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
     return app
 
 
