@@ -208,6 +208,25 @@ class Settings(BaseSettings):
         description="one valgrind count process (a batch); at most 90% of the task's soft time "
         "limit is used, so that a hung count becomes an error result before Celery interrupts it",
     )
+    profile_regressions: bool = Field(
+        default=True,
+        description="when a night's bisection ends, profile its regressed benchmarks on the "
+        "builds either side of the culprit (or the range's ends) and put what changed in the "
+        "issue",
+    )
+    profile_benchmarks: int = Field(
+        default=2, ge=1, description="benchmarks profiled per bisection, one per cause"
+    )
+    profile_steps: int = Field(default=3, ge=1, description="steps in each profiled window")
+    profile_windows: int = Field(default=5, ge=1, description="profiled windows per build")
+    profile_python_functions: bool = Field(
+        default=True,
+        description="operator tables also have a row per Python function ("
+        "cProfile), so a Python-level change is named",
+    )
+    profile_timeout_s: float = Field(
+        default=1200, gt=0, description="one profiling process of one build (s)"
+    )
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
     visibility_timeout_s: int = Field(default=4 * 3600, gt=0)

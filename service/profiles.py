@@ -219,6 +219,17 @@ class ProfileDiff:
         return f"the rows explain {part} ({self.total_change:+,.1f} {self.unit})"
 
 
+UNIT_FORMATS: dict[str, str] = {"us": "{:,.1f} µs", "instructions": "{:,.0f} instr"}
+"""How a profile's values print, per unit (a unit not listed: ``{:,.4g} unit``)."""
+
+
+def format_profile_value(value: float, unit: str, *, signed: bool = False) -> str:
+    """A profile's value with its unit: ``1,234.5 µs``, ``3,783,257 instr``; ``signed`` puts
+    ``+`` before a positive change."""
+    text = UNIT_FORMATS.get(unit, "{:,.4g} " + unit).format(value)
+    return f"+{text}" if signed and value > 0 else text
+
+
 def measured_noise(first: Profile, second: Profile) -> float:
     """The noise between two profiles of the same build: the largest change of one row, over
     the first's step total (0 for an empty step)."""

@@ -186,6 +186,7 @@ def _profile(args: argparse.Namespace) -> int:
             windows=args.windows,
             threads=args.threads,
             timeout_s=args.timeout,
+            python_functions=args.python_functions,
         )
     except ValueError as exc:
         print(f"python -m suite profile: {exc}", file=sys.stderr)
@@ -386,6 +387,11 @@ def _parser() -> argparse.ArgumentParser:
         help="count instructions per function under valgrind instead (cpu_instructions)",
     )
     p_prof.add_argument("--trace", default=None, help="write the last window's Chrome trace here")
+    p_prof.add_argument(
+        "--python-functions",
+        action="store_true",
+        help="a row per Python function too (cProfile's self time)",
+    )
     p_prof.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds for the valgrind process"
     )

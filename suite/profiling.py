@@ -8,7 +8,16 @@ docs/profile.md):
   each window's ``key_averages()`` gives, per aten operator, its calls and self CPU time (self
   device time on CUDA), divided by ``steps``. The step's total is the sum of the operators' self
   CPU times (what the profiler saw the step spend on the CPU). ``--trace FILE`` keeps the last
-  window's Chrome trace.
+  window's Chrome trace. With ``--python-functions`` the same windows run under ``cProfile``
+  too (the standard library's deterministic profiler, which keeps per-function totals, not
+  events: ``torch.profiler``'s own Python tracer kept 11 GiB of events for fifteen steps of a
+  tokenizer), and each Python function is a row of its own, its self time (``tottime``) being
+  the time spent in its own bytecode: a Python-level check that now runs on every call is named
+  (``minitok/__init__.py: encode``), not only the aten operators. Built-in functions are left
+  out (their time is the operators' rows, or C code's), so no time is counted twice. Python
+  rows are keyed by the last two parts of their file's path and the function, without the line
+  number (:func:`python_function_key`), so two builds installed in different folders, or a
+  commit that moved the function down a few lines, line up.
 - **functions** (``cpu_instructions``): the process runs under valgrind's callgrind as
   ``suite/counting.py`` counts (``--collect-atstart=no``, collection toggled on around each
   window and the window dumped); each dump is read with ``callgrind_annotate`` (self and
@@ -27,9 +36,11 @@ each step, inside the profiled window, as it does in a timed run.
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import gc
 import json
 import os
+import pstats
 import re
 import shutil
 import subprocess
@@ -67,6 +78,7 @@ class ProfileConfig:
         windows: profiled windows; their spread is the profile's own noise.
         threads: torch threads on CPU.
         timeout_s: the valgrind process's limit (s), for a function profile.
+        python_functions: an operator table also has a row per Python function (cProfile).
     """
 
     warmup_steps: int = 3
@@ -74,6 +86,7 @@ class ProfileConfig:
     windows: int = 7
     threads: int = 1
     timeout_s: float = 3600.0
+    python_functions: bool = False
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0 or self.steps < 1 or self.windows < 1 or self.threads < 1:
@@ -151,6 +164,40 @@ def _built(
         gc.enable()
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def operator_key(key: str) -> str:
+    """The row name of a profiler event's key, the same in any process: an object's address
+    (``<built-in method sum of Tensor object at 0x7f…>``) is dropped; ``aten::addmm`` is kept."""
+    return _ADDRESS.sub("", key)
+
+
+def python_function_key(path: str, function: str) -> str:
+    """The row name of a Python function, the same for the same code in any build.
+
+    Example:
+        >>> python_function_key("/tmp/b/1f/src/minitok/__init__.py", "encode")
+        'minitok/__init__.py: encode'
+    """
+    return "/".join(path.replace("\\", "/").split("/")[-2:]) + f": {function}"
+
+
+def _python_rows(profiler: cProfile.Profile) -> Iterator[tuple[str, int, float]]:
+    """``(row name, calls, self time in µs)`` of each Python function ``profiler`` saw; the
+    built-ins (file ``~``) are left out."""
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    for (path, _line, function), (
+        _primitive,
+        calls,
+        self_s,
+        _cumulative,
+        _callers,
+    ) in stats.items():
+        if path != "~":
+            yield python_function_key(path, function), int(calls), float(self_s) * 1e6
+
+
 def _device_time(event: Any) -> float:
     """An averaged event's self device time (µs), across torch versions' names for it."""
     for name in ("self_device_time_total", "self_cuda_time_total"):
@@ -198,16 +245,27 @@ def profile_operators(
             windows: list[dict[str, tuple[int, float, float]]] = []
             for w in range(cfg.windows):
                 t0 = time.perf_counter()
+                python = cProfile.Profile() if cfg.python_functions else None
                 with profile(activities=activities) as prof:
+                    if python is not None:
+                        python.enable()
                     for _ in range(cfg.steps):
                         step()
+                    if python is not None:
+                        python.disable()
                 doc["wall_ms"].append((time.perf_counter() - t0) * 1e3 / cfg.steps)
-                windows.append(
-                    {
-                        e.key: (e.count, float(e.self_cpu_time_total), _device_time(e))
-                        for e in prof.key_averages()
-                    }
-                )
+                window: dict[str, tuple[int, float, float]] = {}
+                for e in prof.key_averages():
+                    calls, self_cpu, device_time = window.get(operator_key(e.key), (0, 0.0, 0.0))
+                    window[operator_key(e.key)] = (
+                        calls + e.count,
+                        self_cpu + float(e.self_cpu_time_total),
+                        device_time + _device_time(e),
+                    )
+                for name, calls, self_us in _python_rows(python) if python is not None else ():
+                    seen_calls, seen_us, _ = window.get(name, (0, 0.0, 0.0))
+                    window[name] = (seen_calls + calls, seen_us + self_us, 0.0)
+                windows.append(window)
                 if trace is not None and w == cfg.windows - 1:
                     prof.export_chrome_trace(str(trace))
                     doc["trace"] = str(trace)

@@ -148,6 +148,8 @@ def database_url(
     )
     # The count pass (valgrind, about a minute a night) only where a test asks for it.
     monkeypatch.setenv("NIGHTBENCH_COUNT_INSTRUCTIONS", "false")
+    # The profile probe after a night's bisection (three profiling processes), the same.
+    monkeypatch.setenv("NIGHTBENCH_PROFILE_REGRESSIONS", "false")
     monkeypatch.setenv("NIGHTBENCH_COUNT_WARMUP_STEPS", "1")
     monkeypatch.setenv("NIGHTBENCH_COUNT_REPEATS", "2")
     _reset_caches()

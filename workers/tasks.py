@@ -3,7 +3,7 @@
 Each body calls one domain function (one session scope) and sends the steps it returns
 (:mod:`workers.enqueue`): a night is the chain ``bench.run`` → ``night.finish`` → (the
 confirmation run's ``bench.run`` → ``night.finish``) → ``night.triage`` → ``bisect.advance`` /
-``bisect.probe`` → ``night.file``. No domain module imports this one.
+``bisect.probe`` → ``bisect.profile`` → ``night.file``. No domain module imports this one.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from service.errors import InfrastructureError
 from workers.app import app
 from workers.bisect import celery_driver as bisecting
+from workers.bisect import profile_probe
 from workers.enqueue import Step, send
 from workers.issues import failing_bisect, pending
 from workers.issues import sync as issue_sync
@@ -160,6 +161,24 @@ def bisect_probe(self, probe_id: int) -> None:  # type: ignore[no-untyped-def]
     bisection_id = bisecting.measure_probe(probe_id, worker=worker)
     if bisection_id is not None:
         send([bisecting.advance_step(bisection_id)])
+
+
+class ProfileTask(RetriedTask):
+    """A profile probe that failed for good stores why, and the night is filed all the same."""
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        """Store the failure as each unanswered benchmark's reason; send ``night.file``."""
+        bisection_id = args[0] if args else kwargs.get("bisection_id")
+        reason = f"profile task failed: {type(exc).__name__}: {exc}"
+        send(profile_probe.give_up(bisection_id, reason=reason))
+
+
+@app.task(name="bisect.profile", base=ProfileTask)
+def profile_bisection(bisection_id: int) -> None:
+    """Profile a finished bisection's builds either side of its answer, then file the night."""
+    send(profile_probe.profile_bisection(bisection_id))
 
 
 @app.task(name="bisect.advance", base=RetriedTask)

@@ -88,3 +88,53 @@ class BisectionRead(BaseModel):
     answers: list[BenchmarkAnswerRead]
     probes: list[ProbeRead]
     commit_range: list[dict[str, Any]] = Field(description="the range, good endpoint first")
+
+
+class ProfileRowRead(BaseModel):
+    """One operator or function whose change is above the noise."""
+
+    name: str = Field(description="aten operator, Python function (file: name) or C function")
+    before: float = Field(description="per step on the first build (µs, or instructions)")
+    after: float = Field(description="per step on the second build")
+    change: float = Field(description="after − before")
+    share: float | None = Field(description="change over the step's change (null: step unmoved)")
+    status: str = Field(description="changed | new | gone")
+    calls_before: float | None = Field(description="calls per step (operators)")
+    calls_after: float | None = None
+
+
+class ProfileDiffRead(BaseModel):
+    """The diff of two builds' profiles (docs/profile.md for the noise rule)."""
+
+    metric: str
+    unit: str = Field(description="us (self CPU time) or instructions")
+    total_before: float = Field(description="the step's total on the first build")
+    total_after: float
+    total_change: float
+    explained: float | None = Field(description="fraction of the step's change the rows add up to")
+    summary: str
+    compared: int = Field(description="distinct rows in the two profiles")
+    noise: float = Field(
+        description="largest change of one row between two profiles of the first build, over the step"
+    )
+    threshold: float = Field(description="the change a row had to exceed (the unit)")
+    rule: dict[str, float]
+    appeared: list[str]
+    vanished: list[str]
+    rows: list[ProfileRowRead]
+
+
+class ProfileRead(BaseModel):
+    """What changed between the builds either side of a regression's culprit (or range)."""
+
+    regression_id: int
+    bisection_id: int
+    benchmark: str = Field(description="the benchmark profiled (one per cause)")
+    metric: str
+    before: str = Field(description="the first build's commit (culprit's parent, or good end)")
+    after: str = Field(description="the second build's commit (culprit, or range's bad end)")
+    culprit: bool = Field(description="after is the named culprit")
+    status: str = Field(description="done | failed")
+    reason: str | None = Field(description="why the profile probe failed")
+    diff: ProfileDiffRead | None
+    traces: list[str] = Field(description="API paths of the two builds' Chrome traces (gzip)")

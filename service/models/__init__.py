@@ -8,9 +8,11 @@ from service.models.bisection import (
     PROBE_STATUSES,
     Bisection,
     BisectionOutcome,
+    BisectionProfile,
     BisectionStatus,
     Probe,
     ProbeStatus,
+    ProfileStatus,
 )
 from service.models.catalog import CatalogModel
 from service.models.issue import ISSUE_STATES, TRACKERS, IssueRecord, IssueRegression
@@ -45,6 +47,8 @@ from service.models.token import ApiToken
 
 __all__ = [
     "BisectionOutcome",
+    "BisectionProfile",
+    "ProfileStatus",
     "BisectionStatus",
     "Confirmation",
     "ProbeStatus",

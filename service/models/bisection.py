@@ -16,7 +16,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, JSONType, UTCDateTime
@@ -150,3 +159,48 @@ class Probe(TimestampMixin, Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     bisection: Mapped[Bisection] = relationship(back_populates="probes", lazy="raise")
+
+
+class ProfileStatus(StrEnum):
+    """How a profile probe of one benchmark ended (stored as its value)."""
+
+    DONE = "done"
+    FAILED = "failed"
+
+
+class BisectionProfile(TimestampMixin, Base):
+    """The profile probe of one benchmark of a finished bisection: what changed between two
+    builds, row by row (``workers/bisect/profile_probe.py``; docs/profile.md).
+
+    Attributes:
+        bisection_id: the bisection whose builds were profiled.
+        benchmark: ``model:mode:device``.
+        metric: the metric profiled (``latency``: operators and Python functions;
+            ``cpu_instructions``: functions under callgrind).
+        before: the sha of the first build (the culprit's parent, or the range's good end).
+        after: the sha of the second build (the culprit, or the range's bad end).
+        culprit: True when ``after`` is the named culprit, False for a range's endpoints.
+        status: ``done`` (``diff`` holds the diff) | ``failed`` (``reason`` says why).
+        reason: why the probe failed, in one line.
+        diff: :func:`service.profiles.diff_json` of the two builds' profiles.
+        trace_before: the first build's Chrome trace, gzip-compressed JSON (operator tables).
+        trace_after: the second build's, the same.
+    """
+
+    __tablename__ = "bisection_profiles"
+    __table_args__ = (UniqueConstraint("bisection_id", "benchmark"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    bisection_id: Mapped[int] = mapped_column(
+        ForeignKey("bisections.id", ondelete="CASCADE"), index=True
+    )
+    benchmark: Mapped[str] = mapped_column(String(256))
+    metric: Mapped[str] = mapped_column(String(64))
+    before: Mapped[str] = mapped_column(String(64))
+    after: Mapped[str] = mapped_column(String(64))
+    culprit: Mapped[bool] = mapped_column(Boolean)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    diff: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    trace_before: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    trace_after: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)

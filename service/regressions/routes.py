@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api import Cursor, FilterText, Id, Limit, Night, errors, url
+from service.bisections.profiles import TraceSide, profile_trace, regression_profile
+from service.bisections.schemas import ProfileRead
 from service.bisections.service import bisections_for_regressions, culprits_for_regressions
 from service.deps import SessionDep, TokenDep
 from service.errors import NotFound
-from service.models import Alert, Regression, Run
+from service.metrics import INSTRUCTIONS
+from service.models import Alert, ProfileStatus, Regression, Run
 from service.regressions.schemas import (
     AlertRead,
     RegressionPatch,
@@ -118,6 +121,57 @@ def list_regressions(
 def read_regression(regression_id: Id, session: SessionDep) -> dict[str, Any]:
     """One regression or improvement."""
     return regression_payloads(session, [get_regression(session, regression_id)])[0]
+
+
+@router.get(
+    "/api/regressions/{regression_id}/profile",
+    response_model=ProfileRead,
+    responses=errors(404, 422),
+)
+def read_regression_profile(regression_id: Id, session: SessionDep) -> dict[str, Any]:
+    """What changed between the builds either side of the regression's culprit (or its
+    range's ends): every operator or function above the noise, and where the traces are."""
+    row = regression_profile(session, regression_id)
+    base = f"/api/regressions/{regression_id}/profile/trace"
+    traced = row.status == ProfileStatus.DONE and row.metric != INSTRUCTIONS
+    return {
+        "regression_id": regression_id,
+        "bisection_id": row.bisection_id,
+        "benchmark": row.benchmark,
+        "metric": row.metric,
+        "before": row.before,
+        "after": row.after,
+        "culprit": row.culprit,
+        "status": row.status,
+        "reason": row.reason,
+        "diff": row.diff,
+        "traces": [f"{base}/before", f"{base}/after"] if traced else [],
+    }
+
+
+@router.get(
+    "/api/regressions/{regression_id}/profile/trace/{side}",
+    response_class=Response,
+    responses={
+        **errors(404, 422, json_route=False),
+        200: {
+            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "the build's Chrome trace, gzip-compressed JSON",
+        },
+    },
+)
+def read_regression_profile_trace(
+    regression_id: Id, side: TraceSide, session: SessionDep
+) -> Response:
+    """One build's Chrome trace from the regression's profile (``before`` or ``after``), for
+    Perfetto or ``chrome://tracing``."""
+    data = profile_trace(session, regression_id, side)
+    name = f"regression-{regression_id}-{side}.trace.json.gz"
+    return Response(
+        data,
+        media_type="application/gzip",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 @router.patch(

@@ -24,7 +24,7 @@ def test_demo_runs_end_to_end(database_url: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "workers.cli", "demo", "--dir", str(workdir), "--json"],
         cwd=ROOT,
-        env=dict(os.environ),
+        env={**os.environ, "NIGHTBENCH_PROFILE_REGRESSIONS": "true"},
         capture_output=True,
         text=True,
         timeout=900,
@@ -46,6 +46,13 @@ def test_demo_runs_end_to_end(database_url: str, tmp_path: Path) -> None:
     assert any(p["purpose"] == "verify" for p in bisection["probes"])
     issues = [Path(p).read_text() for p in data["issues"]]
     assert any(planted[:7] in text and "Validate words and pieces" in text for text in issues)
+    # What changed: the profile probe of the culprit and its parent names the Python-level
+    # checks the culprit added to the tokenizer, not only aten operators, in its first rows.
+    [issue] = [text for text in issues if planted[:7] in text]
+    changed = issue[issue.index("## What changed") : issue.index("## History")]
+    rows = [line for line in changed.splitlines() if line.startswith("| `")][:3]
+    assert any("minitok/tokenizer.py: _check_" in row and "(new)" in row for row in rows), changed
+    assert "of the profiled step's change" in changed
     # The night measured the package at its commit; the builds of the probes are gone.
     assert not any((workdir / "builds").glob("*/*/src"))
 

@@ -338,10 +338,12 @@ def step(bisection_id: int) -> list[Step]:
     """Advance the bisection in its own transaction; return what comes next.
 
     Returns:
-        One ``bisect.probe`` step per probe of the next round; when the search ended, the
-        builds this host made are removed and a night's bisection hands its night to filing
-        (``night.file``, :func:`workers.night.triage.file_night`), a failure bisection its
-        outcome to its issue (``issues.tell_bisected``,
+        One ``bisect.probe`` step per probe of the next round; when the search ended, a night's
+        bisection goes to its profile probe (``bisect.profile`` on its queue,
+        :mod:`workers.bisect.profile_probe`, which then hands the night to filing), or with
+        ``profile_regressions`` off the builds this host made are removed and the night goes to
+        filing (``night.file``, :func:`workers.night.triage.file_night`); a failure bisection
+        hands its outcome to its issue (``issues.tell_bisected``,
         :func:`workers.issues.failing_bisect.tell_bisected`); otherwise nothing.
     """
     with session_scope() as session:
@@ -349,13 +351,19 @@ def step(bisection_id: int) -> list[Step]:
         bisection = session.get(Bisection, bisection_id)
         assert bisection is not None
         run_id, failure = bisection.run_id, failure_driver.is_failure(bisection)
+        queue = bisection.queue
     steps = [probe_step(probe_id, queue) for probe_id, queue in result.probes]
-    if result.finished:
-        shutil.rmtree(work_dir(get_settings(), bisection_id), ignore_errors=True)
-        if failure:
-            steps.append(Step("issues.tell_bisected", (bisection_id,)))
-        elif run_id is not None:
-            steps.append(Step("night.file", (run_id,)))
+    if not result.finished:
+        return steps
+    settings = get_settings()
+    if not failure and run_id is not None and settings.profile_regressions:
+        # The profile probe runs where the builds are; it removes them and files the night.
+        return [*steps, Step("bisect.profile", (bisection_id,), queue)]
+    shutil.rmtree(work_dir(settings, bisection_id), ignore_errors=True)
+    if failure:
+        steps.append(Step("issues.tell_bisected", (bisection_id,)))
+    elif run_id is not None:
+        steps.append(Step("night.file", (run_id,)))
     return steps
 
 

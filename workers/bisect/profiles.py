@@ -1,9 +1,11 @@
 """Profiling a benchmark in a build's environment, and diffing two builds' profiles.
 
-The profile probe by hand (``nightbench profile``; docs/profile.md): each build's environment
-(``workers/builds/torch_envs.py``: ``current``, ``torch==X``, ...) runs ``python -m suite
-profile`` in a subprocess through :func:`workers.runner.run_suite`, and the two documents are
-diffed by :func:`service.profiles.diff_profiles`. What the suite is asked for is the metric
+A build's environment runs ``python -m suite profile`` in a subprocess through
+:func:`workers.runner.run_suite` (:func:`profile_with`), and the two documents are diffed by
+:func:`service.profiles.diff_profiles`. The environment is a torch spec's
+(``workers/builds/torch_envs.py``: ``current``, ``torch==X``: :func:`profile_build`, what
+``nightbench profile`` runs by hand) or a commit's build from a bisection's provider
+(:func:`profile_commit`, the night's profile probe: :mod:`workers.bisect.profile_probe`). What the suite is asked for is the metric
 kind's row of :data:`PROFILE_KINDS`: an operator table for a timed metric, function-level
 instruction counts (callgrind) for a count.
 """
@@ -19,8 +21,8 @@ from typing import Any
 from service.errors import InvalidInput, MeasureError
 from service.metrics import MetricKind, metric
 from service.profiles import Profile, ProfileDiff, diff_profiles, profile_from_json
-from workers.bisect.measure import REPO_ROOT, parse_benchmark
-from workers.builds.base import log_tail
+from workers.bisect.measure import REPO_ROOT, parse_benchmark, quiet_env
+from workers.builds.base import BuildEnvironment, log_tail
 from workers.builds.torch_envs import use_environment
 from workers.runner import run_suite
 
@@ -99,6 +101,69 @@ def profile_args(
     return args + (["--trace", str(trace)] if trace is not None and kind.traced else [])
 
 
+def profile_with(
+    python: Path,
+    environ: dict[str, str],
+    benchmark: str,
+    metric_name: str = "latency",
+    *,
+    label: str,
+    steps: int = 3,
+    windows: int = 7,
+    batch_size: int | None = None,
+    trace: Path | None = None,
+    python_functions: bool = False,
+    timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S,
+) -> BuildProfile:
+    """Profile ``benchmark`` with interpreter ``python`` in process environment ``environ``.
+
+    Args:
+        python: the build's interpreter.
+        environ: its process environment (the suite's folder is added to ``PYTHONPATH``; one
+            torch thread unless it says otherwise).
+        benchmark: ``MODEL:MODE:DEVICE``.
+        metric_name: ``latency`` (operator table) or ``cpu_instructions`` (functions).
+        label: what the build is called in errors and in the result (a spec, a sha).
+        steps: steps per profiled window.
+        windows: profiled windows.
+        batch_size: overrides the model's default batch size.
+        trace: where to keep the Chrome trace (operator tables only; ignored otherwise).
+        python_functions: operator tables also get a row per Python function (cProfile).
+        timeout_s: seconds the suite process may take.
+
+    Returns:
+        The build's profile (:attr:`BuildProfile.spec` is ``label``).
+
+    Raises:
+        InvalidInput: as :func:`profile_args`.
+        MeasureError: the suite process failed, timed out, or its document holds an error.
+    """
+    args = profile_args(
+        benchmark, metric_name, steps=steps, windows=windows, batch_size=batch_size, trace=trace
+    )
+    if python_functions and metric(metric_name).kind == MetricKind.TIMED:
+        args.append("--python-functions")
+    environ = dict(environ)
+    environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (environ.get("PYTHONPATH", ""), str(REPO_ROOT)) if p
+    )
+    environ.setdefault("OMP_NUM_THREADS", "1")
+    environ.setdefault("MKL_NUM_THREADS", "1")
+    outcome = run_suite(python, args, timeout_s=timeout_s, env=environ)
+    doc = outcome.record
+    if outcome.timed_out:
+        raise MeasureError(f"{benchmark} on {label}: not profiled in {timeout_s:.0f} s")
+    if doc is None:
+        raise MeasureError(f"{benchmark} on {label}: no profile ({outcome.error})")
+    if doc.get("error"):
+        raise MeasureError(f"{benchmark} on {label}: {doc['error']}")
+    if outcome.returncode != 0:
+        raise MeasureError(f"{benchmark} on {label}: {log_tail(outcome.stderr)}")
+    return BuildProfile(
+        spec=label, torch=str(doc.get("torch", "")), profile=profile_from_json(doc), document=doc
+    )
+
+
 def profile_build(
     spec: str,
     benchmark: str,
@@ -108,10 +173,11 @@ def profile_build(
     windows: int = 7,
     batch_size: int | None = None,
     trace: Path | None = None,
+    python_functions: bool = False,
     timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S,
     extra_env: Mapping[str, str] | None = None,
 ) -> BuildProfile:
-    """Profile ``benchmark`` in the environment of torch spec ``spec``.
+    """Profile ``benchmark`` in the environment of torch spec ``spec`` (:func:`profile_with`).
 
     Args:
         spec: the build, as the nightly takes it (``current``, ``torch==2.13.0``).
@@ -121,6 +187,7 @@ def profile_build(
         windows: profiled windows.
         batch_size: overrides the model's default batch size.
         trace: where to keep the Chrome trace (operator tables only; ignored otherwise).
+        python_functions: operator tables also get a row per Python function (cProfile).
         timeout_s: seconds the suite process may take.
         extra_env: variables added to the process's environment (a planted regression's
             ``NIGHTBENCH_SUITE_INJECT_WORK``).
@@ -133,27 +200,44 @@ def profile_build(
         MeasureError: the suite process failed, timed out, or its document holds an error.
         EnvironmentBuildError: the build's venv could not be made.
     """
-    args = profile_args(
-        benchmark, metric_name, steps=steps, windows=windows, batch_size=batch_size, trace=trace
-    )
     with use_environment(spec) as env:
         environ = env.subprocess_env()
-        environ["PYTHONPATH"] = os.pathsep.join(
-            p for p in (environ.get("PYTHONPATH", ""), str(REPO_ROOT)) if p
-        )
-        environ.setdefault("OMP_NUM_THREADS", "1")
-        environ.setdefault("MKL_NUM_THREADS", "1")
         environ.update(extra_env or {})
-        outcome = run_suite(env.python, args, timeout_s=timeout_s, env=environ)
-    doc = outcome.record
-    if doc is None:
-        raise MeasureError(f"{benchmark} on {spec}: no profile ({outcome.error})")
-    if doc.get("error"):
-        raise MeasureError(f"{benchmark} on {spec}: {doc['error']}")
-    if outcome.returncode != 0:
-        raise MeasureError(f"{benchmark} on {spec}: {log_tail(outcome.stderr)}")
-    return BuildProfile(
-        spec=spec, torch=str(doc.get("torch", "")), profile=profile_from_json(doc), document=doc
+        return profile_with(
+            env.python,
+            environ,
+            benchmark,
+            metric_name,
+            label=spec,
+            steps=steps,
+            windows=windows,
+            batch_size=batch_size,
+            trace=trace,
+            python_functions=python_functions,
+            timeout_s=timeout_s,
+        )
+
+
+def profile_commit(
+    env: BuildEnvironment,
+    benchmark: str,
+    metric_name: str = "latency",
+    **options: Any,
+) -> BuildProfile:
+    """Profile ``benchmark`` on a commit's build from a bisection's provider, in the environment
+    a probe measures in (:func:`workers.bisect.measure.quiet_env`).
+
+    Args:
+        env: the build (:meth:`workers.builds.base.BuildProvider.prepare`).
+        benchmark: ``MODEL:MODE:DEVICE``.
+        metric_name: ``latency`` or ``cpu_instructions``.
+        **options: :func:`profile_with`'s keyword options but ``label`` (the commit's sha).
+
+    Raises:
+        InvalidInput, MeasureError: as :func:`profile_with`.
+    """
+    return profile_with(
+        env.python, quiet_env(env), benchmark, metric_name, label=env.sha[:12], **options
     )
 
 

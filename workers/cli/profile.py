@@ -16,16 +16,9 @@ from rich.table import Table
 
 from service.errors import NightbenchError
 from service.metrics import format_change
-from service.profiles import ProfileDiff, RowStatus, diff_json
+from service.profiles import ProfileDiff, RowStatus, diff_json, format_profile_value
 from workers.cli.common import console, err_console
 from workers.cli.common import fail as _fail
-
-UNIT_FORMATS: dict[str, str] = {"us": "{:,.1f} µs", "instructions": "{:,.0f}"}
-"""How a profile's values print, per unit (a unit not listed: ``{:,.4g} unit``)."""
-
-
-def _value(value: float, unit: str) -> str:
-    return UNIT_FORMATS.get(unit, "{:,.4g} " + unit).format(value)
 
 
 def diff_table(diff: ProfileDiff, title: str) -> Table:
@@ -44,8 +37,8 @@ def diff_table(diff: ProfileDiff, title: str) -> Table:
         relative = "" if r.relative is None else f" ({format_change(r.relative)})"
         table.add_row(
             escape(r.name),
-            _value(r.before, diff.unit),
-            _value(r.after, diff.unit),
+            format_profile_value(r.before, diff.unit),
+            format_profile_value(r.after, diff.unit),
             f"{r.change:+,.1f}{relative}",
             "—" if r.share is None else f"{r.share:.0%}",
             "" if r.status is RowStatus.CHANGED else str(r.status),
@@ -70,6 +63,9 @@ def profile(
     repeat: Annotated[
         bool,
         typer.Option(help="profile the first build twice and measure the noise between the two"),
+    ] = True,
+    python_functions: Annotated[
+        bool, typer.Option(help="a row per Python function too (cProfile), for latency")
     ] = True,
     top: Annotated[int, typer.Option(min=1, help="rows printed at most")] = 20,
     trace_dir: Annotated[
@@ -101,6 +97,7 @@ def profile(
                     windows=windows,
                     batch_size=batch_size,
                     trace=trace,
+                    python_functions=python_functions,
                 )
             )
         a, b = profiles[0], profiles[-1]

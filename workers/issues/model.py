@@ -280,6 +280,36 @@ class Checks:
 
 
 @dataclass(frozen=True)
+class WhatChanged:
+    """The profile probe of one benchmark: what changed between two builds, for the issue.
+
+    Attributes:
+        benchmark: ``model:mode:device``.
+        metric: the metric profiled (``latency``: operators and Python functions;
+            ``cpu_instructions``: functions).
+        before: the first build's commit (the culprit's parent, or the range's good side).
+        after: the second build's commit (the culprit, or the range's bad end).
+        culprit: ``after`` is the named culprit.
+        diff: :func:`service.profiles.diff_json` of the two profiles; None when it failed.
+        failed: why the probe failed, in one line (None when it did not).
+        traced: the two builds' Chrome traces were kept.
+        diff_url: the API address of the full diff.
+        trace_urls: the API addresses of the two builds' Chrome traces (empty: none kept).
+    """
+
+    benchmark: str
+    metric: str
+    before: str
+    after: str
+    culprit: bool
+    diff: dict[str, Any] | None = None
+    failed: str | None = None
+    traced: bool = False
+    diff_url: str | None = None
+    trace_urls: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class IssueReport:
     """Everything one issue says: the regressions of one alert that share a culprit or range.
 
@@ -302,6 +332,7 @@ class IssueReport:
         build_changes: how the build's identity (torch variant, suite requirements) moved
             between the baseline nights and tonight, one line each
             (:func:`service.runs.report.environment_changes`); empty when it did not.
+        what_changed: the profile probe of the group's benchmarks (empty: none ran).
     """
 
     regressions: tuple[Change, ...]
@@ -319,6 +350,7 @@ class IssueReport:
     run_id: int | None = None
     labels: tuple[str, ...] = ("performance", "regression")
     build_changes: tuple[str, ...] = ()
+    what_changed: tuple[WhatChanged, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.regressions:

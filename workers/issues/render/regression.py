@@ -37,6 +37,7 @@ from workers.issues.render.markdown import (
     sparkline,
     version,
 )
+from workers.issues.render.profile import what_changed_section
 
 _TITLE_LIMIT = 256  # GitHub rejects longer issue titles
 
@@ -70,6 +71,7 @@ def render_issue(report: IssueReport) -> RenderedIssue:
         _lead(report, ordered),
         _summary_section(ordered),
         _culprit_section(report),
+        what_changed_section(report),
         _history_section(ordered),
         _environment_section(report),
         _reproduce_section(report, ordered),

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.models import Bisection as BisectionRow
-from service.models import BisectionStatus, Regression, Run
+from service.models import BisectionProfile, BisectionStatus, ProfileStatus, Regression, Run
 from service.regressions.service import range_start
 from workers.bisect.search import (
     CULPRIT,
@@ -30,7 +30,7 @@ from workers.bisect.search import (
     ProbeRecord,
 )
 from workers.bisect.state import BenchmarkOutcome, BenchmarkVerdict
-from workers.issues.model import Bisection, Commit, Probe
+from workers.issues.model import Bisection, Commit, Probe, WhatChanged
 
 TORCH_CODE_URL = "https://github.com/pytorch/pytorch"
 _SHA_CHARS = frozenset("0123456789abcdefABCDEF")
@@ -49,6 +49,7 @@ class BisectionInput:
         repo: path of the checkout to give in the reproduction's ``nightbench bisect --repo``.
         code_url: web address of the repository, for commit links (``None``: bare shas).
         install_command: the reproduction's ``--install`` command.
+        profiles: the profile probe's answers, one per benchmark profiled (no URLs yet).
     """
 
     outcome: Outcome
@@ -57,6 +58,7 @@ class BisectionInput:
     repo: str | None = None
     code_url: str | None = TORCH_CODE_URL
     install_command: str | None = None
+    profiles: tuple[WhatChanged, ...] = ()
 
     @classmethod
     def from_report(
@@ -117,6 +119,40 @@ def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | 
         repo=spec.get("repo"),
         code_url=spec["code_url"] if "code_url" in spec else TORCH_CODE_URL,
         install_command=spec.get("install_command"),
+        profiles=stored_profiles(session, bisection.id),
+    )
+
+
+def stored_profiles(session: Session, bisection_id: int) -> tuple[WhatChanged, ...]:
+    """The profile probe's stored answers for a bisection (``bisection_profiles`` rows, their
+    traces left unread), in the order they were stored."""
+    rows = session.execute(
+        select(
+            BisectionProfile.benchmark,
+            BisectionProfile.metric,
+            BisectionProfile.before,
+            BisectionProfile.after,
+            BisectionProfile.culprit,
+            BisectionProfile.status,
+            BisectionProfile.reason,
+            BisectionProfile.diff,
+            BisectionProfile.trace_before.isnot(None),
+        )
+        .where(BisectionProfile.bisection_id == bisection_id)
+        .order_by(BisectionProfile.id)
+    ).all()
+    return tuple(
+        WhatChanged(
+            benchmark=benchmark,
+            metric=metric,
+            before=before,
+            after=after,
+            culprit=culprit,
+            diff=diff if status == ProfileStatus.DONE else None,
+            failed=(reason or "no reason was recorded") if status != ProfileStatus.DONE else None,
+            traced=bool(traced),
+        )
+        for benchmark, metric, before, after, culprit, status, reason, diff, traced in rows
     )
 
 

@@ -10,6 +10,7 @@ bisection's commits and probes (:mod:`workers.issues.reports.causes`).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from service.regressions.service import (
 from service.regressions.unstable import alerts_from
 from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
-from workers.issues.model import Change, Checks, Environment, IssueReport
+from workers.issues.model import Change, Checks, Environment, IssueReport, WhatChanged
 from workers.issues.reports.causes import (
     TORCH_CODE_URL,
     BisectionInput,
@@ -167,8 +168,41 @@ def build_report(
         run_id=run.id,
         labels=tuple(settings.github_labels),
         build_changes=build_changes,
+        what_changed=what_changed(group, bisection, settings),
         **options,
     )
+
+
+def what_changed(
+    group: CauseGroup, bisection: BisectionInput | None, settings: Settings
+) -> tuple[WhatChanged, ...]:
+    """The profile probe's answers that concern ``group``, with their API addresses.
+
+    An answer concerns the group when it profiled one of the group's benchmarks, or the same
+    pair of builds the group's cause names (its culprit, or its range's ends).
+    """
+    if bisection is None:
+        return ()
+    by_benchmark = {r.benchmark: r for r in group.regressions}
+    api = settings.api_base_url.rstrip("/")
+    found = []
+    for answer in bisection.profiles:
+        regression = by_benchmark.get(answer.benchmark)
+        same_cause = (group.culprit is not None and answer.after == group.culprit) or (
+            group.culprit is None and (answer.before, answer.after) == (group.good, group.bad)
+        )
+        if regression is None and not same_cause:
+            continue
+        regression = regression or group.regressions[0]
+        url = f"{api}/api/regressions/{regression.id}/profile"
+        found.append(
+            dataclasses.replace(
+                answer,
+                diff_url=url if answer.diff is not None else None,
+                trace_urls=(f"{url}/trace/before", f"{url}/trace/after") if answer.traced else (),
+            )
+        )
+    return tuple(found)
 
 
 def _baseline(
