@@ -40,6 +40,7 @@ from service.metrics import order as metric_order
 from service.models import Confirmation, Machine
 from service.regressions.baseline import BAND, SeriesLevels, baseline_tracks
 from service.regressions.detection import DetectorParams
+from service.regressions.sensitivity import series_smallest_change
 from service.results.history_queries import (
     StoredVerdict,
     result_identities,
@@ -71,7 +72,10 @@ class SeriesHistory:
 
     Units: ``median``, ``iqr``, ``baseline*`` in the series' ``unit`` (ms or bytes); ``change``
     relative (0.12 = +12%); ``samples`` a count. Float columns hold NaN where there is no
-    value (no IQR stored, no baseline yet).
+    value (no IQR stored, no baseline yet). ``smallest_change``: the smallest step the next
+    night would raise within three nights 95% of the time at the series' noise (relative;
+    :mod:`service.regressions.sensitivity`), None without a baseline or for a metric that does
+    not alert.
     """
 
     key: str
@@ -101,6 +105,7 @@ class SeriesHistory:
     outlier: np.ndarray = field(default_factory=_empty_bool)
     expected: np.ndarray = field(default_factory=_empty_bool)
     regression_id: list[int | None] = field(default_factory=list)
+    smallest_change: float | None = None
 
     @property
     def benchmark(self) -> str:
@@ -359,6 +364,11 @@ def _baselines(
         s.outlier = ~np.isnan(base) & (dist > cut) & ~(s.regression | s.improvement)
         s.baseline, s.baseline_lower, s.baseline_upper = base, track.lower, track.upper
         s.change = change
+        # The next night's, judged against the nights since the series' last reset.
+        since = max((start for _, start in resets[i]), default=0)
+        s.smallest_change = series_smallest_change(
+            s.median[since:], s.threshold, memory=memory, params=params
+        )
 
 
 def value_or_none(x: Any) -> Any:

@@ -231,6 +231,10 @@ def model_page(
                 "flags": int(s.regression.sum() + s.improvement.sum()),
                 "unstable": s.key in bars,
                 "alerts_from": _pct(bars.get(s.key)),
+                "smallest_change": None
+                if s.smallest_change is None
+                else f"{s.smallest_change * 100:+.1f}%",
+                "blind": s.smallest_change is not None and s.smallest_change > s.threshold * 1.005,
             }
         )
     flagged = [
@@ -334,6 +338,7 @@ def _payload(
                 "threshold": s.threshold,
                 "unstable": s.key in bars,
                 "alerts_from": bars.get(s.key),
+                "smallest_change": s.smallest_change,
                 "chart_url": url(f"/api/models/{history.model}/history.svg", series=s.key),
                 "points": points,
             }

@@ -111,6 +111,11 @@ class SeriesRead(BaseModel):
         description="for an unstable one, the least regression it still alerts "
         "(fraction; null: never, or not unstable)",
     )
+    smallest_change: float | None = Field(
+        None,
+        description="the smallest step the detector raises within 3 nights 95% of the time at "
+        "the series' noise (fraction; null: no baseline yet)",
+    )
     chart_url: str
     points: PointsRead
 

@@ -45,6 +45,8 @@ class Change:
             raised once it persisted); ``None`` when it began tonight.
         noise: one sentence when the benchmark is marked unstable (alerted only beyond its
             noise): its spread and the bar the change cleared; ``None`` otherwise.
+        sensitivity: one sentence on the smallest change the series could have seen at its
+            noise (:mod:`service.regressions.sensitivity`); ``None`` without a baseline.
         work: one sentence on the work per step (``cpu_instructions``) beside a change in
             time: whether the count moved with it, ``None`` when the night counted nothing.
     """
@@ -67,6 +69,7 @@ class Change:
     recent: tuple[float, ...] = ()
     since: date | None = None
     noise: str | None = None
+    sensitivity: str | None = None
     work: str | None = None
 
     def __post_init__(self) -> None:

@@ -315,6 +315,8 @@ def _history_section(ordered: Sequence[Change]) -> str:
         lines = [f"**{c.benchmark} {c.metric}**"]
         if c.noise:
             lines.append(c.noise)
+        if c.sensitivity:
+            lines.append(c.sensitivity)
         if c.work:
             lines.append(c.work)
         if c.chart_url:

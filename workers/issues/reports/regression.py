@@ -11,6 +11,7 @@ bisection's commits and probes (:mod:`workers.issues.reports.causes`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ from service.models import Alert, Confirmation, Machine, Regression, Result, Run
 from service.regressions import paired
 from service.regressions.detection import confirm
 from service.regressions.rules import DEFAULT_PARAMS
+from service.regressions.sensitivity import (
+    POWER,
+    RUN_NIGHTS,
+    series_smallest_change,
+    window_noise_of,
+)
 from service.regressions.service import (
     history_nights,
     process_count,
@@ -239,7 +246,7 @@ def _change(
     baseline_samples = None
     recent: tuple[float, ...] = ()
     machine = ""
-    chart_url = history_url = None
+    chart_url = history_url = sensitivity = None
     p_value, p_basis = regression.p_value, None
     if full and result is not None and result.series_key:
         p_value, p_basis = _confidence(session, regression, result, settings)
@@ -251,6 +258,11 @@ def _change(
             limit=max(settings.baseline_nights, RECENT_NIGHTS - 1),
         )
         baseline_samples = sum(len(r.samples) for r in history[-settings.baseline_nights :])
+        sensitivity = sensitivity_line(
+            [r.median for r in history if r.median is not None],
+            regression.threshold,
+            memory=exact_levels(regression.metric),
+        )
         medians = [r.median for r in history[-(RECENT_NIGHTS - 1) :] if r.median is not None]
         recent = (*medians, regression.value)
         api = settings.api_base_url.rstrip("/")
@@ -286,7 +298,34 @@ def _change(
             else None
         ),
         noise=_noise(session, regression) if full else None,
+        sensitivity=sensitivity,
         work=work_per_step(session, regression) if full else None,
+    )
+
+
+def sensitivity_line(levels: Sequence[float], threshold: float, *, memory: bool) -> str | None:
+    """The sentence on the smallest change a series could have seen before tonight
+    (:func:`service.regressions.sensitivity.series_smallest_change`), or None without a
+    baseline.
+
+    Args:
+        levels: the night levels before tonight, oldest first (ms, or bytes).
+        threshold: the series' relative threshold (0.07).
+        memory: exact levels (peak memory).
+    """
+    smallest = series_smallest_change(levels, threshold, memory=memory)
+    if smallest is None:
+        return None
+    noise, nights = window_noise_of(levels, memory=memory)
+    blind = (
+        f"; a step between +{threshold:.0%} and that size may take longer or pass unraised"
+        if smallest > threshold * 1.005
+        else ""
+    )
+    return (
+        f"At its night-to-night noise ({math.expm1(noise):.1%} over {nights} nights), this "
+        f"series sees a step of {smallest:+.1%} or more within {RUN_NIGHTS} nights "
+        f"({POWER:.0%} of the time){blind}."
     )
 
 
