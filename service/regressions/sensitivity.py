@@ -44,6 +44,16 @@ RUN_NIGHTS = 3
 night, its confirmation re-run, and the next night."""
 POWER = 0.95
 """The probability with which a step of the smallest detectable change is raised."""
+COARSE_FACTOR = 1.1
+"""A series is *coarse* when its smallest detectable change exceeds its threshold by more than
+this factor (+7.7% for a 7% threshold): any noise puts the smallest detectable change a little
+above the threshold (the power margin), and a 0.2% quiet series at +7.2% is not worth a line."""
+
+
+def is_coarse(smallest: float | None, threshold: float) -> bool:
+    """Whether a series whose smallest detectable change is ``smallest`` misses steps well
+    above its ``threshold`` (:data:`COARSE_FACTOR`); False without a baseline (None)."""
+    return smallest is not None and smallest > threshold * COARSE_FACTOR
 
 
 def smallest_detectable_change(

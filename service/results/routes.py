@@ -26,6 +26,7 @@ from service.bisections.service import culprits_for_regressions
 from service.deps import SessionDep, SettingsDep
 from service.errors import InvalidInput
 from service.metrics import format_value, host_bound
+from service.regressions.sensitivity import is_coarse
 from service.regressions.service import unstable_spreads
 from service.regressions.unstable import alerts_from
 from service.results import catalog
@@ -234,7 +235,7 @@ def model_page(
                 "smallest_change": None
                 if s.smallest_change is None
                 else f"{s.smallest_change * 100:+.1f}%",
-                "blind": s.smallest_change is not None and s.smallest_change > s.threshold * 1.005,
+                "blind": is_coarse(s.smallest_change, s.threshold),
             }
         )
     flagged = [

@@ -65,6 +65,20 @@ class StabilityChangeRead(BaseModel):
     source: str = Field(description="nightly re-check over N processes, nights A..B")
 
 
+class CoarseSeriesRead(BaseModel):
+    """A series whose noise lets the detector see only steps above its threshold."""
+
+    benchmark: str
+    metric: str
+    machine_id: int | None
+    threshold: float = Field(description="its threshold (fraction)")
+    smallest_change: float = Field(
+        description="the smallest step raised within 3 nights 95% of the time (fraction)"
+    )
+    noise: float = Field(description="night-to-night noise (fraction)")
+    nights: int = Field(description="nights in its baseline window")
+
+
 class UnstableBenchmarkRead(BaseModel):
     """A benchmark marked unstable on a machine now: shown, alerted only beyond its noise."""
 
@@ -130,6 +144,11 @@ class StatusRead(BaseModel):
         default_factory=list, description="benchmarks marked unstable now"
     )
     judged: int = Field(0, description="stored stability verdicts (benchmark and machine)")
+    coarse: list[CoarseSeriesRead] = Field(
+        default_factory=list,
+        description="series whose smallest detectable change is above their threshold",
+    )
+    sensed: int = Field(0, description="series with a baseline, judged for coarse")
     failing: list[FailingBenchmarkRead] = Field(
         default_factory=list, description="benchmarks failing night after night"
     )

@@ -10,6 +10,7 @@ posted by runners): the one name dispatch, workers and the deployment share.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
@@ -18,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
-from service.metrics import METRIC_TABLE
+from service.metrics import ALERT_METRICS, METRIC_TABLE, exact_levels, metric
 from service.models import (
     FILING_UNFILED,
     PROBE_ENDED,
@@ -30,11 +31,13 @@ from service.models import (
     Job,
     JobStatus,
     Probe,
+    Result,
     Run,
     RunKind,
 )
 from service.models.base import utcnow
 from service.regressions.failing import FailingBenchmark, failing_benchmarks
+from service.regressions.sensitivity import is_coarse, series_smallest_change, window_noise_of
 from service.regressions.unstable import alerts_from
 from service.runs.service import finish_owed, idle_queued_jobs
 from service.stability.recheck import stability_changes
@@ -131,6 +134,30 @@ class UnstableBenchmark:
     still_alerts_on: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class CoarseSeries:
+    """A series whose noise lets the detector see only steps above its threshold.
+
+    Attributes:
+        benchmark: ``model:mode:device[:compiler]``.
+        metric: the metric.
+        machine_id: the machine it is measured on (None: unknown).
+        threshold: its threshold (fraction).
+        smallest_change: the smallest step raised within three nights 95% of the time at its
+            noise (fraction; :mod:`service.regressions.sensitivity`).
+        noise: its night-to-night noise (fraction).
+        nights: nights in its baseline window.
+    """
+
+    benchmark: str
+    metric: str
+    machine_id: int | None
+    threshold: float
+    smallest_change: float
+    noise: float
+    nights: int
+
+
 RESEND_AFTER_S = 600.0  # Settings.step_resend_after_s's default
 
 
@@ -142,7 +169,9 @@ class SystemStatus:
     (or when it could not be read: then a problem says so). ``listeners``: when a queue held
     messages, the workers that answered consuming each queue (None: nobody was asked).
     ``unstable``: the benchmarks marked unstable now, of ``judged`` stored verdicts (benchmark
-    and machine): how much of the suite alerts only beyond its noise.
+    and machine): how much of the suite alerts only beyond its noise. ``coarse``: the series
+    whose smallest detectable change is above their threshold (:func:`coarse_series`), of
+    ``sensed`` series with a baseline.
     """
 
     now: datetime
@@ -158,6 +187,8 @@ class SystemStatus:
     judged: int = 0
     failing: list[FailingBenchmark] = field(default_factory=list)
     bisections: list[RunningBisection] = field(default_factory=list)
+    coarse: list[CoarseSeries] = field(default_factory=list)
+    sensed: int = 0
 
 
 @dataclass(frozen=True)
@@ -266,6 +297,83 @@ def unstable_now(
                 )
             )
     return out, len(rows)
+
+
+COARSE_LOOKBACK = timedelta(days=60)
+"""How far back :func:`coarse_series` reads nights: twice the detector's window."""
+
+
+def coarse_series(
+    session: Session,
+    *,
+    today: date,
+    threshold_for: Callable[[str, str], float] | None = None,
+) -> tuple[list[CoarseSeries], int]:
+    """The alerting series whose smallest detectable change is above their threshold, worst
+    first, and how many series with a baseline were judged.
+
+    Each series' latest ``window`` nights (of the last :data:`COARSE_LOOKBACK`) are its
+    baseline window; a reset inside it (a raised step, an expected change) is not looked for,
+    so a series that stepped lately reads noisier than the detector holds it.
+
+    Args:
+        session: an open database session.
+        today: the date to look back from.
+        threshold_for: ``(metric, "model:mode") -> threshold`` (default: the metric's own).
+    """
+    rows = session.execute(
+        select(
+            Result.series_key,
+            Result.model,
+            Result.mode,
+            Result.device,
+            Result.compiler,
+            Result.metric,
+            Result.machine_id,
+            Result.median,
+        )
+        .where(
+            Result.night >= today - COARSE_LOOKBACK,
+            Result.metric.in_(ALERT_METRICS),
+            Result.median.isnot(None),
+            Result.series_key.isnot(None),
+        )
+        .order_by(Result.series_key, Result.night, Result.id)
+    ).all()
+    levels: dict[str, list[float]] = {}
+    identity: dict[str, tuple[str, str, str, str, str, int | None]] = {}
+    for row in rows:
+        key = str(row.series_key)
+        levels.setdefault(key, []).append(float(row.median))
+        identity[key] = (row.model, row.mode, row.device, row.compiler, row.metric, row.machine_id)
+    coarse, sensed = [], 0
+    for key, values in levels.items():
+        model, mode, device, compiler, metric_name, machine_id = identity[key]
+        threshold = (
+            threshold_for(metric_name, f"{model}:{mode}")
+            if threshold_for is not None
+            else metric(metric_name).threshold
+        )
+        memory = exact_levels(metric_name)
+        smallest = series_smallest_change(values, threshold, memory=memory)
+        if smallest is None:
+            continue
+        sensed += 1
+        if is_coarse(smallest, threshold):
+            noise, nights = window_noise_of(values, memory=memory)
+            coarse.append(
+                CoarseSeries(
+                    benchmark=benchmark_name(model, mode, device, compiler),
+                    metric=metric_name,
+                    machine_id=machine_id,
+                    threshold=threshold,
+                    smallest_change=smallest,
+                    noise=math.expm1(noise),
+                    nights=nights,
+                )
+            )
+    coarse.sort(key=lambda c: c.smallest_change / c.threshold, reverse=True)
+    return coarse, sensed
 
 
 def _aware(ts: datetime | None) -> datetime | None:
@@ -530,6 +638,7 @@ def store_status(
         for c in stability_changes(session, since=now.date() - STABILITY_WINDOW)
     ]
     unstable, judged = unstable_now(session, threshold_for)
+    coarse, sensed = coarse_series(session, today=now.date(), threshold_for=threshold_for)
     status = SystemStatus(
         now=now,
         machine_classes=classes,
@@ -542,6 +651,8 @@ def store_status(
         judged=judged,
         failing=failing,
         bisections=bisections,
+        coarse=coarse,
+        sensed=sensed,
     )
     idle: dict[str, dict[int, int]] = {}
     for job in idle_queued_jobs(session, before=now - timedelta(seconds=resend_after_s)):

@@ -50,6 +50,8 @@ def status(
         console.print(table if table.row_count else f"[bold]{table.title}[/]: none")
     if state.unstable:
         console.print(f"[yellow]{escape(_unstable_line(state))}[/]")
+    if state.coarse:
+        console.print(f"[yellow]{escape(coarse_line(state))}[/]")
     for line in state.problems:
         console.print(f"[bold red]problem:[/] {escape(line)}")
     if not state.problems:
@@ -151,6 +153,28 @@ def _tables(state: Any) -> list[Table]:
             style="bold red" if b.age_s > BISECTION_STALE.total_seconds() else None,
         )
     return [classes, runs, workers, filings, queues, stability, bisections]
+
+
+COARSE_LISTED = 8
+"""Coarse series named in the status line (the JSON lists them all)."""
+
+
+def coarse_line(state: Any) -> str:
+    """``"3 of 134 series see only steps above their threshold at their noise: a:eval:cpu
+    latency from +15.4% (7%), ..."``."""
+    named = ", ".join(
+        f"{c.benchmark} {c.metric} from {c.smallest_change:+.1%} ({c.threshold:.0%})"
+        for c in state.coarse[:COARSE_LISTED]
+    )
+    more = (
+        f", and {len(state.coarse) - COARSE_LISTED} more"
+        if len(state.coarse) > COARSE_LISTED
+        else ""
+    )
+    return (
+        f"{len(state.coarse)} of {state.sensed} series see only steps above their threshold at "
+        f"their noise (raised within 3 nights 95% of the time): {named}{more}"
+    )
 
 
 def _unstable_line(state: Any) -> str:

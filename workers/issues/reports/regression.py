@@ -31,6 +31,7 @@ from service.regressions.rules import DEFAULT_PARAMS
 from service.regressions.sensitivity import (
     POWER,
     RUN_NIGHTS,
+    is_coarse,
     series_smallest_change,
     window_noise_of,
 )
@@ -319,7 +320,7 @@ def sensitivity_line(levels: Sequence[float], threshold: float, *, memory: bool)
     noise, nights = window_noise_of(levels, memory=memory)
     blind = (
         f"; a step between +{threshold:.0%} and that size may take longer or pass unraised"
-        if smallest > threshold * 1.005
+        if is_coarse(smallest, threshold)
         else ""
     )
     return (

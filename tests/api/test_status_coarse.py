@@ -1,0 +1,48 @@
+"""The status lists the series whose noise hides steps of their threshold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sqlalchemy.orm import Session
+
+from service.regressions.sensitivity import series_smallest_change
+from service.status.service import coarse_series
+from tests.api.conftest import add_night, make_record, night
+from workers.cli.status import coarse_line
+
+
+def test_a_noisy_series_is_listed_a_quiet_one_is_not(db: Session) -> None:
+    rng = np.random.default_rng(7)
+    levels = []
+    for i in range(20):
+        noisy = 10.0 * float(np.exp(rng.normal(0, 0.05)))
+        levels.append(noisy)
+        quiet = 20.0 * float(np.exp(rng.normal(0, 0.002)))
+        add_night(
+            db,
+            night(i),
+            [
+                make_record("vit", "eval", {"latency": [noisy] * 3}),
+                make_record("unet", "eval", {"latency": [quiet] * 3}),
+            ],
+        )
+    coarse, sensed = coarse_series(db, today=night(20))
+    assert sensed >= 2
+    assert [(c.benchmark, c.metric) for c in coarse] == [("vit:eval:cpu", "latency")]
+    [c] = coarse
+    assert c.smallest_change == pytest.approx(series_smallest_change(levels, 0.07, memory=False))
+    assert c.smallest_change > 0.1 and c.threshold == 0.07 and c.nights == 20
+    assert 0.02 < c.noise < 0.1
+
+    class State:
+        pass
+
+    state = State()
+    state.coarse, state.sensed = coarse, sensed  # type: ignore[attr-defined]
+    line = coarse_line(state)
+    assert line.startswith(f"1 of {sensed} series see only steps above their threshold")
+    assert "vit:eval:cpu latency from +" in line and "(7%)" in line
+    # A far looser threshold: nothing is coarse.
+    loose, _ = coarse_series(db, today=night(20), threshold_for=lambda m, b: 1.0)
+    assert loose == []
