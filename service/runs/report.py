@@ -5,8 +5,8 @@ Shape of :func:`run_report` (also ``nightbench report --json``)::
     {"run": {"id", "night", "kind", "status", "torch_spec", "torch_version", "torch_git_commit",
              "jobs": {"total", "done", "error", "missing"}},
      "results": [{"benchmark", "model", "mode", "device", "compiler", "metric", "unit",
-                  "baseline", "value", "change", "p_value", "verdict", "samples", "iqr",
-                  "error", "processes"}, ...],
+                  "baseline", "value", "change", "p_value", "verdict", "smallest_change",
+                  "samples", "iqr", "error", "processes"}, ...],
      "regressions": [{"id", "benchmark", "metric", "direction", "baseline", "value", "change",
                       "p_value", "confirmation", "state", "alertable", "reason"}, ...],
      "alerts": [{"id", "kind", "status", "summary"}, ...],
@@ -27,6 +27,9 @@ again from the next night, ``stable`` → ``unstable`` is shown and alerted only
 beyond ``DetectorParams.unstable_beyond`` (3) times its spread. ``failed_processes`` lists the
 processes that failed on benchmarks the night still measured in its other processes
 (:func:`service.runs.rounds.failed_processes`): process 1 is the night's own.
+``smallest_change`` is the smallest step the verdict could have seen: the step its series' noise
+lets the detector raise within three nights 95% of the time, against the nights before tonight
+(:mod:`service.regressions.sensitivity`; None without a baseline).
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
+from service.metrics import ALERT_METRICS, exact_levels
 from service.models import Alert, Confirmation, Job, Regression, Result, Run
+from service.regressions.rules import DEFAULT_PARAMS
+from service.regressions.sensitivity import series_smallest_change
 from service.regressions.service import assess_run, history_nights, unstable_spreads
 from service.regressions.unstable import alerts_from
 from service.results.records import build_identity
@@ -180,6 +186,14 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
             }[reg.confirmation]
             if not reg.alertable and reg.confirmation != Confirmation.NOT_REPRODUCED:
                 verdict = _unstable_verdict(session, reg, res.machine_id)
+        smallest = None
+        if a is not None and not res.error and res.metric in ALERT_METRICS:
+            earlier = history_nights(session, result=res, limit=DEFAULT_PARAMS.window)
+            smallest = series_smallest_change(
+                [statistics.median(h.samples) for h in earlier if h.samples],
+                settings.threshold_for(res.metric, f"{res.model}:{res.mode}"),
+                memory=exact_levels(res.metric),
+            )
         results.append(
             {
                 "benchmark": res.benchmark,
@@ -195,6 +209,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
                 "change": change,
                 "p_value": a.p_value if a else None,
                 "verdict": verdict,
+                "smallest_change": smallest,
                 "samples": len(res.samples),
                 "iqr": res.iqr,
                 "error": res.error,

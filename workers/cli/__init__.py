@@ -259,6 +259,18 @@ def _warn_unheard() -> None:
 
 
 @app.command()
+def _sees(res: dict[str, Any]) -> str:
+    """A report row's smallest detectable change, yellow when well above its threshold."""
+    from service.regressions.sensitivity import is_coarse
+
+    smallest = res.get("smallest_change")
+    if smallest is None:
+        return "—"
+    text = f"{smallest * 100:+.1f}%"
+    threshold = get_settings().threshold_for(res["metric"], f"{res['model']}:{res['mode']}")
+    return f"[yellow]{text}[/]" if is_coarse(smallest, threshold) else text
+
+
 def report(
     run: Annotated[int | None, typer.Option(help="run id (default: the latest night)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -361,6 +373,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
         ("tonight", "right"),
         ("change %", "right"),
         ("verdict", "left"),
+        ("sees ≥", "right"),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for res in data["results"]:
@@ -376,8 +389,13 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
             _fmt(res["value"], res["unit"]),
             change,
             f"[{style}]{verdict}[/]" if style else verdict,
+            _sees(res),
         )
     console.print(table)
+    console.print(
+        "sees ≥: the smallest step the series' noise lets the detector raise within 3 nights, "
+        "95% of the time (yellow: well above its threshold)"
+    )
     console.print(
         f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing "
         f"of {jobs['total']}"
