@@ -17,11 +17,14 @@ def test_nightly_on_the_embedded_default_migrates_measures_and_compares(tmp_path
     # No NIGHTBENCH_* settings from the test session: only a data directory of its own.
     env = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTBENCH_")}
     env["NIGHTBENCH_DATA_DIR"] = str(tmp_path / "data")
-    # The count pass runs as make nightly runs it, with fewer counted steps.
+    # The count pass runs as make nightly runs it, with fewer counted steps, on the second night
+    # only (a minute under valgrind a night; tests/workers/night/test_count_pass.py compares
+    # counted nights).
     env["NIGHTBENCH_COUNT_WARMUP_STEPS"] = "1"
     env["NIGHTBENCH_COUNT_REPEATS"] = "2"
     outputs = []
-    for day in ("2026-11-01", "2026-11-02"):
+    for day, count in (("2026-11-01", "false"), ("2026-11-02", "true")):
+        env["NIGHTBENCH_COUNT_INSTRUCTIONS"] = count
         proc = subprocess.run(
             [
                 sys.executable,
@@ -63,13 +66,13 @@ def test_nightly_on_the_embedded_default_migrates_measures_and_compares(tmp_path
     assert all(status == "complete" for _, status in nights), nights
     assert latency == 2
     if shutil.which("valgrind"):
-        # The count pass stored each night's instructions per step in the night itself, and the
-        # second night's table compares them with the first's.
-        assert [n for n, _ in counts] == ["2026-11-01", "2026-11-02"], counts
+        # The count pass stored the night's instructions per step in the night itself, and the
+        # night's table prints them.
+        assert [n for n, _ in counts] == ["2026-11-02"], counts
         assert all(m > 100_000 for _, m in counts), counts
         assert "cpu_instructions" in outputs[1] and "M instr" in outputs[1], outputs[1][-3000:]
     else:
-        assert counts == [] and all("valgrind is not installed" in (n or "") for n in notes)
+        assert counts == [] and any("valgrind is not installed" in (n or "") for n in notes)
     heads = subprocess.run(
         [sys.executable, "-m", "alembic", "heads"],
         cwd=ROOT,
