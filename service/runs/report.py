@@ -27,7 +27,8 @@ again from the next night, ``stable`` → ``unstable`` is shown and alerted only
 beyond ``DetectorParams.unstable_beyond`` (3) times its spread. ``failed_processes`` lists the
 processes that failed on benchmarks the night still measured in its other processes
 (:func:`service.runs.rounds.failed_processes`): process 1 is the night's own.
-``smallest_change`` is the smallest step the verdict could have seen: the step its series' noise
+Results are in benchmark order, each benchmark's metrics in the metric table's order
+(:data:`service.metrics.METRICS`: latency first). ``smallest_change`` is the smallest step the verdict could have seen: the step its series' noise
 lets the detector raise within three nights 95% of the time, against the nights before tonight
 (:mod:`service.regressions.sensitivity`; None without a baseline).
 """
@@ -43,6 +44,7 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.metrics import ALERT_METRICS, exact_levels
+from service.metrics import order as metric_order
 from service.models import Alert, Confirmation, Job, Regression, Result, Run
 from service.regressions.rules import DEFAULT_PARAMS
 from service.regressions.sensitivity import series_smallest_change
@@ -162,7 +164,11 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
     )
     by_result = {r.result_id: r for r in regs}
     results = []
-    for res in run_results(session, run_id=run_id):
+    ordered = sorted(
+        run_results(session, run_id=run_id),
+        key=lambda r: (r.model, r.mode, r.device, r.compiler, metric_order(r.metric)),
+    )
+    for res in ordered:
         a = assessed.get(res.id)
         verdict = "error" if res.error else (a.verdict if a else "recorded")
         baseline = a.baseline if a else None
