@@ -258,8 +258,7 @@ def _warn_unheard() -> None:
         err_console.print(f"warning: {escape(line)}", soft_wrap=True, highlight=False)
 
 
-@app.command()
-def _sees(res: dict[str, Any]) -> str:
+def sees_cell(res: dict[str, Any]) -> str:
     """A report row's smallest detectable change, yellow when well above its threshold."""
     from service.regressions.sensitivity import is_coarse
 
@@ -271,6 +270,7 @@ def _sees(res: dict[str, Any]) -> str:
     return f"[yellow]{text}[/]" if is_coarse(smallest, threshold) else text
 
 
+@app.command()
 def report(
     run: Annotated[int | None, typer.Option(help="run id (default: the latest night)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -389,7 +389,7 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
             _fmt(res["value"], res["unit"]),
             change,
             f"[{style}]{verdict}[/]" if style else verdict,
-            _sees(res),
+            sees_cell(res),
         )
     console.print(table)
     console.print(
