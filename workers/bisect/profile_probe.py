@@ -36,6 +36,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from service.config import Settings, get_settings
 from service.db import session_scope
@@ -127,28 +128,15 @@ def profile_bisection(bisection_id: int, *, settings: Settings | None = None) ->
         bisection = session.get(Bisection, bisection_id)
         if bisection is None:
             raise NotFound(f"bisection {bisection_id} does not exist")
-        run_id = bisection.run_id
-        answered = set(
-            session.scalars(
-                select(BisectionProfile.benchmark).where(
-                    BisectionProfile.bisection_id == bisection_id
-                )
-            )
-        )
-        targets = profile_targets(
-            bisection.result or {}, bisection.commits, limit=settings.profile_benchmarks
-        )
-        measure = bisection.config.get("measure", {})
-        metric_name = measure.get("metric") or "latency"
-        commands = bool(measure.get("commands"))
+        run_id, metric_name = bisection.run_id, _metric_of(bisection)
+        targets = _unanswered(session, bisection, settings)
+        commands = bool(bisection.config.get("measure", {}).get("commands"))
         try:
             provider: BuildProvider | None = provider_for(bisection, settings)
             unavailable = None
         except InvalidInput as exc:
             provider, unavailable = None, f"the build provider is not usable: {exc}"
     for target in targets:
-        if target.benchmark in answered:
-            continue
         if commands:
             reason = "its benchmarks are shell commands, which have no suite profile"
             row = _failed(bisection_id, target, metric_name, reason)
@@ -230,22 +218,30 @@ def give_up(bisection_id: int, *, reason: str, settings: Settings | None = None)
         bisection = session.get(Bisection, bisection_id)
         if bisection is None:
             return []
-        run_id = bisection.run_id
-        answered = set(
-            session.scalars(
-                select(BisectionProfile.benchmark).where(
-                    BisectionProfile.bisection_id == bisection_id
-                )
-            )
-        )
-        targets = profile_targets(
-            bisection.result or {}, bisection.commits, limit=settings.profile_benchmarks
-        )
-        metric_name = bisection.config.get("measure", {}).get("metric") or "latency"
+        run_id, metric_name = bisection.run_id, _metric_of(bisection)
+        targets = _unanswered(session, bisection, settings)
     for target in targets:
-        if target.benchmark not in answered:
-            _store(_failed(bisection_id, target, metric_name, _one_line(reason)))
+        _store(_failed(bisection_id, target, metric_name, _one_line(reason)))
     return [Step("night.file", (run_id,))] if run_id is not None else []
+
+
+def _metric_of(bisection: Bisection) -> str:
+    """The metric a bisection measured (``latency`` unless it counted instructions)."""
+    return str(bisection.config.get("measure", {}).get("metric") or "latency")
+
+
+def _unanswered(session: Session, bisection: Bisection, settings: Settings) -> list[ProfileTarget]:
+    """The bisection's profile targets (:func:`profile_targets`) with no stored answer yet (a
+    redelivered task profiles nothing twice)."""
+    answered = set(
+        session.scalars(
+            select(BisectionProfile.benchmark).where(BisectionProfile.bisection_id == bisection.id)
+        )
+    )
+    targets = profile_targets(
+        bisection.result or {}, bisection.commits, limit=settings.profile_benchmarks
+    )
+    return [t for t in targets if t.benchmark not in answered]
 
 
 def _failed(
