@@ -39,6 +39,7 @@ from service.models.base import utcnow
 from service.regressions.failing import FailingBenchmark, failing_benchmarks
 from service.regressions.sensitivity import is_coarse, series_smallest_change, window_noise_of
 from service.regressions.unstable import alerts_from
+from service.results.points import HISTORY_KINDS
 from service.runs.service import finish_owed, idle_queued_jobs
 from service.stability.recheck import stability_changes
 from service.stability.service import list_stability
@@ -332,7 +333,10 @@ def coarse_series(
             Result.machine_id,
             Result.median,
         )
+        .join(Run, Run.id == Result.run_id)
         .where(
+            Run.kind.in_(HISTORY_KINDS),  # a series' own nights: no re-runs or replicates
+            Result.error.is_(None),
             Result.night >= today - COARSE_LOOKBACK,
             Result.metric.in_(ALERT_METRICS),
             Result.median.isnot(None),

@@ -32,6 +32,12 @@ def test_a_noisy_series_is_listed_a_quiet_one_is_not(db: Session) -> None:
                 make_record("unet", "eval", {"latency": [quiet] * 3}),
             ],
         )
+    # A confirmation re-run of unet far off its level each night: not one of its nights.
+    for i in range(20):
+        wild = 20.0 * (1.5 if i % 2 else 0.7)
+        add_night(
+            db, night(i), [make_record("unet", "eval", {"latency": [wild] * 3})], kind="confirm"
+        )
     coarse, sensed = coarse_series(db, today=night(20))
     assert sensed >= 2
     assert [(c.benchmark, c.metric) for c in coarse] == [("vit:eval:cpu", "latency")]
