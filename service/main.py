@@ -27,6 +27,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.ab.routes import router as ab_router
 from service.api import errors
 from service.auth import find_token
 from service.bisections.routes import router as bisections_router
@@ -355,6 +356,7 @@ def create_app(
         runs_router,
         regressions_router,
         bisections_router,
+        ab_router,
         status_router,
         pages_router,
     ):

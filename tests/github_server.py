@@ -1,7 +1,8 @@
 """A local stand-in for GitHub's REST API, enough for what nightbench asks of PyGithub.
 
-It answers with GitHub's response shapes (issues, comments, labels, repository, rate-limit
-headers, ``Link`` pagination) on ``127.0.0.1`` at an ephemeral port, under a GitHub Enterprise
+It answers with GitHub's response shapes (issues, comments, labels, repository, pull requests,
+compare, commits, commit statuses, collaborator permissions, rate-limit headers, ``Link``
+pagination) on ``127.0.0.1`` at an ephemeral port, under a GitHub Enterprise
 style prefix (``/api/v3``) so the configurable base URL is exercised. Tests can inject failures
 (a 502, a failure after the write landed, a primary or secondary rate limit with reset headers)
 and read back every request it received.
@@ -12,7 +13,17 @@ Served (``{p}`` = ``/repos/{owner}/{repo}``)::
     POST  {p}/issues                  GET   {p}/issues/{n}          PATCH {p}/issues/{n}
     GET   {p}/issues/{n}/comments     POST  {p}/issues/{n}/comments
     GET   {p}/issues/{n}/labels       POST  {p}/issues/{n}/labels   DELETE {p}/issues/{n}/labels/{l}
+    GET   {p}/issues/comments/{id}    PATCH {p}/issues/comments/{id}
+    GET   {p}/pulls/{n}               GET   {p}/compare/{base}...{head}
+    GET   {p}/commits/{sha}           GET   {p}/commits/{sha}/statuses (newest first)
+    POST  {p}/statuses/{sha}          GET   {p}/collaborators/{login}/permission
     GET   /rate_limit
+
+A pull request is also an issue (:meth:`FakeGitHub.add_pull`): its number is an issue number,
+its issue JSON has a ``pull_request`` key and an ``html_url`` under ``/pull/``, and its
+conversation comments are issue comments, as on GitHub. Commits are known by sha only (those
+of the pull requests): an unknown sha is answered 422 ``No commit found for SHA``, as GitHub
+does.
 """
 
 from __future__ import annotations
@@ -96,6 +107,10 @@ class FakeGitHub:
         self.per_page_max = per_page_max
         self.issues: dict[int, dict[str, Any]] = {}
         self.comments: dict[int, list[dict[str, Any]]] = {}
+        self.pulls: dict[int, dict[str, Any]] = {}
+        self.statuses: dict[str, list[dict[str, Any]]] = {}
+        self.permissions: dict[str, str] = {}
+        self.shas: set[str] = set()
         self.requests: list[RecordedRequest] = []
         self.faults: list[Fault] = []
         self._lock = threading.RLock()
@@ -270,21 +285,108 @@ class FakeGitHub:
         with self._lock:
             self._add_labels(number, list(names))
 
+    def add_pull(
+        self,
+        number: int,
+        *,
+        head_sha: str,
+        base_sha: str,
+        merge_base: str | None = None,
+        head_ref: str = "feature",
+        fork: bool = False,
+        title: str = "Make it faster",
+        author: str = "octocat",
+        base_ref: str = "main",
+    ) -> dict[str, Any]:
+        """Open pull request ``number`` (also issue ``number``, as on GitHub).
+
+        Args:
+            number: the PR's number; no issue may have it yet.
+            head_sha, base_sha: the PR's head and its base branch's tip.
+            merge_base: what the compare API answers as the merge base (``base_sha`` if unset).
+            head_ref, base_ref: branch names.
+            fork: the head lives in ``{author}/{repo}`` rather than this repository.
+            title, author: the PR's title and its author's login.
+
+        Returns:
+            The stored pull request (what is served is built from it on each request).
+        """
+        with self._lock:
+            if number in self.issues:
+                raise ValueError(f"issue #{number} exists already")
+            issue = self._create_issue({"title": title, "body": "The PR's description."})
+            if issue["number"] != number:
+                # _create_issue numbers after the highest; move it to the number asked for.
+                del self.issues[issue["number"]], self.comments[issue["number"]]
+                issue["number"] = number
+                self.issues[number], self.comments[number] = issue, []
+            api = f"{self.base_url}{self.repo_path}"
+            html = f"{self.origin}/{self.owner}/{self.repo}/pull/{number}"
+            issue.update(
+                url=f"{api}/issues/{number}",
+                comments_url=f"{api}/issues/{number}/comments",
+                html_url=html,
+                user=self._user(author),
+                pull_request={
+                    "url": f"{api}/pulls/{number}",
+                    "html_url": html,
+                    "diff_url": f"{html}.diff",
+                    "patch_url": f"{html}.patch",
+                    "merged_at": None,
+                },
+            )
+            head_repo = f"{author}/{self.repo}" if fork else f"{self.owner}/{self.repo}"
+            pull = {
+                "number": number,
+                "head_sha": head_sha,
+                "head_ref": head_ref,
+                "head_repo": head_repo,
+                "base_sha": base_sha,
+                "base_ref": base_ref,
+                "merge_base": merge_base or base_sha,
+            }
+            self.pulls[number] = pull
+            self.shas.update({head_sha, base_sha, pull["merge_base"]})
+            return pull
+
+    def push(self, number: int, head_sha: str) -> None:
+        """Force-push pull request ``number``'s branch: its head moves to ``head_sha``."""
+        with self._lock:
+            pull = self.pulls[number]
+            pull["head_sha"] = head_sha
+            self.shas.add(head_sha)
+            self.issues[number]["updated_at"] = _now()
+
+    def delete_fork(self, number: int) -> None:
+        """Delete pull request ``number``'s fork: GitHub then serves ``head.repo: null``."""
+        with self._lock:
+            self.pulls[number]["head_repo"] = None
+
+    def set_permission(self, login: str, permission: str) -> None:
+        """Make ``login`` a collaborator with the role ``permission``.
+
+        ``permission`` is a role (admin | maintain | write | triage | read); the endpoint answers
+        it as ``role_name`` and its legacy base role as ``permission``, as GitHub does.
+        """
+        with self._lock:
+            self.permissions[login] = permission
+
     # ----- state -----------------------------------------------------------------------------
 
     def _new_id(self) -> int:
         self._next_id += 1
         return self._next_id
 
-    def _user(self) -> dict[str, Any]:
+    def _user(self, login: str = "nightbench-bot") -> dict[str, Any]:
+        number = 1 if login == "nightbench-bot" else zlib.crc32(login.encode())
         return {
-            "login": "nightbench-bot",
-            "id": 1,
-            "node_id": "U_1",
+            "login": login,
+            "id": number,
+            "node_id": f"U_{number}",
             "type": "User",
             "site_admin": False,
-            "url": f"{self.base_url}/users/nightbench-bot",
-            "html_url": f"{self.origin}/nightbench-bot",
+            "url": f"{self.base_url}/users/{login}",
+            "html_url": f"{self.origin}/{login}",
         }
 
     def _label(self, name: str) -> dict[str, Any]:
@@ -312,7 +414,212 @@ class FakeGitHub:
             "has_issues": True,
             "default_branch": "main",
             "open_issues_count": sum(1 for i in self.issues.values() if i["state"] == "open"),
+            "fork": False,
         }
+
+    def _fork(self, full_name: str) -> dict[str, Any]:
+        owner, name = full_name.split("/")
+        url = f"{self.base_url}/repos/{full_name}"
+        return {
+            "id": zlib.crc32(full_name.encode()),
+            "node_id": f"R_{full_name}",
+            "name": name,
+            "full_name": full_name,
+            "owner": self._user(owner),
+            "private": False,
+            "html_url": f"{self.origin}/{full_name}",
+            "url": url,
+            "issues_url": f"{url}/issues{{/number}}",
+            "has_issues": False,
+            "default_branch": "main",
+            "fork": True,
+        }
+
+    def _pull_json(self, number: int) -> dict[str, Any]:
+        if number not in self.pulls:
+            raise _HttpError(404, "Not Found")
+        pull, issue = self.pulls[number], self.issues[number]
+        api = f"{self.base_url}{self.repo_path}"
+        ours = f"{self.owner}/{self.repo}"
+
+        def side(ref: str, sha: str, full_name: str | None) -> dict[str, Any]:
+            if full_name is None:
+                repo, owner = None, issue["user"]
+            else:
+                repo = self._repository() if full_name == ours else self._fork(full_name)
+                owner = repo["owner"]
+            label_owner = owner["login"]
+            return {
+                "label": f"{label_owner}:{ref}",
+                "ref": ref,
+                "sha": sha,
+                "user": owner,
+                "repo": repo,
+            }
+
+        return {
+            "id": issue["id"],
+            "node_id": f"PR_{number}",
+            "url": f"{api}/pulls/{number}",
+            "html_url": issue["html_url"],
+            "diff_url": issue["pull_request"]["diff_url"],
+            "patch_url": issue["pull_request"]["patch_url"],
+            "issue_url": issue["url"],
+            "commits_url": f"{api}/pulls/{number}/commits",
+            "review_comments_url": f"{api}/pulls/{number}/comments",
+            "review_comment_url": f"{api}/pulls/comments{{/number}}",
+            "comments_url": issue["comments_url"],
+            "statuses_url": f"{api}/statuses/{pull['head_sha']}",
+            "number": number,
+            "state": issue["state"],
+            "locked": False,
+            "title": issue["title"],
+            "user": issue["user"],
+            "body": issue["body"],
+            "labels": issue["labels"],
+            "milestone": None,
+            "active_lock_reason": None,
+            "created_at": issue["created_at"],
+            "updated_at": issue["updated_at"],
+            "closed_at": issue["closed_at"],
+            "merged_at": None,
+            "merge_commit_sha": None,
+            "assignee": None,
+            "assignees": [],
+            "requested_reviewers": [],
+            "requested_teams": [],
+            "head": side(pull["head_ref"], pull["head_sha"], pull["head_repo"]),
+            "base": side(pull["base_ref"], pull["base_sha"], ours),
+            "author_association": "CONTRIBUTOR",
+            "auto_merge": None,
+            "draft": False,
+            "merged": False,
+            "mergeable": True,
+            "rebaseable": True,
+            "mergeable_state": "clean",
+            "merged_by": None,
+            "comments": issue["comments"],
+            "review_comments": 0,
+            "maintainer_can_modify": False,
+            "commits": 1,
+            "additions": 1,
+            "deletions": 0,
+            "changed_files": 1,
+        }
+
+    def _commit_json(self, sha: str) -> dict[str, Any]:
+        if sha not in self.shas:
+            raise _HttpError(422, f"No commit found for SHA: {sha}")
+        api = f"{self.base_url}{self.repo_path}"
+        person = {
+            "name": "Octo Cat",
+            "email": "octocat@example.com",
+            "date": "2026-11-20T10:00:00Z",
+        }
+        return {
+            "sha": sha,
+            "node_id": f"C_{sha}",
+            "url": f"{api}/commits/{sha}",
+            "html_url": f"{self.origin}/{self.owner}/{self.repo}/commit/{sha}",
+            "comments_url": f"{api}/commits/{sha}/comments",
+            "commit": {
+                "url": f"{api}/git/commits/{sha}",
+                "author": person,
+                "committer": person,
+                "message": f"Commit {sha[:7]}",
+                "tree": {"sha": "0" * 40, "url": f"{api}/git/trees/{'0' * 40}"},
+                "comment_count": 0,
+            },
+            "author": self._user("octocat"),
+            "committer": self._user("octocat"),
+            "parents": [],
+            "stats": {"additions": 1, "deletions": 0, "total": 1},
+            "files": [],
+        }
+
+    def _compare(self, base: str, head: str) -> dict[str, Any]:
+        if base not in self.shas or head not in self.shas:
+            raise _HttpError(404, "Not Found")
+        merge_base = next(
+            (
+                p["merge_base"]
+                for p in self.pulls.values()
+                if (p["base_sha"], p["head_sha"]) == (base, head)
+            ),
+            base,
+        )
+        ahead, behind = int(head != merge_base), int(base != merge_base)
+        status = {(0, 0): "identical", (1, 0): "ahead", (0, 1): "behind"}.get(
+            (ahead, behind), "diverged"
+        )
+        html = f"{self.origin}/{self.owner}/{self.repo}/compare/{base}...{head}"
+        return {
+            "url": f"{self.base_url}{self.repo_path}/compare/{base}...{head}",
+            "html_url": html,
+            "permalink_url": html,
+            "diff_url": f"{html}.diff",
+            "patch_url": f"{html}.patch",
+            "base_commit": self._commit_json(base),
+            "merge_base_commit": self._commit_json(merge_base),
+            "status": status,
+            "ahead_by": ahead,
+            "behind_by": behind,
+            "total_commits": ahead,
+            "commits": [],
+            "files": [],
+        }
+
+    def _create_status(self, sha: str, payload: Any) -> dict[str, Any]:
+        if sha not in self.shas:
+            raise _HttpError(422, f"No commit found for SHA: {sha}")
+        if not isinstance(payload, dict):
+            raise _HttpError(422, "Validation Failed")
+        state, description = payload.get("state"), payload.get("description")
+        if state not in ("error", "failure", "pending", "success"):
+            raise _HttpError(422, "Validation Failed")
+        if description is not None and len(description) > 140:
+            raise _HttpError(
+                422, "Validation Failed: description is too long (maximum is 140 characters)"
+            )
+        status_id, now = self._new_id(), _now()
+        status = {
+            "url": f"{self.base_url}{self.repo_path}/statuses/{sha}",
+            "avatar_url": None,
+            "id": status_id,
+            "node_id": f"SC_{status_id}",
+            "state": state,
+            "description": description,
+            "target_url": payload.get("target_url"),
+            "context": payload.get("context") or "default",
+            "created_at": now,
+            "updated_at": now,
+            "creator": self._user(),
+        }
+        self.statuses.setdefault(sha, []).append(status)
+        return status
+
+    def _find_comment(self, comment_id: int) -> dict[str, Any]:
+        for comments in self.comments.values():
+            for comment in comments:
+                if comment["id"] == comment_id:
+                    return comment
+        raise _HttpError(404, "Not Found")
+
+    def _edit_comment(self, comment_id: int, payload: Any) -> dict[str, Any]:
+        comment = self._find_comment(comment_id)
+        if not isinstance(payload, dict) or not payload.get("body"):
+            raise _HttpError(422, "Validation Failed")
+        comment["body"] = payload["body"]
+        comment["updated_at"] = _now()
+        return comment
+
+    def _permission(self, login: str) -> dict[str, Any]:
+        if login not in self.permissions:
+            raise _HttpError(404, "Not Found")  # GitHub's answer for a non-collaborator
+        role = self.permissions[login]
+        # ``permission`` is the legacy base role: maintain reads as write, triage as read.
+        permission = {"maintain": "write", "triage": "read"}.get(role, role)
+        return {"permission": permission, "role_name": role, "user": self._user(login)}
 
     def _create_issue(self, payload: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(payload, dict) or not payload.get("title"):
@@ -500,11 +807,20 @@ class FakeGitHub:
         base = self.repo_path
         if path == base and method == "GET":
             return 200, {}, self._repository()
+        if path.startswith(base + "/") and not path.startswith(base + "/issues"):
+            return self._route_repo(method, path[len(base) :], body)
         if path == f"{base}/issues":
             if method == "POST":
                 return 201, {}, self._create_issue(body)
             if method == "GET":
                 return self._paginate(path, query, self._list_issues(query))
+        comment = re.fullmatch(re.escape(base) + r"/issues/comments/(\d+)", path)
+        if comment is not None:
+            if method == "GET":
+                return 200, {}, self._find_comment(int(comment.group(1)))
+            if method == "PATCH":
+                return 200, {}, self._edit_comment(int(comment.group(1)), body)
+            raise _HttpError(404, "Not Found")
         pattern = re.escape(base) + r"/issues/(\d+)(/comments|/labels(?:/([^/]+))?)?"
         found = re.fullmatch(pattern, path)
         if found is None:
@@ -535,6 +851,27 @@ class FakeGitHub:
             issue["updated_at"] = _now()
             return 200, {}, issue["labels"]
         raise _HttpError(404, "Not Found")
+
+    def _route_repo(self, method: str, rest: str, body: Any) -> tuple[int, dict[str, str], Any]:
+        """The repository's paths outside ``/issues``: ``rest`` starts after ``{p}``."""
+        routes: list[tuple[str, str, Any]] = [
+            ("GET", r"/pulls/(\d+)", lambda m: self._pull_json(int(m[1]))),
+            ("GET", r"/compare/([^/.]+)\.\.\.([^/.]+)", lambda m: self._compare(m[1], m[2])),
+            ("GET", r"/commits/([^/]+)", lambda m: self._commit_json(m[1])),
+            ("GET", r"/commits/([^/]+)/statuses", lambda m: self._statuses_of(m[1])),
+            ("POST", r"/statuses/([^/]+)", lambda m: self._create_status(m[1], body)),
+            ("GET", r"/collaborators/([^/]+)/permission", lambda m: self._permission(m[1])),
+        ]
+        for verb, pattern, answer in routes:
+            found = re.fullmatch(pattern, rest)
+            if found is not None and verb == method:
+                return (201 if method == "POST" else 200), {}, answer(found)
+        raise _HttpError(404, "Not Found")
+
+    def _statuses_of(self, sha: str) -> list[dict[str, Any]]:
+        if sha not in self.shas:
+            raise _HttpError(422, f"No commit found for SHA: {sha}")
+        return list(reversed(self.statuses.get(sha, [])))
 
     def _paginate(
         self, path: str, query: dict[str, list[str]], items: list[Any]

@@ -18,6 +18,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.errors import InfrastructureError
+from workers.ab import flow as ab_flow
+from workers.ab import reporting as ab_reporting
 from workers.app import app
 from workers.bisect import celery_driver as bisecting
 from workers.bisect import profile_probe
@@ -124,8 +126,10 @@ def sync_issues() -> None:
 
 @app.task(name="issues.retry_filing", base=RetriedTask, max_retries=3)
 def retry_filing() -> None:
-    """Periodic (beat, and the deadline sweep): file every alert whose filing is pending and due."""
+    """Periodic (beat, and the deadline sweep): file every alert whose filing is pending and due,
+    and report every A/B whose report GitHub refused and is due again."""
     pending.retry_pending()
+    ab_reporting.retry_due()
 
 
 @app.task(name="issues.bisect_failing", base=RetriedTask)
@@ -194,3 +198,27 @@ def dispatch_night() -> None:
     ``acks_late=False``: a redelivered dispatch would create a second night.
     """
     plan.dispatch_scheduled()
+
+
+class ABTask(RetriedTask):
+    """An A/B whose run task failed for good stores why, and it is reported all the same."""
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        """Store the failure as the A/B's error; send ``ab.report``."""
+        ab_id = args[0] if args else kwargs.get("ab_id")
+        send(ab_flow.give_up(ab_id, reason=f"the A/B task failed: {type(exc).__name__}: {exc}"))
+
+
+@app.task(name="ab.run", base=ABTask)
+def run_ab(ab_id: int) -> None:
+    """Build a pull request's merge base and head, measure them interleaved, judge, store."""
+    send(ab_flow.measure(ab_id))
+
+
+@app.task(name="ab.report", base=RetriedTask, max_retries=3)
+def report_ab(ab_id: int) -> None:
+    """Report an A/B on its pull request: the comment edited in place, the commit status (a
+    refusal is kept and retried by ``issues.retry_filing``)."""
+    ab_reporting.report_ab(ab_id)

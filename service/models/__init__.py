@@ -1,6 +1,7 @@
 """Every SQLAlchemy table, imported in one place so Alembic sees them all."""
 
 from service.db import Base
+from service.models.ab import ABStatus, ABTest, ReportState
 from service.models.bisection import (
     BISECTION_OUTCOMES,
     BISECTION_STATUSES,
@@ -46,6 +47,9 @@ from service.models.stability import BenchmarkStability
 from service.models.token import ApiToken
 
 __all__ = [
+    "ABStatus",
+    "ABTest",
+    "ReportState",
     "BisectionOutcome",
     "BisectionProfile",
     "ProfileStatus",

@@ -19,13 +19,15 @@ class RunKind(StrEnum):
     or more processes of a night (``replicate``: a child run on the night's build, like a
     confirmation; asked for to compare it, which neither detection nor confirmation reads, or
     one of the night's own rounds of ``NIGHTBENCH_NIGHT_PROCESSES``, ``options["origin"] =
-    "night"``, whose processes are part of the night's level)."""
+    "night"``, whose processes are part of the night's level), or one side of a pull request's
+    A/B (``ab``: its results carry no series key, so no series reads them)."""
 
     NIGHTLY = "nightly"
     CONFIRM = "confirm"
     PROBE = "probe"
     INGEST = "ingest"
     REPLICATE = "replicate"
+    AB = "ab"
 
 
 class RunStatus(StrEnum):

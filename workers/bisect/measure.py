@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from service.benchmarks import benchmark_name
 from service.errors import InvalidInput, MeasureError
@@ -164,6 +164,20 @@ class SuiteMeasurer:
             MeasureError: the process failed, timed out, wrote an unreadable record, or its
                 record holds an error or no latency samples.
         """
+        record = self.record_once(env, benchmark, samples)
+        for metric in record.get("metrics", []):
+            if metric.get("metric") == "latency" and metric.get("samples"):
+                return [float(v) for v in metric["samples"]]
+        raise MeasureError(f"{parse_benchmark(benchmark).name}: the record has no latency samples")
+
+    def record_once(self, env: BuildEnvironment, benchmark: str, samples: int) -> dict[str, Any]:
+        """The whole record (``suite/records.py``'s shape) of one suite process timing
+        ``samples`` iterations: latency, peak memory and the rest of its metrics.
+
+        Raises:
+            MeasureError: the process failed, timed out, wrote an unreadable record, or its
+                record holds an error.
+        """
         b = parse_benchmark(benchmark)
         environ = quiet_env(env)
         environ["PYTHONPATH"] = os.pathsep.join(
@@ -204,10 +218,7 @@ class SuiteMeasurer:
         record = outcome.record
         if record.get("error"):
             raise MeasureError(f"{b.name}: {record['error']}")
-        for metric in record.get("metrics", []):
-            if metric.get("metric") == "latency" and metric.get("samples"):
-                return [float(v) for v in metric["samples"]]
-        raise MeasureError(f"{b.name}: the record has no latency samples")
+        return record
 
 
 class CommandMeasurer:

@@ -581,6 +581,10 @@ app.command("bisect")(_bisect_cli.bisect)
 app.command("demo")(_bisect_cli.demo)
 app.command("bisect-resume")(_bisect_cli.resume)
 
+from workers.cli import ab as _ab_cli  # noqa: E402
+
+app.command("ab")(_ab_cli.ab)
+
 from workers.cli import profile as _profile_cli  # noqa: E402
 
 app.command("profile")(_profile_cli.profile)

@@ -48,8 +48,8 @@ def _answer(report: IssueReport, answer: WhatChanged) -> str:
     lines = [f"{head}; {_WHAT.get(answer.metric, answer.metric)}."]
     rows = list(diff.get("rows") or [])[:TOP_ROWS]
     if rows:
-        lines += ["", _table(rows, str(diff["unit"]))]
-    lines += ["", _explained(diff, shown=len(rows))]
+        lines += ["", diff_table(rows, str(diff["unit"]))]
+    lines += ["", explained_line(diff, shown=len(rows))]
     links = []
     if answer.diff_url:
         links.append(f"Full diff: {answer.diff_url}")
@@ -60,7 +60,8 @@ def _answer(report: IssueReport, answer: WhatChanged) -> str:
     return "\n".join(lines)
 
 
-def _table(rows: list[Mapping[str, Any]], unit: str) -> str:
+def diff_table(rows: list[Mapping[str, Any]], unit: str) -> str:
+    """A Markdown table of a profile diff's rows (``diff_json``'s ``rows``) in ``unit``."""
     out = [
         "| operator or function | before | after | change | share of the step's change |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -87,7 +88,8 @@ def _table(rows: list[Mapping[str, Any]], unit: str) -> str:
     return "\n".join(out)
 
 
-def _explained(diff: Mapping[str, Any], *, shown: int) -> str:
+def explained_line(diff: Mapping[str, Any], *, shown: int) -> str:
+    """How much of the profiled step's change the first ``shown`` rows of ``diff`` explain."""
     unit = str(diff["unit"])
     step = (
         f"{format_profile_value(float(diff['total_before']), unit)} → "

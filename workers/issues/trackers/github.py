@@ -14,6 +14,12 @@ answers before acting; after a 5xx or a dropped connection a POST may have lande
 
 The token lives only inside PyGithub's ``Auth.Token`` (which masks it in PyGithub's own debug
 logs); nothing here logs it, puts it in an error message or in ``repr``.
+
+What any PyGithub client of nightbench needs is public here, so a second one shares it rather
+than copies it (:mod:`workers.ab.github` reports pull-request A/Bs with it):
+:func:`check_target` and :func:`make_github_client` build the client, :func:`open_repository`
+reads the repository, :func:`github_errors` maps failures to nightbench errors, and
+:func:`send_unless_landed` is the resend loop for writes that may have landed.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -114,6 +120,205 @@ def _rate_limit_wait(headers: Any, *, default: float) -> float:
     return default
 
 
+def check_target(repository: str, token: str | SecretStr, *, write_attempts: int) -> str:
+    """Check a client's settings before anything is sent.
+
+    Args:
+        repository: ``"owner/name"``.
+        token: the GitHub token.
+        write_attempts: how many times the client will send one POST in all.
+
+    Returns:
+        The token as a plain string, for :func:`make_github_client` only (never log it).
+
+    Raises:
+        InvalidInput: ``repository`` is not ``owner/name``, ``token`` is empty or
+            ``write_attempts`` is below 1.
+    """
+    if repository.count("/") != 1 or not all(repository.split("/")):
+        raise InvalidInput(f'GitHub repository must look like "owner/name", got {repository!r}')
+    secret = token.get_secret_value() if isinstance(token, SecretStr) else token
+    if not secret:
+        raise InvalidInput("GitHub token is empty")
+    if write_attempts < 1:
+        raise InvalidInput(f"write_attempts must be at least 1, got {write_attempts}")
+    return secret
+
+
+def make_github_client(
+    api_url: str,
+    secret: str,
+    *,
+    retries: int,
+    backoff_factor: float,
+    max_rate_limit_wait: float,
+    secondary_rate_wait: float,
+    seconds_between_requests: float | None,
+    seconds_between_writes: float | None,
+    timeout: int,
+) -> github.Github:
+    """A PyGithub client with nightbench's retries (see the module docstring).
+
+    Args:
+        api_url: the REST API base URL, without a trailing slash.
+        secret: the token, as :func:`check_target` returned it.
+        retries: urllib3 retries per request (5xx, connection errors, rate limits).
+        backoff_factor: urllib3 backoff in seconds (``factor * 2 ** (n - 1)``).
+        max_rate_limit_wait: longest rate-limit wait in seconds before giving up.
+        secondary_rate_wait: wait in seconds for a secondary limit that names no reset.
+        seconds_between_requests: PyGithub's throttle between any two requests.
+        seconds_between_writes: PyGithub's throttle between two writes.
+        timeout: per request, in seconds.
+
+    Returns:
+        The client; it sends nothing until asked.
+    """
+    retry = _Retry(
+        total=retries,
+        backoff_factor=backoff_factor,
+        status_forcelist=[*range(500, 600), 429],
+        allowed_methods=_IDEMPOTENT_METHODS,
+        secondary_rate_wait=secondary_rate_wait,
+        max_rate_limit_wait=max_rate_limit_wait,
+    )
+    return github.Github(
+        base_url=api_url,
+        auth=github.Auth.Token(secret),
+        retry=retry,
+        timeout=timeout,
+        per_page=100,
+        seconds_between_requests=seconds_between_requests,
+        seconds_between_writes=seconds_between_writes,
+    )
+
+
+def open_repository(client: github.Github, repository: str, api_url: str) -> Repository:
+    """Read ``repository`` through ``client`` (one GET).
+
+    Raises:
+        TrackerAccessDenied: GitHub answered 404 (no such repository, or the token cannot see
+            it), naming the settings to check.
+        github.GithubException, requests.RequestException: any other failure, for
+            :func:`github_errors` to map.
+    """
+    try:
+        return client.get_repo(repository)
+    except UnknownObjectException as exc:
+        raise TrackerAccessDenied(
+            f"GitHub answered 404 for the repository {repository} at {api_url}: check "
+            "NIGHTBENCH_GITHUB_REPOSITORY, or that NIGHTBENCH_GITHUB_TOKEN can see it"
+        ) from exc
+
+
+def send_unless_landed(
+    action: str,
+    send: Callable[[], T],
+    landed: Callable[[], Any],
+    *,
+    attempts: int,
+    backoff: float,
+    sleep: Callable[[float], None],
+) -> T | Any:
+    """Send a POST; after a failure that may have landed, check ``landed()`` before resending.
+
+    Args:
+        action: what is being done, for the log (``"creating an issue"``).
+        send: sends the POST once.
+        landed: what a landed POST left (the issue, the comment), or ``None`` if nothing.
+        attempts: how many times ``send`` is called in all.
+        backoff: the first wait in seconds between sends; it doubles after each.
+        sleep: how to wait.
+
+    Returns:
+        What ``send`` returned, or what ``landed`` found.
+
+    Raises:
+        github.GithubException, requests.RequestException: a failure after which the POST
+            cannot have landed (a 4xx), or the last attempt's failure.
+    """
+    delay = backoff
+    for attempt in range(1, attempts + 1):
+        try:
+            return send()
+        except (GithubException, requests.RequestException) as exc:
+            if not _maybe_landed(exc) or attempt == attempts:
+                raise
+            log.warning(
+                "GitHub failed while %s (%s, attempt %d of %d); checking whether it landed",
+                action,
+                _describe(exc),
+                attempt,
+                attempts,
+            )
+        found = landed()
+        if found is not None:
+            log.info("the failed attempt at %s had landed; not sending again", action)
+            return found
+        sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable: the loop returns or raises")
+
+
+@contextmanager
+def github_errors(
+    action: str,
+    where: str,
+    *,
+    subject: str = "issue",
+    access: str = "issue write access",
+) -> Iterator[None]:
+    """Turn PyGithub and requests failures into nightbench errors that name the action.
+
+    Args:
+        action: what was being done (``"filing an issue"``).
+        where: ``"owner/name at API-URL"``.
+        subject: what a 404 may mean is missing besides the repository (``"pull request"``).
+        access: what a 403 says the token needs on the repository (``"issue write access"``).
+
+    Raises:
+        NotFound: a 404.
+        TrackerAccessDenied: a 401 (bad token) or a 403 other than a rate limit.
+        InfrastructureError: a rate limit longer than allowed, another HTTP error, retries
+            exhausted, or GitHub unreachable.
+    """
+    try:
+        yield
+    except UnknownObjectException as exc:
+        raise NotFound(
+            f"GitHub answered 404 while {action} in {where}: the repository or {subject} does "
+            "not exist, or the token cannot see it"
+        ) from exc
+    except BadCredentialsException as exc:
+        raise TrackerAccessDenied(
+            f"GitHub rejected the token (401) while {action} in {where}: set "
+            "NIGHTBENCH_GITHUB_TOKEN to a valid token"
+        ) from exc
+    except (RateLimitExceededException, RateLimitExceededExceedsMaxWait) as exc:
+        reset = exc.headers.get("X-RateLimit-Reset") if exc.headers else None
+        raise InfrastructureError(
+            f"GitHub rate limit while {action} in {where}; it resets at {_reset_text(reset)}"
+        ) from exc
+    except GithubException as exc:
+        data = exc.data if isinstance(exc.data, dict) else {}
+        message = exc.message or data.get("message") or "no message"
+        if exc.status == 403:
+            raise TrackerAccessDenied(
+                f"GitHub refused (403) {action} in {where}: {message}; give "
+                f"NIGHTBENCH_GITHUB_TOKEN {access} to NIGHTBENCH_GITHUB_REPOSITORY"
+            ) from exc
+        raise InfrastructureError(
+            f"GitHub answered {exc.status} while {action} in {where}: {message}"
+        ) from exc
+    except requests.exceptions.RetryError as exc:
+        raise InfrastructureError(
+            f"GitHub kept answering 5xx while {action} in {where} (retries exhausted)"
+        ) from exc
+    except requests.RequestException as exc:
+        raise InfrastructureError(
+            f"could not reach GitHub while {action} in {where}: {type(exc).__name__}"
+        ) from exc
+
+
 def _maybe_landed(exc: BaseException) -> bool:
     """True for a failed write that GitHub may still have carried out (5xx, lost connection)."""
     if isinstance(exc, GithubException):
@@ -173,35 +378,23 @@ class GitHubTracker:
         timeout: int = 15,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if repository.count("/") != 1 or not all(repository.split("/")):
-            raise InvalidInput(f'GitHub repository must look like "owner/name", got {repository!r}')
-        secret = token.get_secret_value() if isinstance(token, SecretStr) else token
-        if not secret:
-            raise InvalidInput("GitHub token is empty")
-        if write_attempts < 1:
-            raise InvalidInput(f"write_attempts must be at least 1, got {write_attempts}")
+        secret = check_target(repository, token, write_attempts=write_attempts)
         self.repository = repository
         self.api_url = api_url.rstrip("/")
         self.search_label = search_label
         self._backoff = backoff_factor
         self._write_attempts = write_attempts
         self._sleep = sleep
-        retry = _Retry(
-            total=retries,
+        self._github = make_github_client(
+            self.api_url,
+            secret,
+            retries=retries,
             backoff_factor=backoff_factor,
-            status_forcelist=[*range(500, 600), 429],
-            allowed_methods=_IDEMPOTENT_METHODS,
-            secondary_rate_wait=secondary_rate_wait,
             max_rate_limit_wait=max_rate_limit_wait,
-        )
-        self._github = github.Github(
-            base_url=self.api_url,
-            auth=github.Auth.Token(secret),
-            retry=retry,
-            timeout=timeout,
-            per_page=100,
+            secondary_rate_wait=secondary_rate_wait,
             seconds_between_requests=seconds_between_requests,
             seconds_between_writes=seconds_between_writes,
+            timeout=timeout,
         )
         self._repo: Repository | None = None
 
@@ -351,14 +544,7 @@ class GitHubTracker:
 
     def _repository(self) -> Repository:
         if self._repo is None:
-            try:
-                self._repo = self._github.get_repo(self.repository)
-            except UnknownObjectException as exc:
-                raise TrackerAccessDenied(
-                    f"GitHub answered 404 for the repository {self.repository} at "
-                    f"{self.api_url}: check NIGHTBENCH_GITHUB_REPOSITORY, or that "
-                    "NIGHTBENCH_GITHUB_TOKEN can see it"
-                ) from exc
+            self._repo = open_repository(self._github, self.repository, self.api_url)
         return self._repo
 
     def _find_open(self, fingerprint: str) -> TrackedIssue | None:
@@ -371,73 +557,19 @@ class GitHubTracker:
         return None
 
     def _write(self, action: str, send: Callable[[], T], landed: Callable[[], Any]) -> T | Any:
-        """Send a POST; after a failure that may have landed, check ``landed()`` before resending.
+        """:func:`send_unless_landed` with this tracker's attempts, backoff and sleep."""
+        return send_unless_landed(
+            action,
+            send,
+            landed,
+            attempts=self._write_attempts,
+            backoff=self._backoff,
+            sleep=self._sleep,
+        )
 
-        Returns:
-            What ``send`` returned, or what ``landed`` found.
-        """
-        delay = self._backoff
-        for attempt in range(1, self._write_attempts + 1):
-            try:
-                return send()
-            except (GithubException, requests.RequestException) as exc:
-                if not _maybe_landed(exc) or attempt == self._write_attempts:
-                    raise
-                log.warning(
-                    "GitHub failed while %s (%s, attempt %d of %d); checking whether it landed",
-                    action,
-                    _describe(exc),
-                    attempt,
-                    self._write_attempts,
-                )
-            found = landed()
-            if found is not None:
-                log.info("the failed attempt at %s had landed; not sending again", action)
-                return found
-            self._sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable: the loop returns or raises")
-
-    @contextmanager
-    def _errors(self, action: str) -> Iterator[None]:
-        """Turn PyGithub and requests failures into nightbench errors that name the action."""
-        where = f"{self.repository} at {self.api_url}"
-        try:
-            yield
-        except UnknownObjectException as exc:
-            raise NotFound(
-                f"GitHub answered 404 while {action} in {where}: the repository or issue does not "
-                "exist, or the token cannot see it"
-            ) from exc
-        except BadCredentialsException as exc:
-            raise TrackerAccessDenied(
-                f"GitHub rejected the token (401) while {action} in {where}: set "
-                "NIGHTBENCH_GITHUB_TOKEN to a valid token"
-            ) from exc
-        except (RateLimitExceededException, RateLimitExceededExceedsMaxWait) as exc:
-            reset = exc.headers.get("X-RateLimit-Reset") if exc.headers else None
-            raise InfrastructureError(
-                f"GitHub rate limit while {action} in {where}; it resets at {_reset_text(reset)}"
-            ) from exc
-        except GithubException as exc:
-            data = exc.data if isinstance(exc.data, dict) else {}
-            message = exc.message or data.get("message") or "no message"
-            if exc.status == 403:
-                raise TrackerAccessDenied(
-                    f"GitHub refused (403) {action} in {where}: {message}; give "
-                    "NIGHTBENCH_GITHUB_TOKEN issue write access to NIGHTBENCH_GITHUB_REPOSITORY"
-                ) from exc
-            raise InfrastructureError(
-                f"GitHub answered {exc.status} while {action} in {where}: {message}"
-            ) from exc
-        except requests.exceptions.RetryError as exc:
-            raise InfrastructureError(
-                f"GitHub kept answering 5xx while {action} in {where} (retries exhausted)"
-            ) from exc
-        except requests.RequestException as exc:
-            raise InfrastructureError(
-                f"could not reach GitHub while {action} in {where}: {type(exc).__name__}"
-            ) from exc
+    def _errors(self, action: str) -> AbstractContextManager[None]:
+        """:func:`github_errors` for this tracker's repository."""
+        return github_errors(action, f"{self.repository} at {self.api_url}")
 
 
 def _reset_text(reset: str | None) -> str:
