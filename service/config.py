@@ -227,6 +227,16 @@ class Settings(BaseSettings):
     profile_timeout_s: float = Field(
         default=1200, gt=0, description="one profiling process of one build (s)"
     )
+    ab_benchmarks: list[str] = Field(
+        default_factory=lambda: [
+            f"{m}:eval:cpu"
+            for m in ("resnet18", "mobilenet_v2", "bert", "gpt2", "lstm_lm", "dlrm", "dqn", "ncf")
+        ],
+        description="a pull request's A/B measures these unless it names others (docs/ab.md)",
+    )
+    ab_processes: int = Field(default=6, ge=2, le=64, description="A/B processes a side")
+    ab_samples: int = Field(default=10, ge=1, description="A/B timed iterations per process")
+    ab_label: str = Field(default="nightbench", description="the PR label that asks for an A/B")
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
     visibility_timeout_s: int = Field(default=4 * 3600, gt=0)

@@ -38,7 +38,10 @@ def ab(
     ] = None,
     queue: Annotated[str, typer.Option(help="with --pr: the queue that measures")] = "cpu",
     benchmark: Annotated[
-        list[str] | None, typer.Option(help="suite benchmark MODEL:MODE:DEVICE (repeatable)")
+        list[str] | None,
+        typer.Option(
+            help="suite benchmark MODEL:MODE:DEVICE (repeatable; default NIGHTBENCH_AB_BENCHMARKS)"
+        ),
     ] = None,
     models: Annotated[
         str | None,
@@ -59,8 +62,18 @@ def ab(
             "cpu_instructions (default: latency and peak memory)"
         ),
     ] = None,
-    processes: Annotated[int, typer.Option(min=2, help="processes a side per benchmark")] = 6,
-    samples: Annotated[int, typer.Option(min=1, help="timed iterations per process")] = 10,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=2, help="processes a side per benchmark (default NIGHTBENCH_AB_PROCESSES, 6)"
+        ),
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="timed iterations per process (default NIGHTBENCH_AB_SAMPLES, 10)"
+        ),
+    ] = None,
     profile: Annotated[bool, typer.Option(help="profile the regressed benchmarks")] = True,
     provider: Annotated[
         str, typer.Option(help="build provider: checkout | python-overlay | wheel")
@@ -84,14 +97,17 @@ def ab(
 ) -> None:
     """Measure HEAD against BASE, interleaved, and judge every benchmark metric.
 
-    Locally (``--repo --base --head``): builds both commits here, measures, prints the table and
-    stores it (``GET /api/ab/{id}``); exit 1 when a row is flagged or a build failed. With
-    ``--pr N``: reads the PR, refuses forks and requesters without write access, and sends the
-    A/B to the workers (``--queue``), which comment on the PR and set its commit status.
+    Locally (--repo, --base, --head): builds both commits here, measures, prints the table and
+    stores it (GET /api/ab/ID); exit 1 when a row is flagged or a build failed. With
+    --pr N: reads the PR, refuses forks and requesters without write access, and sends the
+    A/B to the workers (--queue), which comment on the PR and set its commit status.
     """
     from service.migrate import upgrade_embedded_store
     from workers.ab.run import ABRequest
 
+    from service.config import get_settings
+
+    settings = get_settings()
     benchmarks = list(benchmark or [])
     if models:
         benchmarks += [
@@ -101,6 +117,8 @@ def ab(
             for mode in modes.split(",")
             if mode.strip()
         ]
+    if not benchmarks and not command:
+        benchmarks = list(settings.ab_benchmarks)
     try:
         request = ABRequest(
             base or "",
@@ -108,8 +126,8 @@ def ab(
             benchmarks=tuple(benchmarks),
             commands=tuple(command or ()),
             metrics=tuple(metric or ("latency", "cpu_peak_mem")),
-            processes=processes,
-            samples=samples,
+            processes=processes or settings.ab_processes,
+            samples=samples or settings.ab_samples,
             profile=profile,
         )
     except NightbenchError as exc:
