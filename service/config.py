@@ -236,7 +236,6 @@ class Settings(BaseSettings):
     )
     ab_processes: int = Field(default=6, ge=2, le=64, description="A/B processes a side")
     ab_samples: int = Field(default=10, ge=1, description="A/B timed iterations per process")
-    ab_label: str = Field(default="nightbench", description="the PR label that asks for an A/B")
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
     task_time_limit_s: float = Field(default=2100, gt=0)
     visibility_timeout_s: int = Field(default=4 * 3600, gt=0)

@@ -79,7 +79,7 @@ def _workflow(name: str) -> dict:
 
 def test_expected_workflows_exist() -> None:
     names = {path.name for path in WORKFLOWS}
-    assert {"nightly.yml", "ci.yml", "bisect.yml", "nightly-matrix.yml"} <= names
+    assert {"nightly.yml", "ci.yml", "bisect.yml", "nightly-matrix.yml", "ab.yml"} <= names
 
 
 def test_actionlint_passes_on_every_workflow() -> None:
@@ -176,6 +176,146 @@ def test_bisect_runs_on_a_self_hosted_gpu_runner() -> None:
     job = data["jobs"]["bisect"]
     assert "self-hosted" in job["runs-on"]
     assert any("(bisect --repo" in step.get("run", "") for step in job["steps"])
+
+
+def _ab_steps() -> list[dict]:
+    return _workflow("ab.yml")["jobs"]["request"]["steps"]
+
+
+def test_ab_is_asked_for_by_the_label_a_comment_or_by_hand() -> None:
+    data = _workflow("ab.yml")
+    assert data["on"]["pull_request_target"] == {"types": ["labeled"]}
+    assert data["on"]["issue_comment"] == {"types": ["created"]}
+    assert {"pr", "models", "modes", "device_class"} <= set(
+        data["on"]["workflow_dispatch"]["inputs"]
+    )
+    assert "pull_request" not in data["on"]  # the PR's own workflow context: never wanted here
+    job = data["jobs"]["request"]
+    condition = " ".join(job["if"].split())
+    assert "github.event.label.name == (vars.NIGHTBENCH_AB_LABEL || 'nightbench')" in condition
+    assert "startsWith(github.event.comment.body, '/nightbench run')" in condition
+    assert "github.event.issue.pull_request" in condition
+    # A comment counts only from someone the repository trusts.
+    assert '["OWNER", "MEMBER", "COLLABORATOR"]' in condition
+    assert "github.event.comment.author_association" in condition
+    assert job["concurrency"]["cancel-in-progress"] is False
+    assert "github.event.pull_request.number" in job["concurrency"]["group"]
+    assert "github.event.issue.number" in job["concurrency"]["group"]
+    # The dispatch runner of the nightly: inside the network that reaches Postgres and Redis.
+    assert job["runs-on"] == _workflow("nightly.yml")["jobs"]["dispatch"]["runs-on"]
+
+
+def test_ab_never_checks_out_or_runs_the_pull_requests_code() -> None:
+    text = (ROOT / ".github" / "workflows" / "ab.yml").read_text()
+    for forbidden in (
+        "github.event.pull_request.head",
+        "github.head_ref",
+        "refs/pull/",
+        "github.event.pull_request.merge_commit_sha",
+    ):
+        assert forbidden not in text, forbidden
+    checkouts = [s for s in _ab_steps() if str(s.get("uses", "")).startswith("actions/checkout@")]
+    assert len(checkouts) == 1
+    (checkout,) = checkouts
+    assert checkout["with"] == {
+        "ref": "${{ github.event.repository.default_branch }}",
+        "persist-credentials": False,
+    }
+
+
+def test_ab_passes_untrusted_text_through_env_only() -> None:
+    steps = _ab_steps()
+    for step in steps:
+        # No expression inside a script: what a user wrote reaches it as an env variable.
+        assert "${{" not in step.get("run", ""), step.get("name")
+    parse = next(step for step in steps if step.get("id") == "request")
+    assert parse["env"]["COMMENT_BODY"] == "${{ github.event.comment.body }}"
+    assert "^[A-Za-z0-9_,.-]+$" in parse["run"]
+    # The comment's words are split by `read`, never evaluated.
+    assert 'read -r -a words <<< "$first_line"' in parse["run"]
+    assert "eval " not in parse["run"]
+
+
+def test_ab_comment_options_are_parsed_and_validated(tmp_path: Path) -> None:
+    parse = next(step for step in _ab_steps() if step.get("id") == "request")
+    marker = tmp_path / "pwned"
+
+    def run(body: str) -> tuple[int, dict[str, str]]:
+        output = tmp_path / "output"
+        output.write_text("")
+        env = {
+            "PATH": os.environ["PATH"],
+            "EVENT": "issue_comment",
+            "PR_NUMBER": "42",
+            "REQUESTED_BY": "octocat",
+            "COMMENT_BODY": body,
+            "INPUT_MODELS": "",
+            "INPUT_MODES": "",
+            "INPUT_DEVICE_CLASS": "",
+            "GITHUB_OUTPUT": str(output),
+        }
+        proc = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", parse["run"]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        lines = output.read_text().splitlines()
+        return proc.returncode, dict(line.split("=", 1) for line in lines)
+
+    code, out = run("/nightbench run")
+    assert code == 0
+    assert out == {
+        "pr": "42",
+        "requested_by": "octocat",
+        "models": "",
+        "modes": "",
+        "queue": "cpu",
+        "device": "cpu",
+    }
+    code, out = run(
+        "/nightbench run --models resnet18,bert --modes=train,eval --device-class a100\r\n"
+        "and some words after"
+    )
+    assert code == 0
+    assert (out["models"], out["modes"], out["queue"], out["device"]) == (
+        "resnet18,bert",
+        "train,eval",
+        "gpu.a100",
+        "cuda",
+    )
+    for body in (
+        f"/nightbench run --models $(touch {marker})",
+        f"/nightbench run --models a;touch${{IFS}}{marker}",
+        "/nightbench run --models `id`",
+        "/nightbench run --modes '*'",
+        "/nightbench run --device-class ../cpu",
+        "/nightbench run --frobnicate yes",
+        "/nightbench running",
+    ):
+        code, out = run(body)
+        assert code == 1 and out == {}, body
+    assert not marker.exists()
+
+
+def test_ab_sends_the_pr_and_the_requester_to_nightbench_ab() -> None:
+    steps = _ab_steps()
+    ask = next(step for step in steps if 'nightbench "${args[@]}"' in step.get("run", ""))
+    assert '(ab --pr "$PR" --requested-by "$REQUESTED_BY" --queue "$QUEUE")' in ask["run"]
+    env = ask["env"]
+    for secret in ("NIGHTBENCH_DATABASE_URL", "NIGHTBENCH_BROKER_URL", "NIGHTBENCH_GITHUB_TOKEN"):
+        assert env[secret] == f"${{{{ secrets.{secret} }}}}"
+    assert env["NIGHTBENCH_GITHUB_REPOSITORY"] == "${{ github.repository }}"
+    assert env["NIGHTBENCH_BISECT_PROVIDER"] == "${{ vars.NIGHTBENCH_BISECT_PROVIDER }}"
+    parse = next(step for step in steps if step.get("id") == "request")
+    # The label's adder or the commenter: nightbench checks their permission again.
+    assert parse["env"]["REQUESTED_BY"] == (
+        "${{ github.event.comment.user.login || github.event.sender.login }}"
+    )
+    assert steps.index(parse) < steps.index(ask)
+    # The secrets only where nightbench runs, never beside the parsing of the comment.
+    assert not any("secrets." in str(v) for v in parse["env"].values())
 
 
 # --- docker compose ------------------------------------------------------------------------------

@@ -67,6 +67,8 @@ def request_ab(
             "python-overlay, wheel) and its options; an A/B builds both commits with it"
         )
     if pr_number is None:
+        if spec.get("kind") == "python-overlay" and not spec.get("base_sha"):
+            spec = {**spec, "base_sha": request.base_sha}
         with session_scope() as session:
             ab = store.create_ab(session, request, provider_spec=spec, requested_by=requested_by)
             return ab.id, [Step("ab.run", (ab.id,), queue=queue)]
@@ -90,6 +92,10 @@ def request_ab(
             "it takes write access to the repository"
         )
     ab_request = replace(request, base_sha=pr.merge_base, head_sha=pr.head_sha)
+    if spec.get("kind") == "python-overlay" and not spec.get("base_sha"):
+        # Each side's .py files are laid over the installed build, taken to be the merge
+        # base's (the base's nightly): the base side is that build, the head its PR's files.
+        spec = {**spec, "base_sha": pr.merge_base}
     with session_scope() as session:
         ab = store.create_ab(
             session,

@@ -5,8 +5,8 @@ first on even turns and head first on odd ones (A B, B A, A B, …), so that a h
 or speeding up over the run moves both sides alike instead of the later one. A suite process
 gives every metric it records (latency, peak memory); a counted metric (``cpu_instructions``)
 is one valgrind process a side after the timed turns (:class:`~workers.bisect.counts.
-SuiteCountMeasurer`). A command benchmark gives latency only. A side that fails once is not
-measured again for that benchmark: its error is the row's.
+SuiteCountMeasurer`). A command benchmark gives latency only. A side that fails ends the
+benchmark's turns once the other side has had its turn: its error is the row's.
 """
 
 from __future__ import annotations
@@ -145,7 +145,8 @@ def _interleave(
     on_turn: Turn | None,
 ) -> dict[str, _Taken]:
     """``processes`` turns of one process a side, base first on even turns; each process's
-    values per metric reduced to their median. A side's first failure ends its turns."""
+    values per metric reduced to their median. A side's first failure ends the turns once the
+    other side has had its turn too (the row is then a failure, ``fails on head`` or ``base``)."""
     taken = {"base": _Taken(), "head": _Taken()}
     for turn in range(processes):
         for name in ("base", "head") if turn % 2 == 0 else ("head", "base"):
@@ -162,6 +163,8 @@ def _interleave(
             for metric, got in values.items():
                 side.values.setdefault(metric, []).append(float(np.median(got)))
                 side.samples[metric] = side.samples.get(metric, 0) + len(got)
+        if any(t.error is not None for t in taken.values()):
+            break  # both sides had their turn: the row is a failure whatever more turns say
     return taken
 
 

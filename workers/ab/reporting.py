@@ -6,7 +6,7 @@ the run is said in the comment), edits the PR's one A/B comment in place (or cre
 sets the commit status on the measured head. A refusal (GitHub down, a token refused, a 5xx
 burst longer than the client's retries) leaves the report ``failed_retrying`` with the error,
 the attempts and the next attempt's time (the filing's backoff: 5 min, doubling to 6 h);
-:func:`retry_due` (from the periodic ``issues.retry_filing`` and ``nightbench ab-retry``) tries
+:func:`retry_due` (from the periodic ``issues.retry_filing`` and ``nightbench issues retry``) tries
 again. An A/B whose PR has a newer A/B is ``superseded``: stored, never posted over the newer
 one's figures.
 """

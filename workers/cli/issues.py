@@ -19,15 +19,22 @@ def retry(
     ] = True,
 ) -> None:
     """File the alerts whose filing is pending or failed (GitHub was away or refused the token),
-    each exactly once; exits 1 while any still fails, with its error."""
+    each exactly once, and post the A/B reports GitHub refused; exits 1 while any still fails,
+    with its error."""
     from service.config import get_settings
     from workers.issues.pending import retry_pending
 
     console = Console(emoji=False)
-    attempts = retry_pending(settings=get_settings(), force=all_now)
-    if not attempts:
+    from workers.ab.reporting import retry_due
+
+    settings = get_settings()
+    attempts = retry_pending(settings=settings, force=all_now)
+    reports = retry_due(settings=settings, force=all_now)
+    if not attempts and not reports:
         console.print("no filing pending")
-    failed = 0
+    failed = sum(1 for state in reports.values() if state == "failed_retrying")
+    for ab_id, state in reports.items():
+        console.print(f"A/B {ab_id}: {state}", highlight=False)
     for attempt in attempts:
         if attempt.error is None:
             console.print(f"alert {attempt.alert_id}: filed {' '.join(attempt.urls)}")
