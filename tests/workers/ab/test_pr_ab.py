@@ -58,8 +58,11 @@ def setup(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Setup:
     """minitok's history: 1 ordinary, 2 the encode culprit (+30%), 3 broken (its build
-    fails), 4 repairs it; the checkout provider builds it; the maintainer has write access."""
-    repo = make_package_repository(tmp_path / "minitok", commits=4, encode_culprit=2, broken=[3])
+    fails), 4 repairs it, 5 makes the tokenizer raise; the checkout provider builds it; the
+    maintainer has write access."""
+    repo = make_package_repository(
+        tmp_path / "minitok", commits=5, encode_culprit=2, broken=[3], crash_culprit=5
+    )
     configure(
         github_repository="octo-org/perf",
         github_token=TOKEN,
@@ -166,10 +169,12 @@ def test_a_comment_only_change_passes_and_a_build_failure_fails_with_its_reason(
     repo, fake = setup.repo, setup.fake
     fake.add_pull(8, head_sha=repo.shas[1], base_sha=repo.shas[0], merge_base=repo.shas[0])
     fake.add_pull(9, head_sha=repo.shas[3], base_sha=repo.shas[1], merge_base=repo.shas[1])
+    fake.add_pull(13, head_sha=repo.shas[5], base_sha=repo.shas[4], merge_base=repo.shas[4])
     celery_workers.start("cpu", "control", log_dir=tmp_path)
-    quiet, broken = setup.ask(8), setup.ask(9)
+    quiet, broken, crashing = setup.ask(8), setup.ask(9), setup.ask(13)
     wait_until(_reported(quiet), timeout=240, what="the quiet PR's A/B to be reported")
     wait_until(_reported(broken), timeout=120, what="the broken PR's A/B to be reported")
+    wait_until(_reported(crashing), timeout=120, what="the crashing PR's A/B to be reported")
 
     (comment,) = fake.comments[8]
     assert "no regression" in str(comment["body"]) and "❌" not in str(comment["body"])
@@ -181,6 +186,20 @@ def test_a_comment_only_change_passes_and_a_build_failure_fails_with_its_reason(
     status = _status(fake, repo.shas[3])
     assert status["state"] == "failure"
     assert "does not build" in str(status["description"])
+
+    # A benchmark the head breaks is flagged as broken, never as a regression.
+    (crashed,) = fake.comments[13]
+    body = str(crashed["body"])
+    row = next(line for line in body.splitlines() if line.startswith("| ❌ | `tokbag:eval:cpu`"))
+    assert "fails on head: " in row and "TypeError" in row and "regression |" not in row, row
+    status = _status(fake, repo.shas[5])
+    assert status["state"] == "failure"
+    assert "tokbag:eval:cpu fails on head" in str(status["description"])
+    with session_scope() as session:
+        ab = session.get(ABTest, crashing)
+        assert ab is not None and [r["verdict"] for r in ab.rows] == ["fails on head"]
+        # One turn a side, then the turns stop: the base ran once, the head failed once.
+        assert ab.rows[0]["base_replicates"] == 1 and ab.rows[0]["head_replicates"] == 0
 
 
 @pytest.mark.slow
