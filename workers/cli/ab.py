@@ -45,7 +45,10 @@ def ab(
     ] = None,
     models: Annotated[
         str | None,
-        typer.Option(help="comma-separated models, each as MODEL:MODE:DEVICE with --modes"),
+        typer.Option(
+            help="comma-separated models, each as MODEL:MODE:DEVICE with --modes; all: every "
+            "model of the suite (the full set, hours on one CPU worker)"
+        ),
     ] = None,
     modes: Annotated[str, typer.Option(help="with --models: comma-separated modes")] = "eval",
     device: Annotated[str, typer.Option(help="with --models: cpu or cuda")] = "cpu",
@@ -102,18 +105,21 @@ def ab(
     --pr N: reads the PR, refuses forks and requesters without write access, and sends the
     A/B to the workers (--queue), which comment on the PR and set its commit status.
     """
+    from service.config import get_settings
     from service.migrate import upgrade_embedded_store
     from workers.ab.run import ABRequest
-
-    from service.config import get_settings
 
     settings = get_settings()
     benchmarks = list(benchmark or [])
     if models:
+        names = [m.strip() for m in models.split(",") if m.strip()]
+        if names == ["all"]:
+            from suite.registry import model_names
+
+            names = model_names()
         benchmarks += [
-            f"{m.strip()}:{mode.strip()}:{device}"
-            for m in models.split(",")
-            if m.strip()
+            f"{m}:{mode.strip()}:{device}"
+            for m in names
             for mode in modes.split(",")
             if mode.strip()
         ]

@@ -11,6 +11,7 @@ by one on ``control``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
+from typer.testing import CliRunner
 
 from service.db import session_scope
 from service.main import create_app
@@ -26,6 +28,7 @@ from tests.conftest import WorkerPool, wait_until
 from tests.github_server import FakeGitHub
 from workers.ab import reporting
 from workers.ab.github import AB_MARKER, STATUS_CONTEXT
+from workers.cli import app
 from workers.demo.minitok import INSTALL_COMMAND, PackageRepository, make_package_repository
 from workers.demo.run import DEMO_MODELS
 
@@ -78,14 +81,12 @@ def setup(
     fake.set_permission(MAINTAINER, "write")
 
     def ask(pr: int, *, by: str = MAINTAINER) -> int:
-        from workers.ab.flow import request_ab
-        from workers.ab.run import ABRequest
-        from workers.enqueue import send
-
-        request = ABRequest("", "", benchmarks=(BENCHMARK,), processes=5, samples=6)
-        ab_id, steps = request_ab(request, pr_number=pr, requested_by=by)
-        send(steps)
-        return ab_id
+        """What the workflow runs: ``nightbench ab --pr N --requested-by LOGIN``."""
+        args = ["ab", "--pr", str(pr), "--requested-by", by, "--benchmark", BENCHMARK]
+        out = CliRunner().invoke(app, [*args, "--processes", "5", "--samples", "6"])
+        found = re.search(r"A/B (\d+) of PR #\d+", out.output)
+        assert out.exit_code == 0 and found, out.output
+        return int(found.group(1))
 
     return Setup(repo, fake, ask)
 
@@ -160,6 +161,9 @@ def test_a_planted_slowdown_is_flagged_in_one_comment_edited_on_a_rerun(
     with session_scope() as session:
         again = session.get(ABTest, second)
         assert again is not None and again.comment_id == comment["id"]
+    with TestClient(create_app()) as client:
+        listed = client.get("/api/ab", params={"pr": 7}).json()
+    assert [a["id"] for a in listed] == [second, first]
 
 
 @pytest.mark.slow
@@ -257,9 +261,12 @@ def test_a_report_github_refuses_is_kept_and_posted_once_it_answers(
 
 
 def test_an_unreadable_pull_request_stores_nothing(setup: Setup) -> None:
-    from service.errors import NotFound
-
-    with pytest.raises(NotFound, match="404"):
-        setup.ask(404)
+    out = CliRunner().invoke(app, ["ab", "--pr", "404", "--benchmark", BENCHMARK])
+    assert out.exit_code == 2 and "404" in out.output, out.output
     with session_scope() as session:
         assert session.scalars(select(ABTest)).all() == []
+
+
+def test_a_pr_a_b_takes_its_commits_from_the_pr(setup: Setup) -> None:
+    out = CliRunner().invoke(app, ["ab", "--pr", "7", "--base", "abc", "--benchmark", BENCHMARK])
+    assert out.exit_code == 2 and "drop --base, --head and --repo" in out.output
