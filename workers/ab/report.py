@@ -176,11 +176,22 @@ def _table(view: ABView) -> str:
 def _legend(view: ABView) -> str:
     thresholds = sorted({r.threshold for r in view.rows})
     shown = ", ".join(f"{t:.0%}" for t in thresholds)
+    again = sorted(view.options.get("remeasured") or ())
+    remeasured = (
+        " Measured again with as many processes more, its first ones leaving the change past "
+        f"the threshold but not significant: {', '.join(f'`{b}`' for b in again)}."
+        if again
+        else ""
+    )
     return (
-        f"A row regresses when head is slower (or larger) by more than the threshold ({shown}) "
-        f"and the Mann–Whitney test over processes gives p < {AB_ALPHA}; the interval is the "
-        f"Hodges–Lehmann {1 - 2 * INTERVAL_ALPHA:.0%} interval of the change. Values are "
-        "medians of the processes' medians (peaks for memory, counted steps for instructions)."
+        remeasured.strip()
+        + ("\n\n" if again else "")
+        + (
+            f"A row regresses when head is slower (or larger) by more than the threshold ({shown}) "
+            f"and the Mann–Whitney test over processes gives p < {AB_ALPHA}; the interval is the "
+            f"Hodges–Lehmann {1 - 2 * INTERVAL_ALPHA:.0%} interval of the change. Values are "
+            "medians of the processes' medians (peaks for memory, counted steps for instructions)."
+        )
     )
 
 

@@ -84,7 +84,11 @@ def save_outcome(session: Session, ab: ABTest, outcome: ABOutcome) -> None:
     ab.error = outcome.error
     ab.status = ABStatus.FAILED.value if outcome.error else ABStatus.DONE.value
     ab.finished_at = utcnow()
-    ab.options = {**ab.options, "build_seconds": outcome.build_seconds}
+    ab.options = {
+        **ab.options,
+        "build_seconds": outcome.build_seconds,
+        "remeasured": outcome.remeasured,
+    }
     if ab.pr_number is not None:
         ab.report_state = ReportState.PENDING.value
         ab.next_report_at = None

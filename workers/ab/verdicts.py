@@ -20,6 +20,10 @@ A row's figures:
   enough processes`` when the sides cannot reach ``alpha``; and when a side could not be
   measured, ``fails on head`` (head broke the benchmark: flagged, but never called a
   regression), ``fails on base`` (nothing to compare with) or ``fails on both``.
+
+A row left unsure (its estimate past the threshold, its test short of ``alpha``: a process or
+two disturbed by a busy host) is measured again with as many processes more before it is
+judged for good (:func:`workers.ab.run.run_ab`).
 """
 
 from __future__ import annotations
