@@ -239,13 +239,14 @@ def test_a_fork_is_refused_and_a_push_during_the_run_is_said(
 
 @pytest.mark.slow
 def test_a_report_github_refuses_is_kept_and_posted_once_it_answers(
-    setup: Setup, tmp_path: Path
+    setup: Setup, celery_workers: WorkerPool, tmp_path: Path
 ) -> None:
-    # Embedded (no broker): the chain runs in this thread.
     repo, fake = setup.repo, setup.fake
     fake.add_pull(12, head_sha=repo.shas[1], base_sha=repo.shas[0], merge_base=repo.shas[0])
     fake.fail("POST", r".*/issues/12/comments", status=401, message="Bad credentials")
+    celery_workers.start("cpu", "control", log_dir=tmp_path)
     ab_id = setup.ask(12)
+    wait_until(_reported(ab_id), timeout=240, what="the A/B's report to be tried")
     with session_scope() as session:
         ab = session.get(ABTest, ab_id)
         assert ab is not None and ab.status == "done"
