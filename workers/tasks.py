@@ -208,7 +208,16 @@ class ABTask(RetriedTask):
     ) -> None:
         """Store the failure as the A/B's error; send ``ab.report``."""
         ab_id = args[0] if args else kwargs.get("ab_id")
-        send(ab_flow.give_up(ab_id, reason=f"the A/B task failed: {type(exc).__name__}: {exc}"))
+        if isinstance(exc, SoftTimeLimitExceeded):
+            limit = self.soft_time_limit or app.conf.task_soft_time_limit
+            reason = (
+                f"the A/B did not finish within the task's soft time limit ({limit} s): ask for "
+                "fewer benchmarks (--models), or raise NIGHTBENCH_TASK_SOFT_TIME_LIMIT_S (with "
+                "_TASK_TIME_LIMIT_S and _VISIBILITY_TIMEOUT_S) on the workers"
+            )
+        else:
+            reason = f"the A/B task failed: {type(exc).__name__}: {exc}"
+        send(ab_flow.give_up(ab_id, reason=reason))
 
 
 @app.task(name="ab.run", base=ABTask)
