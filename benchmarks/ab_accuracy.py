@@ -214,7 +214,8 @@ def suite_scenario(work: Path, models: Sequence[str] = SUITE_MODELS) -> Scenario
 
 
 def one_ab(scenario: Scenario, *, processes: int, samples: int) -> Trial:
-    """One A/B of ``scenario`` (builds kept for the next trial; no profiling)."""
+    """One A/B of ``scenario`` (builds kept for the next trial; no profiling). The trial's
+    latency figures are the first latency row's: with several benchmarks, the largest change."""
     request = ABRequest(
         scenario.base,
         scenario.head,
