@@ -18,28 +18,18 @@ from __future__ import annotations
 
 import logging
 import re
-import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from github.GithubException import UnknownObjectException
 from github.GithubObject import NotSet
-from pydantic import SecretStr
 
 from service.errors import InvalidInput
-from workers.issues.trackers.github import (
-    check_target,
-    github_errors,
-    make_github_client,
-    open_repository,
-    send_unless_landed,
-)
+from workers.issues.trackers.github import GitHubRepositoryClient, github_errors
 
 if TYPE_CHECKING:
     from github.IssueComment import IssueComment
-    from github.Repository import Repository
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +69,7 @@ class PullRequestInfo:
     is_fork: bool
 
 
-class PullRequestReporter:
+class PullRequestReporter(GitHubRepositoryClient):
     """Reads a PR and reports an A/B on it, through PyGithub.
 
     Args:
@@ -88,49 +78,13 @@ class PullRequestReporter:
             (classic: ``repo``; fine-grained: pull requests and commit statuses, read and write).
         api_url: the REST API base URL: ``https://api.github.com``, or
             ``https://HOST/api/v3`` for GitHub Enterprise Server.
-        retries, backoff_factor, write_attempts, max_rate_limit_wait, secondary_rate_wait,
-            seconds_between_requests, seconds_between_writes, timeout, sleep: as
-            :class:`~workers.issues.trackers.github.GitHubTracker` takes them.
+        **options: :class:`~workers.issues.trackers.github.GitHubRepositoryClient`'s (retries,
+            backoff, throttle, timeout, write attempts, sleep).
 
     Raises:
         InvalidInput: ``repository`` is not ``owner/name``, ``token`` is empty or
             ``write_attempts`` is below 1.
     """
-
-    def __init__(
-        self,
-        repository: str,
-        token: str | SecretStr,
-        *,
-        api_url: str = "https://api.github.com",
-        retries: int = 6,
-        backoff_factor: float = 2.0,
-        write_attempts: int = 4,
-        max_rate_limit_wait: float = 3600.0,
-        secondary_rate_wait: float = 60.0,
-        seconds_between_requests: float | None = 0.25,
-        seconds_between_writes: float | None = 1.0,
-        timeout: int = 15,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        secret = check_target(repository, token, write_attempts=write_attempts)
-        self.repository = repository
-        self.api_url = api_url.rstrip("/")
-        self._backoff = backoff_factor
-        self._write_attempts = write_attempts
-        self._sleep = sleep
-        self._github = make_github_client(
-            self.api_url,
-            secret,
-            retries=retries,
-            backoff_factor=backoff_factor,
-            max_rate_limit_wait=max_rate_limit_wait,
-            secondary_rate_wait=secondary_rate_wait,
-            seconds_between_requests=seconds_between_requests,
-            seconds_between_writes=seconds_between_writes,
-            timeout=timeout,
-        )
-        self._repo: Repository | None = None
 
     def __repr__(self) -> str:
         return f"PullRequestReporter(repository={self.repository!r}, api_url={self.api_url!r})"
@@ -272,21 +226,6 @@ class PullRequestReporter:
             self._write(action, send, lambda: None)
 
     # ----- internals -------------------------------------------------------------------------
-
-    def _repository(self) -> Repository:
-        if self._repo is None:
-            self._repo = open_repository(self._github, self.repository, self.api_url)
-        return self._repo
-
-    def _write(self, action: str, send: Callable[[], Any], landed: Callable[[], Any]) -> Any:
-        return send_unless_landed(
-            action,
-            send,
-            landed,
-            attempts=self._write_attempts,
-            backoff=self._backoff,
-            sleep=self._sleep,
-        )
 
     def _errors(self, action: str, *, access: str) -> AbstractContextManager[None]:
         where = f"{self.repository} at {self.api_url}"

@@ -126,24 +126,7 @@ def _side_run(session: Session, ab: ABTest, side: str, sha: str, outcome: ABOutc
         model, mode, device, compiler = _parts(benchmark)
         for metric, pair in metrics.items():
             measured = pair[index]
-            unit = METRICS[metric].unit
-            if measured.error:
-                session.add(
-                    Result(
-                        run_id=run.id,
-                        night=today,
-                        model=model,
-                        mode=mode,
-                        device=device,
-                        compiler=compiler,
-                        metric=metric,
-                        unit=unit,
-                        samples=[],
-                        error=measured.error,
-                    )
-                )
-                continue
-            values = list(measured.values)
+            values = [] if measured.error else list(measured.values)
             session.add(
                 Result(
                     run_id=run.id,
@@ -153,9 +136,10 @@ def _side_run(session: Session, ab: ABTest, side: str, sha: str, outcome: ABOutc
                     device=device,
                     compiler=compiler,
                     metric=metric,
-                    unit=unit,
+                    unit=METRICS[metric].unit,
                     samples=values,
                     median=float(np.median(values)) if values else None,
+                    error=measured.error,
                 )
             )
     return run

@@ -334,26 +334,25 @@ def _describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-class GitHubTracker:
-    """Issues in a GitHub (or GitHub Enterprise Server) repository, through PyGithub.
+class GitHubRepositoryClient:
+    """One GitHub (or GitHub Enterprise Server) repository through PyGithub: the client with
+    its retries and throttle, the repository opened once, and the resend loop for writes whose
+    answer was lost. The issue tracker and the pull request reporter are both one.
 
     Args:
         repository: ``"owner/name"``.
-        token: a token allowed to write issues of ``repository``.
+        token: a token with the access the subclass needs.
         api_url: the REST API base URL: ``https://api.github.com``, or
             ``https://HOST/api/v3`` for GitHub Enterprise Server.
-        search_label: a label every filed issue carries; marker lookups and sync list only
-            issues with it (``None``: all issues), which keeps them to a page or two on busy
-            repositories. The list endpoint is used rather than the search API because search
-            lags new issues by up to a minute, which would defeat the look-before-create.
         retries: urllib3 retries per request (5xx, connection errors, rate limits).
         backoff_factor: urllib3 backoff in seconds (``factor * 2 ** (n - 1)``), and the first
             wait of the resend loop for writes that may have landed.
         write_attempts: how many times a POST is sent in all.
         max_rate_limit_wait: longest rate-limit wait in seconds before giving up.
         secondary_rate_wait: wait in seconds for a secondary limit that names no reset.
-        seconds_between_requests, seconds_between_writes: PyGithub's throttle (GitHub asks for
-            a second between writes to stay clear of secondary limits).
+        seconds_between_requests: PyGithub's throttle between requests (s).
+        seconds_between_writes: PyGithub's throttle between writes (s; GitHub asks for a
+            second between writes to stay clear of secondary limits).
         timeout: per request, in seconds.
         sleep: how the resend loop waits (tests pass a recorder).
 
@@ -367,7 +366,6 @@ class GitHubTracker:
         token: str | SecretStr,
         *,
         api_url: str = "https://api.github.com",
-        search_label: str | None = "performance",
         retries: int = 6,
         backoff_factor: float = 2.0,
         write_attempts: int = 4,
@@ -381,7 +379,6 @@ class GitHubTracker:
         secret = check_target(repository, token, write_attempts=write_attempts)
         self.repository = repository
         self.api_url = api_url.rstrip("/")
-        self.search_label = search_label
         self._backoff = backoff_factor
         self._write_attempts = write_attempts
         self._sleep = sleep
@@ -397,6 +394,54 @@ class GitHubTracker:
             timeout=timeout,
         )
         self._repo: Repository | None = None
+
+    def _repository(self) -> Repository:
+        if self._repo is None:
+            self._repo = open_repository(self._github, self.repository, self.api_url)
+        return self._repo
+
+    def _write(self, action: str, send: Callable[[], T], landed: Callable[[], Any]) -> T | Any:
+        """:func:`send_unless_landed` with this client's attempts, backoff and sleep."""
+        return send_unless_landed(
+            action,
+            send,
+            landed,
+            attempts=self._write_attempts,
+            backoff=self._backoff,
+            sleep=self._sleep,
+        )
+
+
+class GitHubTracker(GitHubRepositoryClient):
+    """Issues in a GitHub (or GitHub Enterprise Server) repository, through PyGithub.
+
+    Args:
+        repository: ``"owner/name"``.
+        token: a token allowed to write issues of ``repository``.
+        api_url: the REST API base URL: ``https://api.github.com``, or
+            ``https://HOST/api/v3`` for GitHub Enterprise Server.
+        search_label: a label every filed issue carries; marker lookups and sync list only
+            issues with it (``None``: all issues), which keeps them to a page or two on busy
+            repositories. The list endpoint is used rather than the search API because search
+            lags new issues by up to a minute, which would defeat the look-before-create.
+        **options: :class:`GitHubRepositoryClient`'s (retries, backoff, throttle, timeout,
+            write attempts, sleep).
+
+    Raises:
+        InvalidInput: ``repository`` is not ``owner/name`` or ``token`` is empty.
+    """
+
+    def __init__(
+        self,
+        repository: str,
+        token: str | SecretStr,
+        *,
+        api_url: str = "https://api.github.com",
+        search_label: str | None = "performance",
+        **options: Any,
+    ) -> None:
+        super().__init__(repository, token, api_url=api_url, **options)
+        self.search_label = search_label
 
     kind = "github"
 
@@ -542,11 +587,6 @@ class GitHubTracker:
 
     # ----- internals -------------------------------------------------------------------------
 
-    def _repository(self) -> Repository:
-        if self._repo is None:
-            self._repo = open_repository(self._github, self.repository, self.api_url)
-        return self._repo
-
     def _find_open(self, fingerprint: str) -> TrackedIssue | None:
         params: dict[str, Any] = {"state": "open", "sort": "created", "direction": "desc"}
         if self.search_label:
@@ -555,17 +595,6 @@ class GitHubTracker:
             if not _is_pull_request(item) and find_fingerprint(item.body) == fingerprint:
                 return _tracked(item)
         return None
-
-    def _write(self, action: str, send: Callable[[], T], landed: Callable[[], Any]) -> T | Any:
-        """:func:`send_unless_landed` with this tracker's attempts, backoff and sleep."""
-        return send_unless_landed(
-            action,
-            send,
-            landed,
-            attempts=self._write_attempts,
-            backoff=self._backoff,
-            sleep=self._sleep,
-        )
 
     def _errors(self, action: str) -> AbstractContextManager[None]:
         """:func:`github_errors` for this tracker's repository."""
