@@ -14,7 +14,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from service.errors import NightbenchError
-from workers.cli.common import console, err_console
+from workers.cli.common import (
+    BaseShaOption,
+    InstallOption,
+    PackageOption,
+    ProviderOption,
+    WheelUrlOption,
+    WorkDirOption,
+    console,
+    err_console,
+)
 from workers.cli.common import fail as _fail
 
 
@@ -78,24 +87,12 @@ def ab(
         ),
     ] = None,
     profile: Annotated[bool, typer.Option(help="profile the regressed benchmarks")] = True,
-    provider: Annotated[
-        str, typer.Option(help="build provider: checkout | python-overlay | wheel")
-    ] = "checkout",
-    install: Annotated[
-        str,
-        typer.Option(help='checkout: install command run in each build, e.g. "pip install -e ."'),
-    ] = "",
-    wheel_url: Annotated[
-        str | None, typer.Option(help="wheel provider: URL template with {sha}")
-    ] = None,
-    package: Annotated[
-        str | None, typer.Option(help="python-overlay: the installed package laid over")
-    ] = None,
-    base_sha: Annotated[
-        str | None,
-        typer.Option(help="python-overlay: the commit the installed package was built from"),
-    ] = None,
-    work_dir: Annotated[Path | None, typer.Option(help="where builds go")] = None,
+    provider: ProviderOption = "checkout",
+    install: InstallOption = "",
+    wheel_url: WheelUrlOption = None,
+    package: PackageOption = None,
+    base_sha: BaseShaOption = None,
+    work_dir: WorkDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the A/B as JSON")] = False,
 ) -> None:
     """Measure HEAD against BASE, interleaved, and judge every benchmark metric.

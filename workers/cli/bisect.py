@@ -24,7 +24,16 @@ from rich.progress import (
 from rich.table import Table
 
 from service.errors import NightbenchError
-from workers.cli.common import console, err_console
+from workers.cli.common import (
+    BaseShaOption,
+    InstallOption,
+    PackageOption,
+    ProviderOption,
+    WheelUrlOption,
+    WorkDirOption,
+    console,
+    err_console,
+)
 from workers.cli.common import fail as _fail
 
 if TYPE_CHECKING:
@@ -61,10 +70,7 @@ def bisect(
             "(repeatable: one benchmark each)"
         ),
     ] = None,
-    install: Annotated[
-        str,
-        typer.Option(help='install command run in each probe\'s checkout, e.g. "pip install -e ."'),
-    ] = "",
+    install: InstallOption = "",
     workers: Annotated[int, typer.Option(min=1, max=64, help="commits probed per round")] = 1,
     samples: Annotated[
         int | None,
@@ -90,25 +96,11 @@ def bisect(
         float | None,
         typer.Option(min=1.0, help="wall time of the bisection's rounds, s (default: no limit)"),
     ] = None,
-    provider: Annotated[
-        str, typer.Option(help="build provider: checkout | python-overlay | wheel")
-    ] = "checkout",
-    wheel_url: Annotated[
-        str | None, typer.Option(help="wheel provider: URL template with {sha}")
-    ] = None,
-    package: Annotated[
-        str | None,
-        typer.Option(
-            help="python-overlay: the installed package to lay the commit's .py files over"
-        ),
-    ] = None,
-    base_sha: Annotated[
-        str | None,
-        typer.Option(help="python-overlay: the commit the installed package was built from"),
-    ] = None,
-    work_dir: Annotated[
-        Path | None, typer.Option(help="where builds go (default: temporary)")
-    ] = None,
+    provider: ProviderOption = "checkout",
+    wheel_url: WheelUrlOption = None,
+    package: PackageOption = None,
+    base_sha: BaseShaOption = None,
+    work_dir: WorkDirOption = None,
     keep_builds: Annotated[bool, typer.Option(help="leave the builds on disk")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
     metric: Annotated[

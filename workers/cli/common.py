@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -44,3 +46,33 @@ def csv(value: str | None) -> list[str] | None:
 def with_unit(value: float | None, unit: str) -> str:
     """A value for a table, in its unit as the metric table prints it (``—`` for None)."""
     return format_value(value, unit)
+
+
+# The build provider's options, as ``nightbench bisect`` and ``nightbench ab`` take them.
+ProviderOption = Annotated[
+    str, typer.Option("--provider", help="build provider: checkout | python-overlay | wheel")
+]
+InstallOption = Annotated[
+    str,
+    typer.Option(
+        "--install", help='checkout: install command run in each build, e.g. "pip install -e ."'
+    ),
+]
+WheelUrlOption = Annotated[
+    str | None, typer.Option("--wheel-url", help="wheel provider: URL template with {sha}")
+]
+PackageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--package", help="python-overlay: the installed package to lay the commit's .py files over"
+    ),
+]
+BaseShaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-sha", help="python-overlay: the commit the installed package was built from"
+    ),
+]
+WorkDirOption = Annotated[
+    Path | None, typer.Option("--work-dir", help="where builds go (default: temporary)")
+]
