@@ -234,6 +234,11 @@ class Settings(BaseSettings):
         ],
         description="a pull request's A/B measures these unless it names others (docs/ab.md)",
     )
+    ab_metrics: list[str] = Field(
+        default_factory=lambda: ["latency", "cpu_peak_mem"],
+        description="what an A/B judges unless it names metrics (cpu_instructions: callgrind, "
+        "minutes a counted process)",
+    )
     ab_processes: int = Field(default=6, ge=2, le=64, description="A/B processes a side")
     ab_samples: int = Field(default=10, ge=1, description="A/B timed iterations per process")
     task_soft_time_limit_s: float = Field(default=1800, gt=0)
@@ -264,6 +269,19 @@ class Settings(BaseSettings):
     def _empty_path_is_unset(cls, value: object) -> object:
         # docker-compose.yml passes NIGHTBENCH_TORCHBENCH_PATH empty where no checkout is built in.
         return None if value == "" else value
+
+    @field_validator("ab_metrics")
+    @classmethod
+    def _known_ab_metrics(cls, value: list[str]) -> list[str]:
+        from service.metrics import METRICS
+
+        unknown = [name for name in value if name not in METRICS]
+        if unknown or not value:
+            raise ValueError(
+                f"ab_metrics: unknown {', '.join(unknown) or 'none given'}; "
+                f"one or more of {', '.join(METRICS)}"
+            )
+        return value
 
     @field_validator("github_repository")
     @classmethod

@@ -71,7 +71,7 @@ def ab(
         list[str] | None,
         typer.Option(
             help="metrics to judge (repeatable): latency, cpu_peak_mem, gpu_peak_mem, "
-            "cpu_instructions (default: latency and peak memory)"
+            "cpu_instructions (default NIGHTBENCH_AB_METRICS: latency and peak memory)"
         ),
     ] = None,
     processes: Annotated[
@@ -128,7 +128,7 @@ def ab(
             head or "",
             benchmarks=tuple(benchmarks),
             commands=tuple(command or ()),
-            metrics=tuple(metric or ("latency", "cpu_peak_mem")),
+            metrics=tuple(metric or settings.ab_metrics),
             processes=processes or settings.ab_processes,
             samples=samples or settings.ab_samples,
             profile=profile,
