@@ -40,10 +40,10 @@ from service.models.base import utcnow
 from workers.issues import filing
 from workers.issues.filing_state import BACKOFF_FIRST, BACKOFF_MAX, backoff, mark_pending
 from workers.issues.model import RenderedIssue
-from workers.issues.outbox import OutboxTracker
 from workers.issues.reports import causes
 from workers.issues.reports.causes import BisectionInput
 from workers.issues.trackers import IssueTracker, make_tracker
+from workers.issues.trackers.outbox import OutboxTracker
 
 log = logging.getLogger(__name__)
 

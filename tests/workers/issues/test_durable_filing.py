@@ -18,9 +18,9 @@ from service.status.service import system_status
 from tests.github_server import FakeGitHub, Fault
 from tests.workers.issues.conftest import TOKEN
 from tests.workers.issues.test_issues import World
-from workers.issues.outbox import OutboxTracker
 from workers.issues.pending import backoff, file_durably, retry_due
 from workers.issues.trackers.github import GitHubTracker
+from workers.issues.trackers.outbox import OutboxTracker
 
 T0 = datetime(2026, 11, 12, 6, 0, tzinfo=UTC)
 REPO = "/repos/octo-org/perf"

@@ -13,7 +13,6 @@ from pydantic import SecretStr
 from service.config import Settings
 from service.errors import InfrastructureError, InvalidInput, NotFound, TrackerAccessDenied
 from tests.github_server import FakeGitHub
-from workers.issues.markers import comment_marker, marker
 from workers.issues.model import (
     Bisection,
     Change,
@@ -22,10 +21,11 @@ from workers.issues.model import (
     IssueReport,
     RenderedIssue,
 )
-from workers.issues.outbox import OutboxTracker
 from workers.issues.render.regression import render_issue
 from workers.issues.trackers import IssueTracker, make_tracker
 from workers.issues.trackers.github import GitHubTracker
+from workers.issues.trackers.markers import comment_marker, marker
+from workers.issues.trackers.outbox import OutboxTracker
 
 TOKEN = "ghp_never_log_me_0123456789abcdefABCDEF"
 REPO = "octo-org/perf"

@@ -11,7 +11,6 @@ from datetime import date
 import pytest
 
 from service.errors import InvalidInput
-from workers.issues.markers import find_fingerprint, fingerprint, marker
 from workers.issues.model import (
     Bisection,
     Change,
@@ -23,6 +22,7 @@ from workers.issues.model import (
 )
 from workers.issues.render.markdown import format_p_value, format_value, sparkline
 from workers.issues.render.regression import render_issue, render_recurrence
+from workers.issues.trackers.markers import find_fingerprint, fingerprint, marker
 
 CULPRIT = Commit(
     sha="abc1234" + "0" * 33,

@@ -29,11 +29,11 @@ from tests.github_server import FakeGitHub
 from tests.workers.issues.conftest import TOKEN
 from workers.bisect.search import BenchmarkOutcome, BenchmarkVerdict, Outcome, ProbeRecord
 from workers.issues.filing import file_alert
-from workers.issues.outbox import OutboxTracker
 from workers.issues.reports.causes import BisectionInput
 from workers.issues.sync import SYNC_OVERLAP, sync_issues
 from workers.issues.trackers import make_tracker
 from workers.issues.trackers.github import GitHubTracker
+from workers.issues.trackers.outbox import OutboxTracker
 
 ENV = {
     "torch_version": "2.13.0+cpu",

@@ -21,10 +21,10 @@ from service.models import Alert, AlertKind, FilingState, Run
 from workers.issues import filing, pending
 from workers.issues.kind import AlertKindRow, FilingContext
 from workers.issues.kinds import KINDS
-from workers.issues.markers import marker
 from workers.issues.model import Comment, FiledIssue, RenderedIssue
-from workers.issues.outbox import OutboxTracker
 from workers.issues.trackers import IssueTracker
+from workers.issues.trackers.markers import marker
+from workers.issues.trackers.outbox import OutboxTracker
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from service.status.service import system_status
 from tests.github_server import FakeGitHub, Fault
 from tests.workers.issues.conftest import TOKEN
 from workers.issues import missing, pending
-from workers.issues.outbox import OutboxTracker
 from workers.issues.trackers.github import GitHubTracker
+from workers.issues.trackers.outbox import OutboxTracker
 from workers.night import deadline
 from workers.night.plan import create_night
 

@@ -23,7 +23,7 @@ from service.models import Alert, FilingState, Run
 from service.runs.service import BenchmarkSpec
 from tests.workers.issues.test_issues import World
 from workers.issues import pending
-from workers.issues.outbox import OutboxTracker
+from workers.issues.trackers.outbox import OutboxTracker
 from workers.night import deadline
 from workers.night.plan import create_night
 from workers.night.triage import file_night

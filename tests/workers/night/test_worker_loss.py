@@ -16,8 +16,8 @@ from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
 from tests.conftest import WorkerPool, wait_until
 from workers.issues.missing import missing_data_fingerprint
-from workers.issues.outbox import OutboxTracker
 from workers.issues.pending import file_missing_data
+from workers.issues.trackers.outbox import OutboxTracker
 from workers.night import deadline
 from workers.night import plan as nightly
 

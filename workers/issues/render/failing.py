@@ -11,13 +11,13 @@ from typing import Any
 
 from service.models import BisectionOutcome
 from service.regressions.failing import error_summary
-from workers.issues.markers import marker, run_marker
 from workers.issues.model import (
     FailingReport,
     FailureBisected,
     RenderedIssue,
     RunsAgain,
 )
+from workers.issues.trackers.markers import marker, run_marker
 
 ERROR_LINES = 40  # the last lines of the error the issue quotes
 

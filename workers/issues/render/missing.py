@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workers.issues.markers import marker, run_marker
 from workers.issues.model import Arrival, MissingDataReport, RenderedIssue
+from workers.issues.trackers.markers import marker, run_marker
 
 
 def render_missing_data(

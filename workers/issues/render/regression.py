@@ -5,7 +5,7 @@ Pure: an :class:`~workers.issues.model.IssueReport` in, a
 GitHub and to the local outbox. The issue is written for a maintainer who will not click
 anything: every number carries its unit, tables are Markdown, and nothing is a JSON dump.
 
-Every body ends in the hidden fingerprint marker (:mod:`workers.issues.markers`), so that a later
+Every body ends in the hidden fingerprint marker (:mod:`workers.issues.trackers.markers`), so that a later
 filing finds the open issue for the same benchmarks, metrics and culprit (or commit range) and
 comments there instead of opening another.
 """
@@ -16,7 +16,6 @@ import math
 import shlex
 from collections.abc import Sequence
 
-from workers.issues.markers import fingerprint, marker, run_marker
 from workers.issues.model import Bisection, Change, IssueReport, Probe, RenderedIssue
 from workers.issues.render.markdown import (
     cell,
@@ -38,6 +37,7 @@ from workers.issues.render.markdown import (
     version,
 )
 from workers.issues.render.profile import what_changed_section
+from workers.issues.trackers.markers import fingerprint, marker, run_marker
 
 _TITLE_LIMIT = 256  # GitHub rejects longer issue titles
 

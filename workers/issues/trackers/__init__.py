@@ -1,9 +1,9 @@
 """Where issues go: GitHub through PyGithub, or Markdown files in a local outbox.
 
 Both trackers (:class:`~workers.issues.trackers.github.GitHubTracker`,
-:class:`~workers.issues.outbox.OutboxTracker`) satisfy :class:`IssueTracker`, so filing and
+:class:`~workers.issues.trackers.outbox.OutboxTracker`) satisfy :class:`IssueTracker`, so filing and
 sync-back do not care which one the settings chose (:func:`make_tracker`). Filing is idempotent:
-every issue body carries a hidden fingerprint marker (see :mod:`workers.issues.markers`), and
+every issue body carries a hidden fingerprint marker (see :mod:`workers.issues.trackers.markers`), and
 :meth:`IssueTracker.create` looks for an open issue carrying it before creating one, and again
 after a failed create before trying anew, so a crash or a lost response between "GitHub created
 the issue" and "we recorded its number" never yields a second issue.
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from service.errors import InvalidInput
 from workers.issues.model import RenderedIssue, TrackedIssue
-from workers.issues.outbox import OutboxTracker
 from workers.issues.trackers.github import GitHubTracker
+from workers.issues.trackers.outbox import OutboxTracker
 
 if TYPE_CHECKING:
     from service.config import Settings

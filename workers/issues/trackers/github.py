@@ -45,14 +45,14 @@ from pydantic import SecretStr
 from urllib3 import Retry
 
 from service.errors import InfrastructureError, InvalidInput, NotFound, TrackerAccessDenied
-from workers.issues.markers import (
+from workers.issues.model import RenderedIssue, TrackedIssue
+from workers.issues.trackers.markers import (
     check_key,
     comment_marker,
     find_fingerprint,
     find_run_id,
     with_comment_marker,
 )
-from workers.issues.model import RenderedIssue, TrackedIssue
 
 if TYPE_CHECKING:
     from github.Issue import Issue

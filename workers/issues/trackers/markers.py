@@ -5,7 +5,7 @@ the open issue for the same benchmarks, metrics and culprit (or commit range) an
 instead of opening another. ``<!-- nightbench:run=<id> -->`` names the run an issue was filed
 for, and ``<!-- nightbench:comment=<key> -->`` makes a comment findable, so that it is left once
 per key. Both trackers read them back (:mod:`workers.issues.trackers.github`,
-:mod:`workers.issues.outbox`).
+:mod:`workers.issues.trackers.outbox`).
 """
 
 from __future__ import annotations

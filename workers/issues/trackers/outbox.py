@@ -23,14 +23,14 @@ from typing import Any
 import yaml
 
 from service.errors import InfrastructureError, InvalidInput, NotFound
-from workers.issues.markers import (
+from workers.issues.model import RenderedIssue, TrackedIssue
+from workers.issues.trackers.markers import (
     check_key,
     comment_marker,
     find_fingerprint,
     find_run_id,
     with_comment_marker,
 )
-from workers.issues.model import RenderedIssue, TrackedIssue
 
 log = logging.getLogger(__name__)
 
