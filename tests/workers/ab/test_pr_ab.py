@@ -107,6 +107,7 @@ def _status(fake: FakeGitHub, sha: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
+@pytest.mark.measured
 def test_a_planted_slowdown_is_flagged_in_one_comment_edited_on_a_rerun(
     setup: Setup, celery_workers: WorkerPool, tmp_path: Path
 ) -> None:
@@ -167,6 +168,7 @@ def test_a_planted_slowdown_is_flagged_in_one_comment_edited_on_a_rerun(
 
 
 @pytest.mark.slow
+@pytest.mark.measured
 def test_a_comment_only_change_passes_and_a_build_failure_fails_with_its_reason(
     setup: Setup, celery_workers: WorkerPool, tmp_path: Path
 ) -> None:
