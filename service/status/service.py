@@ -24,6 +24,8 @@ from service.models import (
     FILING_UNFILED,
     PROBE_ENDED,
     RUN_OPEN,
+    ABStatus,
+    ABTest,
     Alert,
     Bisection,
     BisectionStatus,
@@ -31,6 +33,7 @@ from service.models import (
     Job,
     JobStatus,
     Probe,
+    ReportState,
     Result,
     Run,
     RunKind,
@@ -491,6 +494,38 @@ def waiting_on(session: Session, bisections: list[RunningBisection]) -> dict[str
     return out
 
 
+AB_STALE = timedelta(hours=2)
+"""A pull request's A/B queued or running longer than this is a problem: no worker took it,
+or its task hangs (the default set takes minutes; one task's limit is 30 min)."""
+
+
+def ab_problems(session: Session, *, now: datetime) -> list[str]:
+    """One line per A/B a person should look at: its report refused by GitHub (kept and retried),
+    or the A/B itself queued or running over :data:`AB_STALE`."""
+    lines = []
+    stuck = select(ABTest).where(
+        ABTest.status.in_([ABStatus.QUEUED.value, ABStatus.RUNNING.value]),
+        ABTest.created_at < now - AB_STALE,
+    )
+    for ab in session.scalars(stuck.order_by(ABTest.id)):
+        if (ab.options or {}).get("queue") == "local":
+            continue  # measured by a nightbench ab on someone's machine, not by the workers
+        where = f"PR #{ab.pr_number}" if ab.pr_number is not None else "by hand"
+        hours = (now - ab.created_at).total_seconds() / 3600
+        lines.append(
+            f"A/B {ab.id} ({where}) has been {ab.status} for {hours:.1f} h: no worker of its "
+            f"queue ({(ab.options or {}).get('queue') or 'cpu'}) took it, or its task hangs"
+        )
+    refused = select(ABTest).where(ABTest.report_state == ReportState.FAILED_RETRYING.value)
+    for ab in session.scalars(refused.order_by(ABTest.id)):
+        lines.append(
+            f"A/B {ab.id}: reporting on PR #{ab.pr_number} failed {ab.report_attempts} "
+            f"time(s): {ab.report_error}; retried at {ab.next_report_at} (or now: nightbench "
+            "issues retry)"
+        )
+    return lines
+
+
 def system_status(
     session: Session,
     *,
@@ -628,6 +663,7 @@ def store_status(
         for f in filings
         if f.state == FilingState.FAILED_RETRYING
     ]
+    problems += ab_problems(session, now=now)
     bisections = running_bisections(session, now=now)
     changes = [
         StabilityChange(

@@ -265,3 +265,67 @@ def test_status_tells_a_bisection_running_for_over_a_day(client: TestClient, db:
         stuck.id: "failure",
         fresh.id: "latency",
     }
+
+
+def test_status_names_a_stuck_a_b_and_a_report_github_refuses(
+    client: TestClient, db: Session
+) -> None:
+    from service.models import ABTest
+
+    now = datetime.now(UTC)
+    old = now - timedelta(hours=3)
+    stuck = ABTest(
+        status="queued",
+        pr_number=5,
+        base_sha="a" * 40,
+        head_sha="b" * 40,
+        options={"queue": "gpu.a100"},
+        rows=[],
+        profiles={},
+        report_state="pending",
+        created_at=old,
+    )
+    local = ABTest(
+        status="running",
+        base_sha="a" * 40,
+        head_sha="b" * 40,
+        options={"queue": "local"},
+        rows=[],
+        profiles={},
+        report_state="none",
+        created_at=old,
+    )
+    fresh = ABTest(
+        status="running",
+        pr_number=6,
+        base_sha="a" * 40,
+        head_sha="b" * 40,
+        options={"queue": "cpu"},
+        rows=[],
+        profiles={},
+        report_state="pending",
+        created_at=now,
+    )
+    refused = ABTest(
+        status="done",
+        pr_number=7,
+        base_sha="a" * 40,
+        head_sha="b" * 40,
+        options={},
+        rows=[],
+        profiles={},
+        report_state="failed_retrying",
+        report_attempts=2,
+        report_error="GitHub rejected the token (401)",
+        next_report_at=now + timedelta(hours=1),
+    )
+    db.add_all([stuck, local, fresh, refused])
+    db.flush()
+
+    problems = client.get("/api/status").json()["problems"]
+    ab_lines = [p for p in problems if p.startswith("A/B ")]
+    assert len(ab_lines) == 2, ab_lines
+    assert ab_lines[0].startswith(f"A/B {stuck.id} (PR #5) has been queued for 3.0 h")
+    assert "queue (gpu.a100)" in ab_lines[0]
+    assert ab_lines[1].startswith(f"A/B {refused.id}: reporting on PR #7 failed 2 time(s)")
+    assert "GitHub rejected the token (401)" in ab_lines[1]

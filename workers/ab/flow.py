@@ -70,7 +70,9 @@ def request_ab(
         if spec.get("kind") == "python-overlay" and not spec.get("base_sha"):
             spec = {**spec, "base_sha": request.base_sha}
         with session_scope() as session:
-            ab = store.create_ab(session, request, provider_spec=spec, requested_by=requested_by)
+            ab = store.create_ab(
+                session, request, provider_spec=spec, requested_by=requested_by, queue=queue
+            )
             return ab.id, [Step("ab.run", (ab.id,), queue=queue)]
     reporter = make_reporter(settings)
     if reporter is None:
@@ -104,6 +106,7 @@ def request_ab(
             repository=settings.github_repository,
             pr_number=pr_number,
             requested_by=requested_by,
+            queue=queue,
         )
         if refusal is not None:
             ab.options = {**ab.options, "refused": True}

@@ -31,6 +31,7 @@ def create_ab(
     repository: str | None = None,
     pr_number: int | None = None,
     requested_by: str | None = None,
+    queue: str = "cpu",
 ) -> ABTest:
     """Store a new A/B, ``queued`` (flushed: its id is set).
 
@@ -41,6 +42,7 @@ def create_ab(
         repository: the pull request's ``owner/name``, or None for a local A/B.
         pr_number: the pull request, or None for a local A/B.
         requested_by: who asked (a GitHub login, ``cli``).
+        queue: the queue that measures it (``cpu``, ``gpu.<class>``; ``local`` on this machine).
     """
     ab = ABTest(
         status=ABStatus.QUEUED.value,
@@ -49,7 +51,7 @@ def create_ab(
         requested_by=requested_by,
         base_sha=request.base_sha,
         head_sha=request.head_sha,
-        options={**request.as_options(), "provider": provider_spec},
+        options={**request.as_options(), "provider": provider_spec, "queue": queue},
         rows=[],
         profiles={},
         report_state=(

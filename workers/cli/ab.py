@@ -188,6 +188,7 @@ def _local(
 ) -> None:
     from service.config import get_settings
     from service.db import session_scope
+    from service.models.base import utcnow
     from workers.ab import store
     from workers.ab.run import ABRequest, run_ab
     from workers.builds.registry import make_provider
@@ -219,7 +220,11 @@ def _local(
         transient=as_json,
     )
     with session_scope() as session:
-        ab_id = store.create_ab(session, request, provider_spec=spec, requested_by="cli").id
+        row = store.create_ab(
+            session, request, provider_spec=spec, requested_by="cli", queue="local"
+        )
+        row.status, row.started_at = "running", utcnow()
+        ab_id = row.id
     with progress:
         bar = progress.add_task("building", total=names * request.processes * 2)
 
