@@ -226,7 +226,7 @@ def run_ab(ab_id: int) -> None:
     send(ab_flow.measure(ab_id))
 
 
-@app.task(name="ab.report", base=RetriedTask, max_retries=3)
+@app.task(name="ab.report", base=RetriedTask)
 def report_ab(ab_id: int) -> None:
     """Report an A/B on its pull request: the comment edited in place, the commit status (a
     refusal is kept and retried by ``issues.retry_filing``)."""
