@@ -34,7 +34,9 @@ from suite.counting import CountConfig, count_records
 from suite.registry import list_models
 
 
-def _benchmarks(models: str | None, modes: Sequence[str]) -> list[tuple[str, str, int | None]]:
+def _benchmarks(
+    models: str | None, modes: Sequence[str], batch_size: int | None = None
+) -> list[tuple[str, str, int | None]]:
     patterns = [m.strip() for m in models.split(",")] if models else ["*"]
     out = []
     for info in list_models():
@@ -42,7 +44,7 @@ def _benchmarks(models: str | None, modes: Sequence[str]) -> list[tuple[str, str
             continue
         for mode in modes:
             if mode in info.modes and "cpu" in info.devices:
-                out.append((info.name, mode, None))
+                out.append((info.name, mode, batch_size))
     return out
 
 
@@ -57,16 +59,31 @@ def cv(values: Sequence[float]) -> float:
 
 
 def measure(
-    benchmarks: list[tuple[str, str, int | None]], *, processes: int, batch: int, cfg: CountConfig
+    benchmarks: list[tuple[str, str, int | None]],
+    *,
+    processes: int,
+    batch: int,
+    cfg: CountConfig,
+    checkpoint: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Count every benchmark ``processes`` times, ``batch`` benchmarks a valgrind process.
+
+    ``checkpoint``: a JSON path the raw figures are written to after every valgrind process, so
+    that a pass of hours stopped part-way keeps what it counted.
 
     Returns:
         ``{"model:mode": {"medians": [...], "wall_s": [...], "cpu_s": [...], "errors": [...]}}``
         and, under ``"_processes"``, each valgrind process's wall and CPU seconds.
     """
     out: dict[str, dict[str, Any]] = {
-        f"{m}:{mo}": {"medians": [], "wall_s": [], "cpu_s": [], "errors": []}
+        f"{m}:{mo}": {
+            "medians": [],
+            "wall_s": [],
+            "cpu_s": [],
+            "build_cpu_s": [],
+            "warmup_cpu_s": [],
+            "errors": [],
+        }
         for m, mo, _ in benchmarks
     }
     out["_processes"] = {"wall_s": [], "cpu_s": [], "benchmarks": []}
@@ -85,11 +102,16 @@ def measure(
                     c = r["environment"].get("counter", {})
                     row["wall_s"].append(c.get("wall_s"))
                     row["cpu_s"].append(c.get("cpu_s"))
+                    row["build_cpu_s"].append(c.get("build_cpu_s"))
+                    row["warmup_cpu_s"].append(c.get("warmup_cpu_s"))
                     if r["error"]:
                         row["errors"].append(r["error"])
                     else:
                         row["medians"].append(r["metrics"][0]["median"])
                 progress.advance(task)
+                if checkpoint:
+                    with open(checkpoint, "w") as fh:
+                        json.dump({"raw": out}, fh, indent=1)
     return out
 
 
@@ -132,17 +154,28 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--modes", default="train,eval")
     ap.add_argument("--processes", type=int, default=5, help="separate counts of each")
     ap.add_argument("--batch", type=int, default=8, help="benchmarks per valgrind process")
+    ap.add_argument(
+        "--batch-size",
+        type=int,
+        default=2,
+        help="each benchmark's batch size (0: the model's own); the count series' default is 2 "
+        "(NIGHTBENCH_COUNT_BATCH_SIZE)",
+    )
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--json", default=None, help="write the raw figures here")
     args = ap.parse_args(argv)
-    benchmarks = _benchmarks(args.models, [m.strip() for m in args.modes.split(",")])
+    benchmarks = _benchmarks(
+        args.models, [m.strip() for m in args.modes.split(",")], args.batch_size or None
+    )
     if not benchmarks:
         ap.error(f"no CPU benchmark matches --models {args.models!r} --modes {args.modes!r}")
     load_before = os.getloadavg()
     cfg = CountConfig(args.warmup_steps, 1, args.repeats, args.timeout)
-    data = measure(benchmarks, processes=args.processes, batch=args.batch, cfg=cfg)
+    data = measure(
+        benchmarks, processes=args.processes, batch=args.batch, cfg=cfg, checkpoint=args.json
+    )
     summary = summarise(data, args.processes)
     summary["load_average_before"] = load_before
     table = Table(title=f"cpu_instructions over {args.processes} processes")

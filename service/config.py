@@ -200,6 +200,13 @@ class Settings(BaseSettings):
         "valgrind runs hundreds of times slower than timed, and the Python and framework work "
         "a count is there to watch does not grow with the batch",
     )
+    count_budget_s: float = Field(
+        default=3600,
+        ge=0,
+        description="CPU seconds of one core a night's count pass may take (0: no budget); "
+        "past it the night counts the benchmarks counted longest ago and the rest on the next "
+        "nights, in turn (service/runs/count_plan.py)",
+    )
     count_warmup_steps: int = Field(default=2, ge=0, description="uncounted steps first")
     count_repeats: int = Field(default=3, ge=1, description="counted windows per benchmark")
     count_timeout_s: float = Field(

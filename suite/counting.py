@@ -133,9 +133,11 @@ def _count_one(model: str, mode: str, batch_size: int | None, cfg: CountConfig) 
         out["benchmark_version"] = benchmark_version(model)
         bench = load_model_class(model)(test=mode, device="cpu", batch_size=batch_size)
         out["batch_size"] = bench.batch_size
+        out["build_cpu_s"] = round(time.process_time() - cpu, 2)
         step = bench.train if mode == "train" else bench.eval
         for _ in range(cfg.warmup_steps):
             step()
+        out["warmup_cpu_s"] = round(time.process_time() - cpu - out["build_cpu_s"], 2)
         gc.collect()
         gc.disable()
         try:
@@ -323,6 +325,8 @@ def _records(
             **environment.get("counter", {}),
             "wall_s": entry.get("wall_s"),
             "cpu_s": entry.get("cpu_s"),
+            "build_cpu_s": entry.get("build_cpu_s"),
+            "warmup_cpu_s": entry.get("warmup_cpu_s"),
         }
         record["batch_size"] = entry.get("batch_size", batch_size)
         record["benchmark_version"] = entry.get("benchmark_version")

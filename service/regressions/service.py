@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import date
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
@@ -482,7 +483,45 @@ def range_start(session: Session, *, run: Run) -> Run | None:
         if previous is None:
             break
         start = previous
+    # A series measured only some nights (a count pass in rotation, service.runs.count_plan):
+    # its culprit lies after the night of its point before the step, however many nights back.
+    gap = _night_before_step(session, run=run)
+    while gap is not None and start.night > gap and start.previous_run_id:
+        previous = session.get(Run, start.previous_run_id)
+        if previous is None:
+            break
+        start = previous
     return None if start is earliest else start
+
+
+def _night_before_step(session: Session, *, run: Run) -> date | None:
+    """The earliest, over ``run``'s reproduced regressions, of the night of the series' last
+    point before the step's first night (a result without error); None when none has one."""
+    regs = session.scalars(
+        select(Regression).where(
+            Regression.run_id == run.id,
+            Regression.direction == "regression",
+            Regression.alertable.is_(True),
+            Regression.confirmation == Confirmation.REPRODUCED,
+        )
+    ).all()
+    nights = []
+    for r in regs:
+        night = session.scalar(
+            select(func.max(Result.night)).where(
+                Result.series_key == r.series_key,
+                Result.metric == r.metric,
+                Result.model == r.model,
+                Result.mode == r.mode,
+                Result.device == r.device,
+                Result.compiler == r.compiler,
+                Result.error.is_(None),
+                Result.night < (r.first_night or run.night),
+            )
+        )
+        if night is not None:
+            nights.append(night)
+    return min(nights, default=None)
 
 
 def get_regression(session: Session, regression_id: int) -> Regression:

@@ -30,6 +30,7 @@ from service.benchmarks import benchmark_name
 from service.models import JOB_ENDED, RUN_OPEN, Job, Result, Run, RunKind
 from service.results.records import record_benchmark
 from service.results.service import store_record
+from service.runs import count_plan
 from service.runs.service import BenchmarkSpec, create_run, list_jobs
 from service.series import (
     COUNT_ROUND,
@@ -163,11 +164,23 @@ def count_round(session: Session, *, run_id: int) -> Run | None:
 
 
 def create_count_round(
-    session: Session, *, parent: Run, models: Callable[[str], bool], deadline_s: float | None
+    session: Session,
+    *,
+    parent: Run,
+    models: Callable[[str], bool],
+    deadline_s: float | None,
+    budget_s: float = 0.0,
+    batch: int = 1,
 ) -> Run | None:
     """Create the count pass of ``parent`` (a nightly or confirmation run whose timed rounds
     have ended): each of its CPU benchmarks whose model ``models`` accepts, counted once on the
     same build and queue (only ``flush()``; the caller commits, then sends its jobs).
+
+    A nightly run's pass is planned under ``budget_s`` CPU seconds of one core
+    (:func:`service.runs.count_plan.plan_count_pass`, ``batch`` benchmarks a valgrind
+    process): when the whole pass does not fit, the benchmarks counted longest ago are counted
+    and the night's note says how many were left for the next nights. A confirmation run's
+    pass counts every candidate (0: no budget).
 
     Returns:
         The count pass's run (kind ``replicate``, ``options["origin"] = "count"``), or None
@@ -176,6 +189,17 @@ def create_count_round(
     specs = [s for s in _job_specs(session, parent.id) if s.device == "cpu" and models(s.model)]
     if not specs:
         return None
+    history: dict[str, count_plan.CountHistory] = {}
+    for queue in sorted({s.queue for s in specs}):
+        mine = [s for s in specs if s.queue == queue]
+        history.update(count_plan.count_history(session, specs=mine, queue=queue))
+    if budget_s > 0 and parent.kind == RunKind.NIGHTLY:
+        plan = count_plan.plan_count_pass(specs, history, budget_s=budget_s, batch=batch)
+        specs = list(plan.counted)
+        line = plan.note()
+        if line and line not in (parent.note or ""):
+            parent.note = f"{parent.note}\n{line}" if parent.note else line
+    estimates = {s.name: count_plan.estimated_cost(s, history) for s in specs}
     child = create_run(
         session,
         night=parent.night,
@@ -184,7 +208,7 @@ def create_count_round(
         kind=RunKind.REPLICATE,
         parent_run_id=parent.id,
         deadline_s=deadline_s,
-        options={"origin": COUNT_ROUND},
+        options={"origin": COUNT_ROUND, "estimates": estimates},
     )
     if child.deadline_at is not None and parent.deadline_at is not None:
         parent.deadline_at = max(_aware(parent.deadline_at), _aware(child.deadline_at))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
@@ -199,11 +200,22 @@ def lost_jobs(session: Session, *, silent_since: datetime) -> list[Job]:
 
 
 def claim_queued_jobs(
-    session: Session, *, run_id: int, exclude: int, limit: int, worker: str
+    session: Session,
+    *,
+    run_id: int,
+    exclude: int,
+    limit: int,
+    worker: str,
+    cost: Callable[[Job], float] | None = None,
+    budget: float = math.inf,
 ) -> list[Job]:
     """Start up to ``limit`` of run ``run_id``'s queued jobs (not ``exclude``) on ``worker``,
     under their row locks (skipping rows another worker holds), in id order: a batch measured
     in one process (a count pass). Only flushes.
+
+    With ``cost``, a job is claimed only while the claimed jobs' costs add up to at most
+    ``budget`` (one that does not fit is left queued for another process; a cheaper one after it
+    may still be claimed).
 
     Returns:
         The jobs claimed (now ``running``).
@@ -214,10 +226,18 @@ def claim_queued_jobs(
         select(Job)
         .where(Job.run_id == run_id, Job.id != exclude, Job.status == JobStatus.QUEUED)
         .order_by(Job.id)
-        .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    jobs = list(session.scalars(stmt))
+    jobs: list[Job] = []
+    spent = 0.0
+    for job in session.scalars(stmt if cost is not None else stmt.limit(limit)):
+        if len(jobs) >= limit:
+            break
+        if cost is not None:
+            if spent + cost(job) > budget:
+                continue
+            spent += cost(job)
+        jobs.append(job)
     for job in jobs:
         start_job(session, job=job, worker=worker)
     session.flush()

@@ -145,6 +145,8 @@ def _settle(run_id: int, settings: Settings) -> list[Step]:
                     parent=run,
                     models=lambda model: settings.counts_on(queue, model),
                     deadline_s=settings.night_deadline_s,
+                    budget_s=settings.count_budget_s,
+                    batch=settings.count_batch,
                 )
                 if count is not None:  # the timed processes have all ended: count, then judge
                     created.append(count.id)

@@ -20,9 +20,9 @@ from typing import Any
 from service.config import Settings, get_settings
 from service.db import session_scope
 from service.metrics import INSTRUCTIONS
-from service.models import JOB_ENDED, JobStatus
+from service.models import JOB_ENDED, Job, JobStatus
 from service.results import service as results
-from service.runs import rounds
+from service.runs import count_plan, rounds
 from service.runs import service as runs
 from service.series import is_count_round
 from workers import runner
@@ -362,6 +362,15 @@ def count_jobs(
     with session_scope() as session:
         job = runs.get_job(session, job_id)
         run_id = job.run_id
+        estimates = (runs.get_run(session, run_id).options or {}).get("estimates") or {}
+        fallback = max(estimates.values(), default=count_plan.DEFAULT_COST_S)
+
+        def cost(j: Job) -> float:
+            return float(estimates.get(j.benchmark, fallback))
+
+        # The batch's counting must end well inside the process's limit (a wall-clock limit,
+        # and a busy host stretches wall time past the CPU time the estimates are in).
+        room = 0.5 * settings.count_process_timeout_s - count_plan.PROCESS_CPU_S - cost(job)
         batch = [
             job,
             *runs.claim_queued_jobs(
@@ -370,6 +379,8 @@ def count_jobs(
                 exclude=job_id,
                 limit=settings.count_batch - 1,
                 worker=worker,
+                cost=cost,
+                budget=room,
             ),
         ]
         ids = [j.id for j in batch]

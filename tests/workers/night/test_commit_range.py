@@ -177,3 +177,32 @@ def test_a_step_whose_second_night_came_out_low_is_searched_from_before_its_firs
         assert start is not None and start.id == ids[19]
     commit_range = nightly.resolve_commit_range(ids[24])
     assert commit_range is not None and shas[21] in [c["sha"] for c in commit_range]
+
+
+def test_a_series_measured_some_nights_only_is_searched_from_its_point_before_the_step(
+    tmp_path: Path,
+    configure: Callable[..., None],
+) -> None:
+    # A series with a point every other night (a count pass in rotation): data on nights 1 to
+    # 8, none on night 9 (the culprit's build, commit 9), 13 ms on night 10, reproduced there.
+    # The previous night's build (9) already holds the culprit: the range must start at
+    # night 8, the series' last point before the step.
+    shas = _make_repo(tmp_path / "src", 11)
+    configure(source_repo_path=tmp_path / "src")
+    rng = random.Random(11)
+    ids = {day: _night_with_latency(day, shas[day], 10.0, rng) for day in range(1, 9)}
+    ids[9] = _stored_night(9, shas[9])
+    with session_scope() as session:
+        # Taken as the rotation leaves a night: a run of the queue, no point of this series.
+        assert session.scalar(select(Result.id).where(Result.run_id == ids[9])) is None
+    ids[10] = _night_with_latency(10, shas[10], 13.0, rng)
+    with session_scope() as session:
+        (step,) = session.scalars(select(Regression).where(Regression.run_id == ids[10]))
+        assert step.first_night == date(2026, 9, 10), step.reason
+        step.confirmation = "reproduced"  # as a count's re-count on the same build says
+    with session_scope() as session:
+        start = regressions.range_start(session, run=runs.get_run(session, ids[10]))
+        assert start is not None and start.id == ids[8]
+    commit_range = nightly.resolve_commit_range(ids[10])
+    assert commit_range is not None
+    assert [c["sha"] for c in commit_range] == shas[8:11]
