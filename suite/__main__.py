@@ -433,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run" and argv is None:
         _apply_setup(parser, args)
     if getattr(args, "torchbench", None):
+        # Stays: suite has no settings object; checkout_root() reads the checkout from here.
         os.environ["NIGHTBENCH_TORCHBENCH_PATH"] = args.torchbench
     if args.command == "list" and args.suite != "nightbench":
         from suite.torchbench_checkout import InvalidCheckout, TorchBenchUnavailable, checkout_root

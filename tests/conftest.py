@@ -25,13 +25,18 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from tests.github_server import FakeGitHub
+    from workers.demo.minitok import PackageRepository
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = os.environ.get("NIGHTBENCH_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -173,6 +178,40 @@ def configure(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Callable[..
         _reset_caches()
 
     return apply
+
+
+@pytest.fixture
+def minitok_deployment(
+    configure: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., PackageRepository]:
+    """A deployment whose package under test is ``minitok`` (workers/demo/minitok.py), for one
+    test: ``minitok_deployment(fake, history, **settings)`` makes the package's git history
+    under ``tmp_path`` (``history``: the arguments of ``make_package_repository``), builds its
+    commits with the checkout provider (builds under ``tmp_path / "builds"``), files to the
+    GitHub stand-in ``fake`` with the token it answers for, lets the suite find the demo models
+    (tokbag), applies ``settings`` over that, and returns the repository."""
+    from workers.demo.minitok import INSTALL_COMMAND, make_package_repository
+    from workers.demo.run import DEMO_MODELS
+
+    def deploy(
+        fake: FakeGitHub, history: Mapping[str, Any], **settings: object
+    ) -> PackageRepository:
+        repo = make_package_repository(tmp_path / "minitok", **history)
+        configure(
+            github_repository="octo-org/perf",
+            github_token=fake.token,
+            github_api_url=fake.base_url,
+            source_github_repository="",
+            source_repo_path=repo.path,
+            bisect_provider="checkout",
+            bisect_install_command=INSTALL_COMMAND,
+            bisect_work_dir=tmp_path / "builds",
+            **settings,
+        )
+        monkeypatch.setenv("NIGHTBENCH_SUITE_EXTRA_MODELS", str(DEMO_MODELS))
+        return repo
+
+    return deploy
 
 
 @pytest.fixture

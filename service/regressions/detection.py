@@ -16,10 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.errors import DetectionInputError
+from service.mann_whitney import Ties, mann_whitney_p
 from service.metrics import UnknownMetric, alerting
 from service.regressions.baseline import band, has_baseline, window_nights, window_noise
 from service.regressions.document import detect_document
-from service.regressions.robust import DetectionInputError, envelope, mann_whitney_greater
+from service.regressions.robust import envelope
 from service.regressions.rules import MODE_SAME, multimodal, night_clock
 from service.regressions.scan import (
     DEFAULT_PARAMS,
@@ -42,7 +44,6 @@ __all__ = [
     "confirm",
     "detect_document",
     "detect_series",
-    "mann_whitney_greater",
 ]
 
 VERDICTS = ("regression", "improvement", "unchanged", "no_baseline")
@@ -384,7 +385,9 @@ def _against_baseline(
         up_candidate = est >= thr and y[0, j] > env and not seen
         upper = float(from_log(np.array(env), memory))
     else:
-        pval = mann_whitney_greater([float(y[0, j])], window.tolist())
+        pval = mann_whitney_p(
+            [float(y[0, j])], window.tolist(), alternative="greater", ties=Ties.HALF
+        )
         # A candidate reaches the threshold itself, tonight alone or with the nights just before
         # it: a change below it can never be raised online (``scan._judge``), so its
         # confirmation re-run would be wasted.

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from service.errors import DetectionInputError
 from service.metrics import ALERT_METRICS, exact_levels
-from service.regressions.robust import DetectionInputError
 from service.regressions.scan import detect_series
 
 

@@ -1,80 +1,14 @@
 """Robust statistics for series of night levels (pure numpy; no I/O).
 
-The exact Mann-Whitney U test (Mann & Whitney, "On a test of whether one of two random
-variables is stochastically larger than the other", Ann. Math. Statist. 18(1), 1947), rolling
-medians over ``(series, nights)`` matrices, and the *recurring envelope* of a baseline window
-(its highest level seen on at least two nights). Used by ``service.regressions.scan``.
+Rolling medians over ``(series, nights)`` matrices and the *recurring envelope* of a baseline
+window (its highest level seen on at least two nights). Used by ``service.regressions.scan``;
+the exact Mann-Whitney table the scan reads is :mod:`service.mann_whitney`'s.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from functools import lru_cache
-
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-
-from service.errors import DetectionInputError
-
-MWU_MAX = 32  # largest sample size of the exact Mann-Whitney table
-
-
-# --------------------------------------------------------------------------------------------
-# Exact Mann-Whitney U null distribution
-
-
-@lru_cache(maxsize=4)
-def mwu_tail(max_m: int, max_k: int) -> np.ndarray:
-    """``P[m, k, u] = P(U >= u)`` under H0 for samples of sizes m and k (no ties).
-
-    Counts from Mann & Whitney's recurrence ``c(u; m, k) = c(u - k; m - 1, k) + c(u; m, k - 1)``
-    (the largest observation belongs to the first or to the second sample).
-    """
-    size = max_m * max_k + 1
-    counts: list[list[np.ndarray]] = [[np.ones(1)] * (max_k + 1)]
-    for m in range(1, max_m + 1):
-        row = [np.ones(1)]
-        for k in range(1, max_k + 1):
-            c = np.zeros(m * k + 1)
-            below = counts[m - 1][k]
-            c[k : k + below.size] += below
-            c[: row[k - 1].size] += row[k - 1]
-            row.append(c)
-        counts.append(row)
-    tail = np.ones((max_m + 1, max_k + 1, size + 1))
-    for m in range(1, max_m + 1):
-        for k in range(1, max_k + 1):
-            c = counts[m][k]
-            sf = np.cumsum(c[::-1])[::-1] / c.sum()
-            tail[m, k, : sf.size] = sf
-            tail[m, k, sf.size :] = 0.0
-    return tail
-
-
-def mann_whitney_greater(post: Sequence[float], base: Sequence[float]) -> float:
-    """Exact one-sided Mann-Whitney U p-value that ``post`` is stochastically larger than ``base``.
-
-    Ties count one half in ``U`` and the p-value is taken at ``floor(U)``, which can only make it
-    larger (conservative). Sizes up to 32 each.
-
-    Args:
-        post: levels of the candidate nights, shape (m,).
-        base: levels of the baseline nights, shape (k,).
-
-    Returns:
-        P(U >= u) under the null hypothesis of identical distributions (Mann & Whitney, 1947).
-
-    Raises:
-        DetectionInputError: a sample is empty or longer than 32.
-    """
-    p = np.asarray(post, dtype=float)
-    b = np.asarray(base, dtype=float)
-    if not (1 <= p.size <= MWU_MAX and 1 <= b.size <= MWU_MAX):
-        raise DetectionInputError(f"samples: Mann-Whitney needs 1 to {MWU_MAX} values on each side")
-    u = float((p[:, None] > b[None, :]).sum() + 0.5 * (p[:, None] == b[None, :]).sum())
-    return float(mwu_tail(MWU_MAX, MWU_MAX)[p.size, b.size, int(math.floor(u))])
-
 
 # --------------------------------------------------------------------------------------------
 # Rolling statistics on (series, nights) matrices; NaN only after a row's last night
@@ -132,17 +66,6 @@ def gather(y: np.ndarray, rows: np.ndarray, start: np.ndarray, size: np.ndarray,
     ok = offs[None, :] < size[:, None]
     vals = y[rows[:, None], np.clip(idx, 0, y.shape[1] - 1)]
     return np.where(ok, vals, np.nan)
-
-
-def mwu_p(post: np.ndarray, base: np.ndarray, up: np.ndarray) -> np.ndarray:
-    """Exact one-sided Mann-Whitney p-values, row-wise; NaN-padded samples (sizes <= 32)."""
-    m = np.sum(~np.isnan(post), axis=1)
-    k = np.sum(~np.isnan(base), axis=1)
-    gt = (post[:, :, None] > base[:, None, :]).sum(axis=(1, 2))
-    lt = (post[:, :, None] < base[:, None, :]).sum(axis=(1, 2))
-    eq = m * k - gt - lt
-    u = np.where(up, gt, lt) + 0.5 * eq
-    return mwu_tail(MWU_MAX, MWU_MAX)[m, k, np.floor(u).astype(int)]
 
 
 def envelope(base: np.ndarray, tol: np.ndarray, upper: bool) -> np.ndarray:

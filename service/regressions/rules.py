@@ -17,16 +17,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import stats
 
-from service.regressions.robust import (
-    MWU_MAX,
-    DetectionInputError,
-    envelope,
-    gather,
-    median_last,
-    mwu_p,
-    mwu_tail,
-    row_median,
-)
+from service.errors import DetectionInputError
+from service.mann_whitney import MWU_MAX, exact_tail_rows, mwu_tail
+from service.regressions.robust import envelope, gather, median_last, row_median
 
 MEDIAN_VAR = math.pi / 2  # variance of a median relative to a mean (large samples)
 CHUNK = 8192  # series per block of matrix work (bounds memory)
@@ -384,7 +377,7 @@ def significant(
     new = ok.copy()
     lat = ~memory[rows]
     if lat.any():
-        pval[lat] = mwu_p(post[lat], base[lat], up[lat])
+        pval[lat] = exact_tail_rows(post[lat], base[lat], up[lat])
         k = np.sum(~np.isnan(base), axis=1)
         short = lat & (mwu_tail(MWU_MAX, MWU_MAX)[m, k, m * k] > p.alpha)
         if short.any():

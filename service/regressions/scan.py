@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.errors import DetectionInputError
 from service.regressions.baseline import pooled_noise, window_noise
 from service.regressions.offline import offline_batch
 from service.regressions.persist import (
@@ -24,13 +25,7 @@ from service.regressions.persist import (
     outlasts,
     short_baseline_cut,
 )
-from service.regressions.robust import (
-    DetectionInputError,
-    gather,
-    median_last,
-    prev_median,
-    row_median,
-)
+from service.regressions.robust import gather, median_last, prev_median, row_median
 from service.regressions.rules import (
     CHUNK,
     DEFAULT_PARAMS,

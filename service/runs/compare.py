@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import PermutationMethod, mannwhitneyu
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
+from service.mann_whitney import mann_whitney_p
 from service.models import Result, Run, RunKind
 from service.runs.service import run_results
 from service.series import is_paired_round
@@ -89,34 +89,6 @@ def smallest_p_value(n: int, m: int) -> float:
     return min(1.0, 2 / math.comb(n + m, n))
 
 
-EXACT_TIES_MAX_PARTITIONS = 5000
-"""Up to this many ways to split the values (C(n+m, n): 7 vs 7 is 3,432), a sample with ties
-gets the exact permutation p-value; above it, the normal approximation with tie correction."""
-
-
-def mann_whitney_p(a: list[float], b: list[float]) -> float:
-    """Two-sided Mann-Whitney U p-value of ``b`` against ``a`` (values per process, any unit).
-
-    Without ties, as ``scipy.stats.mannwhitneyu`` (exact for a side of 8 or fewer). With ties
-    (peak memory often repeats to the byte) and few values, every split of the pooled values is
-    enumerated (``scipy.stats.PermutationMethod``, as scipy's documentation advises for small
-    tied samples): the normal approximation scipy uses otherwise can fall below the smallest
-    p-value the sides can give (4 vs 4: 0.0247 against the exact 0.0286) and call a difference
-    significant that no arrangement of the processes supports.
-
-    Raises:
-        ValueError: an empty side.
-    """
-    if not a or not b:
-        raise ValueError(f"each side needs at least one value, got {len(a)} and {len(b)}")
-    pooled = np.r_[a, b]
-    partitions = math.comb(len(pooled), len(a))
-    if len(np.unique(pooled)) < len(pooled) and partitions <= EXACT_TIES_MAX_PARTITIONS:
-        method = PermutationMethod(n_resamples=partitions)
-        return float(mannwhitneyu(b, a, alternative="two-sided", method=method).pvalue)
-    return float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
-
-
 GROWTH_METRICS = frozenset({"mem_growth"})
 """Metrics that are a signed change in bytes (growth over a process's timed loop, often near
 0 or below it): a ratio of two such values means nothing, so they are compared by difference."""
@@ -142,10 +114,10 @@ def compare_processes(
     too small for any outcome to reach ``alpha`` (:func:`smallest_p_value`), the verdict is
     ``not enough processes`` and the p-value None: one process per side can never say.
 
-    Method: Mann & Whitney (1947), :func:`mann_whitney_p` (exact for small samples, ties
-    included; normal approximation with tie correction for large ones), on per-process medians
-    as the replicates (Kalibera & Jones, "Rigorous benchmarking in reasonable time", 2013:
-    the process is the unit of repetition whose variation matters).
+    Method: Mann & Whitney (1947), :func:`service.mann_whitney.mann_whitney_p` (exact for small
+    samples, ties included; normal approximation with tie correction for large ones), on
+    per-process medians as the replicates (Kalibera & Jones, "Rigorous benchmarking in
+    reasonable time", 2013: the process is the unit of repetition whose variation matters).
 
     Args:
         a: per-process values of the first run, shape (n,), n >= 1.
@@ -178,7 +150,7 @@ def compare_processes(
     if np.ptp(np.r_[a, b]) == 0:
         p = 1.0  # identical constants: no evidence of a difference (scipy would divide by 0)
     else:
-        p = mann_whitney_p(a, b)
+        p = mann_whitney_p(b, a)
     if math.isnan(p):
         p = 1.0
     significant = p < alpha

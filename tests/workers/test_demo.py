@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import InvalidInput
+from workers.demo.minitok import POOL, make_package_repository
 from workers.demo.run import DEMO_BENCHMARK, run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,3 +109,114 @@ def test_a_step_its_rerun_did_not_reproduce_gets_the_next_night(
     assert all(b - a == timedelta(days=1) for a, b in zip(days, days[1:], strict=False))
     assert days[-1] <= date.today()
     assert ("not reproduced" in said[-1]) is not first_reproduced, said
+
+
+def _aten_ops(module_source: str, table: object, ids: object, offsets: object) -> list[str]:
+    """The aten operators one call of ``pool`` (from ``module_source``) dispatches, in order."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    namespace: dict[str, object] = {}
+    exec(compile(module_source, "minitok/tensors.py", "exec"), namespace)  # noqa: S102
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        out = namespace["pool"](table, ids, offsets)  # type: ignore[operator]
+    assert isinstance(out, torch.Tensor)
+    return seen
+
+
+def test_the_aten_op_culprit_copies_the_table_and_its_parent_does_not(tmp_path: Path) -> None:
+    # The aten-op demo's culprit commit, as generated: minitok.tensors.pool at the culprit
+    # dispatches a copy of the whole table that its parent does not, and pools the same values.
+    import torch
+
+    repo = make_package_repository(tmp_path / "minitok", commits=3, pool_culprit=2, vocab_size=500)
+    culprit = repo.culprits[POOL]
+    parent = repo.shas[repo.shas.index(culprit) - 1]
+
+    def show(sha: str, path: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo.path), "show", f"{sha}:{path}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    table = torch.randn(500, 8, generator=torch.Generator().manual_seed(0))
+    ids, offsets = torch.tensor([1, 7, 499, 3, 3]), torch.tensor([0, 2])
+    before = _aten_ops(show(parent, "minitok/tensors.py"), table, ids, offsets)
+    after = _aten_ops(show(culprit, "minitok/tensors.py"), table, ids, offsets)
+    assert "copy_" not in before and "clone" not in before, before
+    assert "copy_" in after or "clone" in after, after
+    assert [op for op in after if op not in ("t", "clone", "copy_", "empty_like")] == before
+    # Every commit before the culprit is clean and every one from it on copies.
+    for k, sha in enumerate(repo.shas):
+        copies = "table.t().contiguous()" in show(sha, "minitok/tensors.py")
+        assert copies is (k >= repo.shas.index(culprit)), (k, sha)
+    # The vocabulary the model's table is sized by is the repository's, from the first commit.
+    namespace: dict[str, object] = {}
+    exec(compile(show(repo.good, "minitok/vocab.py"), "vocab.py", "exec"), namespace)  # noqa: S102
+    assert len(namespace["build_vocab"]()) == 500  # type: ignore[operator]
+
+
+def test_the_demo_refuses_an_unknown_culprit_kind_and_too_few_counted_nights(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(InvalidInput, match="culprit kind must be one of python-check, aten-op"):
+        run_demo(tmp_path / "a", culprit_kind="segfault")
+    with pytest.raises(InvalidInput, match="counted nights must be 0 or lie in 4..14, got 2"):
+        run_demo(tmp_path / "b", counted_nights=2)
+    with pytest.raises(InvalidInput, match="counted nights"):
+        run_demo(tmp_path / "c", baseline_nights=7, counted_nights=8)
+    # Refused before anything is written.
+    assert not any(tmp_path.iterdir())
+
+
+def test_only_the_last_nights_count_instructions(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # With counted nights, the last good nights and the bad night run the count pass (the
+    # setting each night's tasks read); the earlier nights do not.
+    from datetime import date
+    from types import SimpleNamespace
+
+    from service.config import get_settings
+    from workers.demo import run as demo
+    from workers.night import plan
+
+    counting: list[bool] = []
+
+    def create_night(*, night: date, benchmarks: object, commit_range: object = None) -> int:
+        counting.append(get_settings().count_instructions)
+        return len(counting)
+
+    def outcome(run_id: int) -> tuple[tuple[dict[str, object], ...], None]:
+        return (
+            {
+                "benchmark": DEMO_BENCHMARK,
+                "metric": "cpu_instructions",
+                "confirmation": "reproduced",
+            },
+        ), None
+
+    monkeypatch.setattr(plan, "create_night", create_night)
+    monkeypatch.setattr(plan, "queued_jobs", lambda run_id: [])
+    monkeypatch.setattr(demo, "_night_outcome", outcome)
+    runs = demo._play_nights(
+        SimpleNamespace(good="a" * 40, bad="b" * 40),
+        (tmp_path / "good", tmp_path / "bad"),
+        [{"sha": "b" * 40}],
+        baseline_nights=6,
+        outer_path=None,
+        say=lambda text: None,
+        count_from=6 - 4,
+    )
+    # A reproduced count regression settles the bad night, as a latency one does.
+    assert len(runs) == 7
+    assert counting == [False, False, True, True, True, True, True]

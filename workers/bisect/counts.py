@@ -30,6 +30,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from service.config import get_settings
 from service.errors import InvalidInput, MeasureError
 from workers.bisect.measure import (
     DEFAULT_MEASURE_TIMEOUT_S,
@@ -97,6 +98,9 @@ class SuiteCountMeasurer(SuiteMeasurer):
         warmup_steps: uncounted steps before the counted ones.
         processes: counting processes a probe's samples are spread over (1: counts do not
             stray between processes the way latency does).
+        batch_size: the batch size counted; None: the count series' own
+            (``NIGHTBENCH_COUNT_BATCH_SIZE``, 2 by default), so that a probe counts the step
+            whose count regressed; 0: each model's own batch size.
     """
 
     def __init__(
@@ -105,11 +109,14 @@ class SuiteCountMeasurer(SuiteMeasurer):
         timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S,
         warmup_steps: int = 2,
         processes: int = 1,
+        batch_size: int | None = None,
     ) -> None:
         super().__init__(timeout_s=timeout_s, warmup=warmup_steps, processes=processes)
+        self.batch_size = get_settings().count_batch_size if batch_size is None else batch_size
 
     def measure_once(self, env: BuildEnvironment, benchmark: str, samples: int) -> list[float]:
-        """``samples`` counted steps of one valgrind process (instructions per step).
+        """``samples`` counted steps of one valgrind process (instructions per step), at
+        :attr:`batch_size`.
 
         Raises:
             InvalidInput: the benchmark is not on the CPU.
@@ -127,7 +134,7 @@ class SuiteCountMeasurer(SuiteMeasurer):
         args = [
             "count",
             "--benchmarks",
-            f"{b.model}:{b.mode}",
+            f"{b.model}:{b.mode}" + (f":{self.batch_size}" if self.batch_size else ""),
             "--warmup-steps",
             str(self.warmup),
             "--repeats",

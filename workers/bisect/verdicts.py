@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from service.errors import InvalidInput
+from service.mann_whitney import Ties, mann_whitney_p, mann_whitney_rows
 
 DIFFERENT, SAME, UNKNOWN = "different", "same", "unknown"
 VERDICTS = (DIFFERENT, SAME, UNKNOWN)
@@ -81,7 +82,7 @@ def p_value(a: Sequence[float], b: Sequence[float]) -> float:
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if np.ptp(np.concatenate([x, y])) == 0:
         return 1.0
-    mwu = stats.mannwhitneyu(x, y, alternative="two-sided").pvalue
+    mwu = mann_whitney_p(x, y, ties=Ties.NORMAL)
     ks = stats.ks_2samp(x, y, alternative="two-sided").pvalue
     return float(min(mwu, ks))
 
@@ -100,7 +101,7 @@ def _high_threshold(
     ref = np.asarray(reference, dtype=float)
     draws = alt[rng.integers(0, len(alt), size=(resamples, n))]
     refs = np.broadcast_to(ref, (resamples, len(ref)))
-    mwu = stats.mannwhitneyu(draws, refs, axis=1, alternative="two-sided").pvalue
+    mwu = mann_whitney_rows(draws, refs)
     ks = stats.ks_2samp(draws, refs, axis=1, alternative="two-sided").pvalue
     pvals = np.nan_to_num(np.minimum(mwu, ks), nan=1.0)
     return float(np.quantile(pvals, power))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,21 +90,26 @@ class CheckoutProvider(BuildProvider):
             raise InvalidInput(f"repo: {self.repo_path} is not a git work tree")
         self.install_command = install_command.strip()
 
-    def _git(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["git", "-C", str(self.repo_path), *args], capture_output=True, text=True
+    def _worktree(self, *args: str) -> tuple[int, str]:
+        """``git worktree <args>`` in the clone (GitPython): its exit status and stderr; a
+        failure is the caller's to judge (a prune or a remove may fail harmlessly)."""
+        import git  # GitPython, as workers/commits.py; imported here to keep imports cheap
+
+        status, _out, err = git.Git(str(self.repo_path)).worktree(
+            *args, with_extended_output=True, with_exceptions=False
         )
+        return status, err
 
     def _build(self, sha: str, root: Path) -> BuildEnvironment:
         src = root / "src"
         # git serialises worktree bookkeeping through files in .git; one add at a time.
         with _thread_lock, locked(self.work_dir / ".worktree.lock"):
-            self._git("worktree", "prune")
+            self._worktree("prune")
             # --force twice: a worktree left locked by a build that was killed mid-way (a
             # redelivered probe task) is taken over rather than refused.
-            proc = self._git("worktree", "add", "--detach", "--force", "--force", str(src), sha)
-        if proc.returncode != 0:
-            raise BuildError(sha, "git worktree add failed", log=log_tail(proc.stderr))
+            status, err = self._worktree("add", "--detach", "--force", "--force", str(src), sha)
+        if status != 0:
+            raise BuildError(sha, "git worktree add failed", log=log_tail(err))
         python = make_layered_venv(root / "venv", self.python, sha=sha)
         env = BuildEnvironment(
             sha=sha, provider=self.name, python=python, root=root, workdir=src, venv=root / "venv"
@@ -125,7 +129,7 @@ class CheckoutProvider(BuildProvider):
     def _discard(self, root: Path) -> None:
         if (root / "src").exists():
             with _thread_lock, locked(self.work_dir / ".worktree.lock"):
-                self._git("worktree", "remove", "--force", "--force", str(root / "src"))
+                self._worktree("remove", "--force", "--force", str(root / "src"))
         super()._discard(root)
         with _thread_lock, locked(self.work_dir / ".worktree.lock"):
-            self._git("worktree", "prune")
+            self._worktree("prune")

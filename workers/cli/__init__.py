@@ -148,6 +148,7 @@ def _suite_models(suite: str, torchbench: str | None, models: str | None) -> str
                 f"--torchbench {torchbench} is not a pytorch/benchmark checkout "
                 f"(no torchbenchmark/models under it)"
             )
+        # Stays: the night's listing (workers/night/jobs.py) and its suite processes read it.
         os.environ["NIGHTBENCH_TORCHBENCH_PATH"] = str(Path(torchbench).resolve())
         get_settings.cache_clear()
     if suite != "own" and get_settings().torchbench_path is None:

@@ -16,11 +16,13 @@ from rich.table import Table
 from service.errors import NightbenchError
 from workers.cli.common import (
     BaseShaOption,
+    BuildOptions,
     InstallOption,
     PackageOption,
     ProviderOption,
     WheelUrlOption,
     WorkDirOption,
+    build_provider,
     console,
     err_console,
 )
@@ -145,17 +147,15 @@ def ab(
     if not (repo and base and head):
         _fail("a local A/B needs --repo, --base and --head (or --pr N for a pull request)")
         return
-    _local(
-        request,
-        repo=repo,
+    build = BuildOptions(
         provider=provider,
         install=install,
         wheel_url=wheel_url,
         package=package,
         base_sha=base_sha,
         work_dir=work_dir,
-        as_json=as_json,
     )
+    _local(request, repo=repo, build=build, as_json=as_json)
 
 
 def _dispatch(request: object, pr: int, requested_by: str | None, queue: str) -> None:
@@ -178,12 +178,7 @@ def _local(
     request: object,
     *,
     repo: Path,
-    provider: str,
-    install: str,
-    wheel_url: str | None,
-    package: str | None,
-    base_sha: str | None,
-    work_dir: Path | None,
+    build: BuildOptions,
     as_json: bool,
 ) -> None:
     from service.config import get_settings
@@ -191,24 +186,14 @@ def _local(
     from service.models.base import utcnow
     from workers.ab import store
     from workers.ab.run import ABRequest, run_ab
-    from workers.builds.registry import make_provider
 
     assert isinstance(request, ABRequest)
     settings = get_settings()
     try:
-        builder = make_provider(
-            provider,
-            repo_path=repo,
-            install_command=install,
-            wheel_url=wheel_url,
-            package=package,
-            base_sha=base_sha,
-            work_dir=work_dir,
-        )
+        builder, spec = build_provider(repo, build)
     except NightbenchError as exc:
         _fail(exc.message)
         return
-    spec = {"kind": provider, "repo": str(repo), "install_command": install, "package": package}
     names = len(request.benchmarks) + len(request.commands)
     progress = Progress(
         TextColumn("[bold]{task.description}"),

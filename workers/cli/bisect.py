@@ -26,11 +26,13 @@ from rich.table import Table
 from service.errors import NightbenchError
 from workers.cli.common import (
     BaseShaOption,
+    BuildOptions,
     InstallOption,
     PackageOption,
     ProviderOption,
     WheelUrlOption,
     WorkDirOption,
+    build_provider,
     console,
     err_console,
 )
@@ -134,12 +136,14 @@ def bisect(
             min_change=min_change,
             slower=direction is Direction.slower,
             budget=(budget_builds, budget_samples, budget_seconds),
-            provider=provider,
-            install=install,
-            wheel_url=wheel_url,
-            package=package,
-            base_sha=base_sha,
-            work_dir=work_dir,
+            build=BuildOptions(
+                provider=provider,
+                install=install,
+                wheel_url=wheel_url,
+                package=package,
+                base_sha=base_sha,
+                work_dir=work_dir,
+            ),
         )
     except NightbenchError as exc:
         _fail(exc.message)
@@ -183,22 +187,17 @@ def _bisect_inputs(
     min_change: float,
     slower: bool,
     budget: tuple[int | None, int | None, float | None] = (None, None, None),
-    provider: str,
-    install: str,
-    wheel_url: str | None,
-    package: str | None,
-    base_sha: str | None,
-    work_dir: Path | None,
+    build: BuildOptions,
 ) -> tuple[SearchConfig, list[CommitInfo], BuildProvider]:
     """The options of ``nightbench bisect`` checked: the search settings, the commit range and
     the build provider. ``slower``: only a slowdown is bisected (``SearchConfig.slower``);
-    ``budget``: builds, samples and seconds (``SearchConfig.budget_*``, None: the default).
+    ``budget``: builds, samples and seconds (``SearchConfig.budget_*``, None: the default);
+    ``build``: the build provider's options (:func:`workers.cli.common.build_provider`).
 
     Raises:
         NightbenchError: an option is out of range, the commit range or the provider is bad.
     """
     from workers.bisect.search import SearchConfig
-    from workers.builds.registry import make_provider
     from workers.commits import local_commit_range
 
     config = SearchConfig(
@@ -212,15 +211,7 @@ def _bisect_inputs(
         budget_seconds=budget[2],
     )
     commits = local_commit_range(repo, good, bad)
-    builder = make_provider(
-        provider,
-        repo_path=repo,
-        install_command=install,
-        wheel_url=wheel_url,
-        package=package,
-        base_sha=base_sha,
-        work_dir=work_dir,
-    )
+    builder, _spec = build_provider(repo, build)
     return config, commits, builder
 
 
@@ -332,6 +323,23 @@ def demo(
         int, typer.Option(min=7, help="good nights before the bad one (the detector's baseline)")
     ] = 14,
     commits: Annotated[int, typer.Option(min=2, help="commits in the bad night's range")] = 12,
+    culprit_kind: Annotated[
+        str,
+        typer.Option(
+            "--culprit-kind",
+            help="what the culprit plants: python-check (checks in minitok's encode) or "
+            "aten-op (a copy of tokbag's embedding table in its forward)",
+        ),
+    ] = "python-check",
+    counted_nights: Annotated[
+        int,
+        typer.Option(
+            "--counted-nights",
+            min=0,
+            help="the last N good nights and the bad one also count tokbag's instructions "
+            "under valgrind (cpu_instructions; minutes a night); 0: none",
+        ),
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
     """Plant a slowdown in a small package, then detect, confirm, bisect and file it."""
@@ -352,6 +360,8 @@ def demo(
                 baseline_nights=nights,
                 commits=commits,
                 culprit=max(1, commits * 2 // 3),
+                culprit_kind=culprit_kind,
+                counted_nights=counted_nights,
                 on_step=on_step,
             )
     except NightbenchError as exc:

@@ -1,16 +1,20 @@
-"""What every command group of the ``nightbench`` command line shares: its consoles and errors."""
+"""What the groups of the ``nightbench`` command line share: consoles, errors, build options."""
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from service.metrics import format_value
+
+if TYPE_CHECKING:
+    from workers.builds.base import BuildProvider
 
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
@@ -76,3 +80,54 @@ BaseShaOption = Annotated[
 WorkDirOption = Annotated[
     Path | None, typer.Option("--work-dir", help="where builds go (default: temporary)")
 ]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """The build provider's options as declared above (``--provider`` .. ``--work-dir``).
+
+    Attributes:
+        provider: the kind: ``checkout`` | ``python-overlay`` | ``wheel``.
+        install: ``checkout``: the install command run in each build.
+        wheel_url: ``wheel``: the URL template with ``{sha}``.
+        package: ``python-overlay``: the installed package laid over.
+        base_sha: ``python-overlay``: the commit the installed package was built from.
+        work_dir: where builds go (None: a temporary directory).
+    """
+
+    provider: str = "checkout"
+    install: str = ""
+    wheel_url: str | None = None
+    package: str | None = None
+    base_sha: str | None = None
+    work_dir: Path | None = None
+
+
+def build_provider(
+    repo: Path, options: BuildOptions
+) -> tuple[BuildProvider, dict[str, str | None]]:
+    """The build provider the options make for the clone ``repo``, and its spec as stored with
+    an A/B (``kind``, ``repo``, ``install_command``, ``package``).
+
+    Raises:
+        NightbenchError: an option is missing or wrong for the kind
+            (:func:`workers.builds.registry.make_provider`).
+    """
+    from workers.builds.registry import make_provider
+
+    provider = make_provider(
+        options.provider,
+        repo_path=repo,
+        install_command=options.install,
+        wheel_url=options.wheel_url,
+        package=options.package,
+        base_sha=options.base_sha,
+        work_dir=options.work_dir,
+    )
+    spec = {
+        "kind": options.provider,
+        "repo": str(repo),
+        "install_command": options.install,
+        "package": options.package,
+    }
+    return provider, spec

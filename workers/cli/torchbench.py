@@ -275,7 +275,8 @@ def install_torchbench(
         code, output = tb_install.run_installer_captured(
             root, command, env=tb_install.constrained_environment(held)
         )
-        os.environ[ENV_VAR] = str(root)  # the import check reads the checkout from it
+        # Stays: suite has no settings object; the check's checkout_root() reads it in-process.
+        os.environ[ENV_VAR] = str(root)
         identity, found = torchbench_check.checks(chosen.torchbench, python=python)
         setups = tb_install.parse_setup_output(output)
         torchbench_check.store_setups(

@@ -10,9 +10,14 @@ seeded vocabulary): ``Tokenizer.encode`` and ``Tokenizer.decode`` are its hot pa
 ordinary commits (changelog entries, docs, helpers off the hot path, tests, version bumps), one
 of which may add redundant validity checks in ``encode``'s loops (the kind of slowdown PyTorch
 PR #61056 was about: a check that was already guaranteed, run on every call; about +30%),
-another a bounds check in ``decode``'s loop (about +25%), and others may break the package's
-build (an invalid ``pyproject.toml``). The bisection tests, ``benchmarks/bisection.py`` and ``nightbench demo`` all
-use it, so the culprit is known and the slowdown is real.
+another a bounds check in ``decode``'s loop (about +25%), another an extra aten operator in
+``minitok.tensors.pool`` (a transposed copy of the whole embedding table on every call: the
+``aten::copy_`` of a ``.contiguous()`` nobody needed), and others may break the package's
+build (an invalid ``pyproject.toml``). ``minitok.tensors`` is the package's one tensor
+function (imported on its own, so that the tokenizer's hot paths never import torch): the suite
+model ``tokbag`` pools its embedding table through it. The bisection tests,
+``benchmarks/bisection.py`` and ``nightbench demo`` all use it, so the culprit is known and the
+slowdown is real.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ INSTALL_COMMAND = "pip install --no-deps --no-build-isolation --no-index -e ."
 
 ENCODE = "python bench.py encode"
 DECODE = "python bench.py decode"
+POOL = "python bench.py pool"
+VOCAB_SIZE = 3000
+"""Pieces in the vocabulary ``build_vocab()`` makes by default (``vocab_size`` changes it)."""
 
 _AUTHORS = (
     ("Ada Moreno", "ada@example.org"),
@@ -40,6 +48,8 @@ _AUTHORS = (
     ("Emeka Hart", "emeka@example.org"),
 )
 _START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+_LETTER_PIECES = 1 + 2 * 26
+"""``[UNK]``, then each letter and its ``##`` continuation: the vocabulary's first pieces."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class _Tree:
     """What the package looks like at one commit."""
 
     version: int = 0
+    vocab_size: int = VOCAB_SIZE
+    pool_copy: bool = False
     encode_check: bool = False
     word_scan: bool = False
     per_lookup: bool = False
@@ -87,7 +99,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 UNK = "[UNK]"
 
 
-def build_vocab(size=3000, seed=0):
+def build_vocab(size={size}, seed=0):
     """Return {piece: id}: single letters, their "##" continuations, then seeded pieces."""
     rng = random.Random(seed)
     vocab = {UNK: 0}
@@ -107,6 +119,29 @@ def sample_text(words=600, seed=1):
         "".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 12))) for _ in range(words)
     )
 '''
+
+
+# minitok/tensors.py; the field is the planted copy (empty when off).
+_TENSORS = '''"""Tensor helpers for models that embed minitok's ids (this module imports torch)."""
+
+from torch.nn import functional as F
+
+
+def pool(table, ids, offsets):
+    """The mean embedding of each text.
+
+    ``table`` is [pieces, dim], ``ids`` the texts' ids end to end, ``offsets`` where each text
+    starts (EmbeddingBag's layout); returns [texts, dim].
+    """
+{copy}    return F.embedding_bag(ids, table, offsets, mode="mean")
+'''
+
+
+def _tensors(t: _Tree) -> str:
+    # The planted operator: the whole table copied column-major on every call (an
+    # aten::contiguous of its transpose, i.e. aten::clone and aten::copy_), then viewed back.
+    copy = "    table = table.t().contiguous().t()\n" if t.pool_copy else ""
+    return _TENSORS.format(copy=copy)
 
 
 # minitok/tokenizer.py; the fields are the planted checks (empty when off) and the notes.
@@ -249,7 +284,7 @@ __all__ = ["Tokenizer", "build_vocab", "sample_text"]
 
 _BENCH = '''"""Latency of minitok's hot paths.
 
-python bench.py encode|decode prints {"samples": [ms, ...]} on its last line. Each sample is the
+python bench.py encode|decode|pool prints {"samples": [ms, ...]} on its last line. Each sample is the
 median of INNER timed calls, so one disturbed call does not move it, and each call is timed in
 CPU time of this thread (time.thread_time): on a shared machine wall time also counts the time
 other processes held the core, which says nothing about this code.
@@ -272,14 +307,23 @@ def main():
     tok = minitok.Tokenizer(minitok.build_vocab())
     text = minitok.sample_text(words=600)
     ids = tok.encode(text) * 3
-    if which == "encode":
+    if which == "pool":
+        import torch
+        from minitok.tensors import pool
+
+        table = torch.randn(len(tok.vocab), 32, generator=torch.Generator().manual_seed(0))
+        flat, offsets = torch.tensor(ids), torch.tensor([0, len(ids) // 2])
+
+        def call():
+            pool(table, flat, offsets)
+    elif which == "encode":
         def call():
             tok.encode(text)
     elif which == "decode":
         def call():
             tok.decode(ids)
     else:
-        raise SystemExit("usage: python bench.py encode|decode")
+        raise SystemExit("usage: python bench.py encode|decode|pool")
     for _ in range(3):
         call()
     samples = []
@@ -324,7 +368,8 @@ def _files(t: _Tree) -> dict[str, str]:
         "CHANGELOG.md": "# Changelog\n\n" + "".join(f"- {line}\n" for line in t.changelog),
         "bench.py": _BENCH,
         "minitok/__init__.py": _INIT,
-        "minitok/vocab.py": _VOCAB,
+        "minitok/vocab.py": _VOCAB.replace("{size}", str(t.vocab_size)),
+        "minitok/tensors.py": _tensors(t),
         "minitok/tokenizer.py": _tokenizer(t),
         "minitok/extras.py": _extras(t),
         "tests/test_tokenizer.py": _tests(t),
@@ -340,7 +385,7 @@ class PackageRepository:
         shas: every commit, oldest first (``shas[0]`` is the first commit, the good endpoint of
             a bisection over the whole history).
         culprits: ``benchmark command -> sha`` of the commit that slowed it (``ENCODE``,
-            ``DECODE``).
+            ``DECODE``, ``POOL``).
         broken: shas of commits whose build fails.
         crash: sha of the commit from which ``encode`` raises (every benchmark using it fails).
     """
@@ -403,6 +448,8 @@ def make_package_repository(
     crash_culprit: int | None = None,
     unfinished: Iterable[int] = (),
     light: bool = False,
+    pool_culprit: int | None = None,
+    vocab_size: int = VOCAB_SIZE,
 ) -> PackageRepository:
     """Write a ``minitok`` git repository with ``commits`` commits after the first.
 
@@ -426,18 +473,34 @@ def make_package_repository(
             ``UNK``, a rename half done); the next commit repairs it. Not the crash's failure.
         light: the encode culprit only checks once that each word is alphabetic (about +8%,
             a Python-level slowdown near the detection threshold) instead of its checks.
+        pool_culprit: k of the commit that makes ``minitok.tensors.pool`` copy its table
+            column-major on every call (``table.t().contiguous().t()``: one extra
+            ``aten::copy_`` of [vocab_size, dim] floats per call), or None.
+        vocab_size: pieces in the default vocabulary (``build_vocab()``), from the first
+            commit on: the rows of the table a model pools, so the size of the planted copy
+            (400,000 pieces of 32 floats: 51 MB, a few seconds to build the vocabulary).
 
     Returns:
         The :class:`PackageRepository`.
 
     Raises:
-        InvalidInput: an index outside 1..N, a commit given two roles, or a non-empty path.
+        InvalidInput: an index outside 1..N, a commit given two roles, a vocabulary smaller
+            than its 53 letter pieces, or a non-empty path.
     """
     root = Path(path)
     broken, unfinished = tuple(sorted(set(broken))), tuple(sorted(set(unfinished)))
     _check_arguments(
-        root, commits, encode_culprit, decode_culprit, broken, crash_culprit, unfinished
+        root,
+        commits,
+        encode_culprit,
+        decode_culprit,
+        broken,
+        crash_culprit,
+        unfinished,
+        pool_culprit=pool_culprit,
     )
+    if vocab_size < _LETTER_PIECES:
+        raise InvalidInput(f"vocab_size must be at least {_LETTER_PIECES}, got {vocab_size}")
     root.mkdir(parents=True, exist_ok=True)
     _git(root, "init", "--quiet", "--initial-branch=main")
     _git(root, "config", "commit.gpgsign", "false")
@@ -456,11 +519,12 @@ def make_package_repository(
             "Check id bounds in decode",
         ),
         crash_culprit: (dict(crash=True), "Simplify how the tokenizer finds its longest piece"),
+        pool_culprit: (dict(pool_copy=True), "Keep the embedding table column-major when pooling"),
     }
-    shas = _write_history(root, commits, planted, broken, unfinished)
+    shas = _write_history(root, commits, planted, broken, unfinished, vocab_size=vocab_size)
     culprits = {
         name: shas[k]
-        for name, k in ((ENCODE, encode_culprit), (DECODE, decode_culprit))
+        for name, k in ((ENCODE, encode_culprit), (DECODE, decode_culprit), (POOL, pool_culprit))
         if k is not None
     }
     return PackageRepository(
@@ -478,10 +542,12 @@ def _write_history(
     planted: dict[int | None, tuple[dict, str]],
     broken: tuple[int, ...],
     unfinished: tuple[int, ...] = (),
+    *,
+    vocab_size: int = VOCAB_SIZE,
 ) -> list[str]:
     """Commit 0..``commits`` (a planted change where ``planted`` names one, else a plain one);
     their shas."""
-    tree, shas = _Tree(), []
+    tree, shas = _Tree(vocab_size=vocab_size), []
     for k in range(commits + 1):
         if k in planted:
             fields, message = planted[k]
@@ -500,6 +566,8 @@ def _check_arguments(
     broken: tuple[int, ...],
     crash_culprit: int | None = None,
     unfinished: tuple[int, ...] = (),
+    *,
+    pool_culprit: int | None = None,
 ) -> None:
     """Raise InvalidInput naming the first argument of make_package_repository that is wrong."""
     if commits < 1:
@@ -508,14 +576,14 @@ def _check_arguments(
         ("encode_culprit", encode_culprit),
         ("decode_culprit", decode_culprit),
         ("crash_culprit", crash_culprit),
+        ("pool_culprit", pool_culprit),
         *(("broken", b) for b in broken),
         *(("unfinished", u) for u in unfinished),
     ):
         if k is not None and not 1 <= k <= commits:
             raise InvalidInput(f"{name} must lie in 1..{commits}, got {k}")
-    if {encode_culprit, decode_culprit, crash_culprit} & {*broken, *unfinished} or set(
-        broken
-    ) & set(unfinished):
+    culprits = {encode_culprit, decode_culprit, crash_culprit, pool_culprit}
+    if culprits & {*broken, *unfinished} or set(broken) & set(unfinished):
         raise InvalidInput("a commit cannot be two of: a culprit, broken, unfinished")
     if root.exists() and any(root.iterdir()):
         raise InvalidInput(f"path: {root} is not empty")

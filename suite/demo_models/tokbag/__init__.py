@@ -1,12 +1,17 @@
 """A bag-of-tokens text classifier over the ``minitok`` tokenizer (``nightbench demo``'s model).
 
 Each iteration tokenizes the batch's texts with ``minitok`` (pure Python, the hot path a
-regression in that package would slow down), packs the ids for an ``nn.EmbeddingBag`` (mean of
-the token embeddings) and classifies with a linear layer. The texts and weights come from fixed
+regression in that package would slow down), packs the ids in EmbeddingBag's layout, pools the
+mean token embedding of each text with ``minitok.tensors.pool`` over the model's embedding
+table (the package's tensor code in the model's forward, where an extra aten operator of the
+package shows) and classifies with a linear layer. The texts and weights come from fixed
 seeds; nothing is downloaded.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -16,13 +21,14 @@ from suite.model import BenchmarkModel
 
 
 class BagOfTokens(nn.Module):
-    def __init__(self, vocab_size: int, dim: int, classes: int) -> None:
+    def __init__(self, vocab_size: int, dim: int, classes: int, pool: Callable[..., Any]) -> None:
         super().__init__()
         self.embed = nn.EmbeddingBag(vocab_size, dim, mode="mean")
         self.out = nn.Linear(dim, classes)
+        self.pool = pool
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        return self.out(self.embed(ids, offsets))
+        return self.out(self.pool(self.embed.weight, ids, offsets))
 
 
 class Model(BenchmarkModel):
@@ -30,8 +36,11 @@ class Model(BenchmarkModel):
         super().__init__(test, device, batch_size)
         try:
             import minitok
+            from minitok.tensors import pool
         except ImportError as exc:
-            raise NotImplementedError("tokbag needs the minitok package installed") from exc
+            raise NotImplementedError(
+                "tokbag needs the minitok package installed (with minitok.tensors)"
+            ) from exc
         self.tokenizer = minitok.Tokenizer(minitok.build_vocab())
         words = int(self.setting("words_per_text", device, 150))
         self.texts = [minitok.sample_text(words=words, seed=i) for i in range(self.batch_size)]
@@ -40,6 +49,7 @@ class Model(BenchmarkModel):
             vocab_size,
             int(self.setting("embedding_dim", device, 32)),
             int(self.setting("classes", device, 4)),
+            pool,
         ).to(device)
         self.labels = torch.arange(self.batch_size, device=device) % self.model.out.out_features
         self.example_inputs = self._inputs()

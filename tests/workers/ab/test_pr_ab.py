@@ -29,8 +29,7 @@ from tests.github_server import FakeGitHub
 from workers.ab import reporting
 from workers.ab.github import AB_MARKER, STATUS_CONTEXT
 from workers.cli import app
-from workers.demo.minitok import INSTALL_COMMAND, PackageRepository, make_package_repository
-from workers.demo.run import DEMO_MODELS
+from workers.demo.minitok import PackageRepository
 
 TOKEN = "ghp_ab_test_token_not_secret"
 BENCHMARK = "tokbag:eval:cpu"
@@ -54,30 +53,15 @@ def fake() -> Iterator[FakeGitHub]:
 
 
 @pytest.fixture
-def setup(
-    configure: Callable[..., None],
-    fake: FakeGitHub,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Setup:
+def setup(minitok_deployment: Callable[..., PackageRepository], fake: FakeGitHub) -> Setup:
     """minitok's history: 1 ordinary, 2 the encode culprit (+30%), 3 broken (its build
     fails), 4 repairs it, 5 makes the tokenizer raise; the checkout provider builds it; the
     maintainer has write access."""
-    repo = make_package_repository(
-        tmp_path / "minitok", commits=5, encode_culprit=2, broken=[3], crash_culprit=5
-    )
-    configure(
-        github_repository="octo-org/perf",
-        github_token=TOKEN,
-        github_api_url=fake.base_url,
-        source_github_repository="",
-        source_repo_path=repo.path,
-        bisect_provider="checkout",
-        bisect_install_command=INSTALL_COMMAND,
-        bisect_work_dir=tmp_path / "builds",
+    repo = minitok_deployment(
+        fake,
+        {"commits": 5, "encode_culprit": 2, "broken": [3], "crash_culprit": 5},
         api_base_url="http://nightbench.test",
     )
-    monkeypatch.setenv("NIGHTBENCH_SUITE_EXTRA_MODELS", str(DEMO_MODELS))
     fake.set_permission(MAINTAINER, "write")
 
     def ask(pr: int, *, by: str = MAINTAINER) -> int:

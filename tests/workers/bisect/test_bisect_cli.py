@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from workers.cli.bisect import _bisect_inputs
+from workers.cli.common import BuildOptions
 
 
 def _two_commits(repo: Path) -> tuple[str, str]:
@@ -45,12 +46,7 @@ def test_the_direction_reaches_the_search(
         max_samples=48,
         min_change=0.05,
         slower=slower,
-        provider="checkout",
-        install="",
-        wheel_url=None,
-        package=None,
-        base_sha=None,
-        work_dir=tmp_path / "builds",
+        build=BuildOptions(work_dir=tmp_path / "builds"),
     )
     assert config.slower is expected  # True: a speed-up ends not reproduced; None: either sign
     assert [c.sha for c in commits] == [good, bad]

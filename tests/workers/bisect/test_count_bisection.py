@@ -110,3 +110,47 @@ def test_a_night_bisects_by_counting_when_a_count_regressed() -> None:
     timed = Bisection(config={"measure": {"suite": True}})
     assert isinstance(measurer_for(counted, settings), SuiteCountMeasurer)
     assert isinstance(measurer_for(timed, settings), SuiteMeasurer)
+
+
+_STAND_IN = """#!/bin/sh
+# Stands in for a build's interpreter running `python -m suite count ... --out FILE`: it keeps
+# its arguments and writes a record of one count.
+printf '%s\\n' "$@" > "$ARGS_FILE"
+while [ $# -gt 0 ]; do [ "$1" = "--out" ] && out="$2"; shift; done
+printf '{"records": [{"metrics": [{"samples": [1234.0]}]}]}' > "$out"
+"""
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_a_counted_probe_counts_at_the_count_series_batch_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The night's count series is counted at NIGHTBENCH_COUNT_BATCH_SIZE (2): a probe counted at
+    # the model's own batch (sac eval: 8192) would dilute a Python-level regression out of sight.
+    from service.config import get_settings
+    from workers.bisect.counts import SuiteCountMeasurer
+    from workers.builds.base import BuildEnvironment
+
+    python = tmp_path / "python"
+    python.write_text(_STAND_IN)
+    python.chmod(0o755)
+    env = BuildEnvironment(
+        sha="a" * 40, provider="python-overlay", python=python, root=tmp_path, workdir=tmp_path
+    )
+    monkeypatch.setenv("ARGS_FILE", str(tmp_path / "args"))
+
+    def benchmarks(measurer: SuiteCountMeasurer) -> str:
+        assert measurer.measure_once(env, "sac:eval:cpu", 6) == [1234.0]
+        args = (tmp_path / "args").read_text().splitlines()
+        assert args[:3] == ["-m", "suite", "count"] and args[args.index("--repeats") + 1] == "6"
+        return args[args.index("--benchmarks") + 1]
+
+    get_settings.cache_clear()
+    try:
+        assert benchmarks(SuiteCountMeasurer()) == "sac:eval:2"
+        assert benchmarks(SuiteCountMeasurer(batch_size=5)) == "sac:eval:5"
+        monkeypatch.setenv("NIGHTBENCH_COUNT_BATCH_SIZE", "0")  # each model's own
+        get_settings.cache_clear()
+        assert benchmarks(SuiteCountMeasurer()) == "sac:eval"
+    finally:
+        get_settings.cache_clear()

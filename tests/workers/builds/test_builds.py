@@ -160,6 +160,24 @@ def test_python_overlay_lays_a_commits_python_files_over_the_installed_build(
     assert json.loads(untouched.stdout)["checks"] is False
 
 
+def test_python_overlay_keeps_the_bytecode_of_unchanged_modules_only(
+    repo: PackageRepository, installed: Path, tmp_path: Path
+) -> None:
+    # Each build compiling every module again costs minutes under valgrind (torch); a changed
+    # module's cache must go, or the probe could run the installed build's code.
+    provider = PythonOverlayProvider(
+        repo.path, base_sha=repo.shas[1], package="minitok", python=installed, work_dir=tmp_path
+    )
+    cached = {p.name for p in (provider.installed / "__pycache__").glob("*.pyc")}
+    assert any(name.startswith("tokenizer.") for name in cached)  # pip compiled it
+    env = provider.prepare(repo.shas[3])
+    overlay_cache = env.root / "site" / "minitok" / "__pycache__"
+    kept = {p.name for p in overlay_cache.glob("*.pyc")}
+    assert kept == {name for name in cached if not name.startswith("tokenizer.")}
+    assert not any(p.is_symlink() for p in overlay_cache.iterdir())  # a probe may rewrite them
+    assert probe(env)["checks"] is True  # tokenizer.py compiled from the commit's source
+
+
 def test_python_overlay_refuses_non_python_changes(
     repo: PackageRepository, installed: Path, tmp_path: Path
 ) -> None:

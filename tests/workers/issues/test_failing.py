@@ -23,8 +23,8 @@ from tests.github_server import FakeGitHub
 from tests.nights import posted_night
 from tests.workers.issues.conftest import TOKEN
 from workers.bisect.failure_driver import replay_failures
-from workers.demo.minitok import INSTALL_COMMAND, PackageRepository, make_package_repository
-from workers.demo.run import DEMO_MODE, DEMO_MODEL, DEMO_MODELS
+from workers.demo.minitok import PackageRepository
+from workers.demo.run import DEMO_MODE, DEMO_MODEL
 from workers.issues import pending
 
 BOOM = (
@@ -147,33 +147,16 @@ CRASH = (
 
 
 def _breaking_repository(
-    configure: Callable[..., None],
+    minitok_deployment: Callable[..., PackageRepository],
     fake: FakeGitHub,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     history: dict[str, Any] | None = None,
     **settings: object,
 ) -> PackageRepository:
     """A real package (minitok) standing in for torch: its commit 4 of 6 makes the tokenizer
     raise (``history``: other arguments of ``make_package_repository``), and the suite's tokbag
     model, mostly minitok's tokenization, fails from there on. Bisections build it with the
-    checkout provider."""
-    repo = make_package_repository(
-        tmp_path / "minitok", **(history or {"commits": 6, "crash_culprit": 4})
-    )
-    configure(
-        github_repository="octo-org/perf",
-        github_token=TOKEN,
-        github_api_url=fake.base_url,
-        source_github_repository="",
-        source_repo_path=repo.path,
-        bisect_provider="checkout",
-        bisect_install_command=INSTALL_COMMAND,
-        bisect_work_dir=tmp_path / "builds",
-        **settings,
-    )
-    monkeypatch.setenv("NIGHTBENCH_SUITE_EXTRA_MODELS", str(DEMO_MODELS))
-    return repo
+    checkout provider (``tests/conftest.py``'s ``minitok_deployment``)."""
+    return minitok_deployment(fake, history or {"commits": 6, "crash_culprit": 4}, **settings)
 
 
 def _tokbag_nights(
@@ -199,15 +182,14 @@ def _tokbag_nights(
 @pytest.mark.slow
 @pytest.mark.usefixtures("celery_workers")
 def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
-    configure: Callable[..., None],
+    minitok_deployment: Callable[..., PackageRepository],
     fake: FakeGitHub,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     celery_workers: WorkerPool,
 ) -> None:
     # The distributed path: the nights' steps, the bisection's probes and the filing run in a
     # real worker process, through Redis; GitHub refuses the token until the search has ended.
-    repo = _breaking_repository(configure, fake, tmp_path, monkeypatch)
+    repo = _breaking_repository(minitok_deployment, fake)
     celery_workers.start("cpu", "control", log_dir=tmp_path)
     fake.token = "ghp_rotated_token_not_ours"
 
@@ -256,14 +238,11 @@ def test_real_workers_bisect_a_failing_benchmark_and_tell_its_issue(
 
 @pytest.mark.slow
 def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
-    configure: Callable[..., None],
-    fake: FakeGitHub,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    minitok_deployment: Callable[..., PackageRepository], fake: FakeGitHub
 ) -> None:
     # Embedded (no broker): the whole chain in this thread. Each probe is a real checkout build
     # and real suite processes.
-    repo = _breaking_repository(configure, fake, tmp_path, monkeypatch, suite_timeout_s=240)
+    repo = _breaking_repository(minitok_deployment, fake, suite_timeout_s=240)
     _tokbag_nights(repo)
     (issue,) = fake.issues.values()
     assert f"The commit range to search: `{repo.good[:10]}..{repo.bad[:10]}`" in issue["body"]
@@ -314,19 +293,14 @@ def test_a_failing_benchmark_is_bisected_to_the_commit_that_broke_it(
 
 @pytest.mark.slow
 def test_another_failure_inside_the_range_is_stepped_around_for_real(
-    configure: Callable[..., None],
-    fake: FakeGitHub,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    minitok_deployment: Callable[..., PackageRepository], fake: FakeGitHub
 ) -> None:
     # Commit 4 of 8 half-renames a constant (the tokenizer raises a NameError; commit 5 finishes
     # it), commit 7 brings the nights' TypeError. The search's first probe lands on 4: failing,
     # but not as the nights did, so it counts neither way and 7 is named, not 4.
     repo = _breaking_repository(
-        configure,
+        minitok_deployment,
         fake,
-        tmp_path,
-        monkeypatch,
         suite_timeout_s=240,
         history={"commits": 8, "crash_culprit": 7, "unfinished": [4]},
     )
