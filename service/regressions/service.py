@@ -454,24 +454,16 @@ def range_start(session: Session, *, run: Run) -> Run | None:
     one more night of commits, about one more build in a bisection. A first night measured by
     a confirmation re-run stands for the night it re-ran. None when there is no earlier night.
     """
-    firsts = (
-        session.execute(
-            select(Run)
-            .join(Result, Result.run_id == Run.id)
-            .join(Regression, Regression.first_result_id == Result.id)
-            .where(
-                Regression.run_id == run.id,
-                Regression.direction == "regression",
-                Regression.alertable.is_(True),
-                Regression.confirmation == Confirmation.REPRODUCED,
-            )
-        )
-        .scalars()
-        .all()
-    )
+    steps = _reproduced_steps(session, run=run)
+    firsts = [
+        session.get(Run, first.run_id)
+        for first in (session.get(Result, r.first_result_id) for r in steps if r.first_result_id)
+        if first is not None
+    ]
     nights = [
         session.get(Run, r.parent_run_id) if r.kind == RunKind.CONFIRM and r.parent_run_id else r
         for r in firsts
+        if r is not None
     ]
     earliest = min((r for r in nights if r is not None), key=lambda r: (r.night, r.id), default=run)
     steps_back = 2
@@ -485,7 +477,7 @@ def range_start(session: Session, *, run: Run) -> Run | None:
         start = previous
     # A series measured only some nights (a count pass in rotation, service.runs.count_plan):
     # its culprit lies after the night of its point before the step, however many nights back.
-    gap = _night_before_step(session, run=run)
+    gap = _night_before_step(session, steps=steps, night=run.night)
     while gap is not None and start.night > gap and start.previous_run_id:
         previous = session.get(Run, start.previous_run_id)
         if previous is None:
@@ -494,20 +486,30 @@ def range_start(session: Session, *, run: Run) -> Run | None:
     return None if start is earliest else start
 
 
-def _night_before_step(session: Session, *, run: Run) -> date | None:
-    """The earliest, over ``run``'s reproduced regressions, of the night of the series' last
-    point before the step's first night (a result without error); None when none has one."""
-    regs = session.scalars(
-        select(Regression).where(
-            Regression.run_id == run.id,
-            Regression.direction == "regression",
-            Regression.alertable.is_(True),
-            Regression.confirmation == Confirmation.REPRODUCED,
+def _reproduced_steps(session: Session, *, run: Run) -> list[Regression]:
+    """``run``'s alertable regressions (not improvements) that its confirmation reproduced."""
+    return list(
+        session.scalars(
+            select(Regression)
+            .where(
+                Regression.run_id == run.id,
+                Regression.direction == "regression",
+                Regression.alertable.is_(True),
+                Regression.confirmation == Confirmation.REPRODUCED,
+            )
+            .order_by(Regression.id)
         )
-    ).all()
+    )
+
+
+def _night_before_step(
+    session: Session, *, steps: Sequence[Regression], night: date
+) -> date | None:
+    """The earliest, over ``steps``, of the night of the series' last point before the step's
+    first night (``night`` when it has none; a result without error); None when none has one."""
     nights = []
-    for r in regs:
-        night = session.scalar(
+    for r in steps:
+        before = session.scalar(
             select(func.max(Result.night)).where(
                 Result.series_key == r.series_key,
                 Result.metric == r.metric,
@@ -516,11 +518,11 @@ def _night_before_step(session: Session, *, run: Run) -> date | None:
                 Result.device == r.device,
                 Result.compiler == r.compiler,
                 Result.error.is_(None),
-                Result.night < (r.first_night or run.night),
+                Result.night < (r.first_night or night),
             )
         )
-        if night is not None:
-            nights.append(night)
+        if before is not None:
+            nights.append(before)
     return min(nights, default=None)
 
 

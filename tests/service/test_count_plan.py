@@ -67,6 +67,32 @@ def test_bad_budget_or_batch_is_refused() -> None:
         plan_count_pass(SPECS, {}, budget_s=10, batch=0)
 
 
+def _count_record(model: str, samples: list[float], *, cpu_s: float) -> dict[str, object]:
+    """A count pass's record of ``model`` eval (instructions per step), costing ``cpu_s``."""
+    return {
+        "model": model,
+        "mode": "eval",
+        "device": "cpu",
+        "benchmark_version": "v1",
+        "environment": {
+            "cpu_model": "test-cpu",
+            "threads": 1,
+            "torch_version": "2.13.0+cpu",
+            "counter": {"tool": "callgrind", "cpu_s": cpu_s},
+        },
+        "measures": ["cpu_instructions"],
+        "metrics": [
+            {
+                "metric": "cpu_instructions",
+                "unit": "instructions",
+                "samples": samples,
+                "median": sorted(samples)[len(samples) // 2],
+                "iqr": 0.0,
+            }
+        ],
+    }
+
+
 def _count_night(day: int, *, budget_s: float, cost: dict[str, float]) -> list[str]:
     """A night of SPECS whose timed processes have ended; its count pass planned under
     ``budget_s``, each counted benchmark stored with the cost ``cost`` gives it. Returns the
@@ -89,28 +115,7 @@ def _count_night(day: int, *, budget_s: float, cost: dict[str, float]) -> list[s
                 session,
                 run=count,
                 job=job,
-                record={
-                    "model": job.model,
-                    "mode": "eval",
-                    "device": "cpu",
-                    "benchmark_version": "v1",
-                    "environment": {
-                        "cpu_model": "test-cpu",
-                        "threads": 1,
-                        "torch_version": "2.13.0+cpu",
-                        "counter": {"tool": "callgrind", "cpu_s": cost[job.model]},
-                    },
-                    "measures": ["cpu_instructions"],
-                    "metrics": [
-                        {
-                            "metric": "cpu_instructions",
-                            "unit": "instructions",
-                            "samples": [1e8, 1e8],
-                            "median": 1e8,
-                            "iqr": 0.0,
-                        }
-                    ],
-                },
+                record=_count_record(job.model, [1e8, 1e8], cpu_s=cost[job.model]),
             )
             runs.end_job(session, job=job, error=None)
             counted.append(job.model)
@@ -163,28 +168,7 @@ def test_a_count_series_with_a_point_every_third_night_raises_its_step_on_its_fi
                 session,
                 run=run,
                 job=job,
-                record={
-                    "model": "dqn",
-                    "mode": "eval",
-                    "device": "cpu",
-                    "benchmark_version": "v1",
-                    "environment": {
-                        "cpu_model": "test-cpu",
-                        "threads": 1,
-                        "torch_version": "2.13.0+cpu",
-                        "counter": {"tool": "callgrind", "cpu_s": 60.0},
-                    },
-                    "measures": ["cpu_instructions"],
-                    "metrics": [
-                        {
-                            "metric": "cpu_instructions",
-                            "unit": "instructions",
-                            "samples": samples,
-                            "median": samples[0],
-                            "iqr": 0.0,
-                        }
-                    ],
-                },
+                record=_count_record("dqn", samples, cpu_s=60.0),
             )
             runs.end_job(session, job=job, error=None)
             assessed = regressions.assess_run(
