@@ -52,21 +52,32 @@ RUN pip install --no-deps -e . && python -c "import service, suite, workers"
 
 # Optional: TorchBench's models (docs/deployment.md). With TORCHBENCH_COMMIT set (pin a commit:
 # pytorch/benchmark's main moves), the image holds pytorch/benchmark at that commit in
-# /opt/torchbench, and its own install.py installs the requirements of TORCHBENCH_MODELS
-# (comma-separated torchbench.<name> or patterns; empty: every model) after the torchvision and
-# torchaudio builds that match torch, which TorchBench's installer needs.
+# /opt/torchbench, and `nightbench torchbench install` installs the requirements of
+# TORCHBENCH_MODELS (comma-separated torchbench.<name> or patterns; empty: every model) with
+# TorchBench's own install.py: first the torchvision and torchaudio builds of this torch, from
+# the same index (TORCH_INDEX_URL), checked by import; then each model held to what was
+# installed before it. Its import checks are kept in the image (NIGHTBENCH_TORCHBENCH_CACHE),
+# so the listing knows at once which models are available. Exit 1 names the models whose setup
+# FAILED or that do not import (input data or configs behind a host the build cannot reach):
+# the image is still built, and the listing marks those unavailable with the reason. Exit 2
+# (no torchvision/torchaudio for this torch on that index) fails the build.
 ARG TORCHBENCH_COMMIT=
 ARG TORCHBENCH_MODELS=
+ENV NIGHTBENCH_TORCHBENCH_CACHE=/var/cache/nightbench/torchbench-imports
 RUN if [ -n "${TORCHBENCH_COMMIT}" ]; then \
-        pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}" torchvision torchaudio \
-        && git init -q /opt/torchbench \
-        && git -C /opt/torchbench fetch -q --depth 1 https://github.com/pytorch/benchmark "${TORCHBENCH_COMMIT}" \
-        && git -C /opt/torchbench checkout -q FETCH_HEAD \
-        && if [ -n "${TORCHBENCH_MODELS}" ]; then \
-               nightbench torchbench install --torchbench /opt/torchbench --models "${TORCHBENCH_MODELS}"; \
-           else \
-               nightbench torchbench install --torchbench /opt/torchbench; \
-           fi; \
+        set -e; \
+        git init -q /opt/torchbench; \
+        git -C /opt/torchbench fetch -q --depth 1 https://github.com/pytorch/benchmark "${TORCHBENCH_COMMIT}"; \
+        git -C /opt/torchbench checkout -q FETCH_HEAD; \
+        rc=0; \
+        nightbench torchbench install --torchbench /opt/torchbench --torch-index "${TORCH_INDEX_URL}" \
+            ${TORCHBENCH_MODELS:+--models "${TORCHBENCH_MODELS}"} || rc=$?; \
+        if [ "$rc" -eq 1 ]; then \
+            echo "TorchBench: the models named above are unavailable in this image"; \
+        elif [ "$rc" -ne 0 ]; then \
+            exit "$rc"; \
+        fi; \
+        chown -R nightbench:nightbench /var/cache/nightbench; \
     fi
 
 USER nightbench

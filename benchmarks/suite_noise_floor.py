@@ -2,7 +2,7 @@
 the wall time of the whole CPU suite.
 
 Each CPU benchmark runs ``--repeats`` times, each time in a fresh ``python -m suite run`` process
-(``suite.stability``: rounds interleave the benchmarks). Reported: every benchmark's CV and
+(``workers.night.stability``: rounds interleave the benchmarks). Reported: every benchmark's CV and
 max-min spread of per-process medians, the median CV (the noise floor), how many benchmarks reach
 TorchBench's 7% spread, and per round the wall time of running every benchmark once (the suite's
 wall time; process start, imports and model building included). The load average before and
@@ -35,13 +35,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from suite.stability import (
-    benchmarks_for,
-    list_models_json,
-    measure_stability,
-    noise_floor,
-    summarize,
-)
+from suite.stability import benchmarks_for, noise_floor, summarize
+from workers.night.stability import list_models, measure
 
 
 def main() -> int:
@@ -57,7 +52,7 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
-    listing = list_models_json()
+    listing = list_models()
     if args.models:
         wanted = set(args.models.split(","))
         listing = [m for m in listing if m["name"] in wanted]
@@ -86,8 +81,8 @@ def main() -> int:
                     cpu_medians.setdefault(spec.key, []).append(m["median"])
             progress.update(bar, advance=1, description=f"round {round_no + 1} {spec.key}")
 
-        results = measure_stability(
-            specs, args.repeats, run_args=shlex.split(args.run_args), on_record=on_record
+        results = measure(
+            specs, repeats=args.repeats, run_args=shlex.split(args.run_args), on_record=on_record
         )
     load_after = os.getloadavg()
     # Wall time of each round: from the end of the previous round to the end of this one.

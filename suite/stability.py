@@ -17,23 +17,20 @@ The K processes of one benchmark are interleaved with the other benchmarks' (rou
 benchmark once), so that a slow drift of the machine (another job starting, thermal state)
 spreads over all benchmarks instead of landing on one benchmark's repeats.
 
-This module orchestrates subprocesses and imports nothing heavy: it runs in nightbench's own
-environment, and may point ``python`` at the environment under test.
+This module is the method, over records: the rounds (:func:`measure_stability`) and the verdict
+(:func:`judge`). It starts no process: its caller passes the function that measures a benchmark
+once, ``workers.night.stability.run_once`` (``python -m suite run`` through ``workers.runner``,
+the one way the suite's subprocess is run; ``suite`` imports no ``workers``). It imports nothing
+heavy.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from suite.cpu_setup import setup_label
@@ -41,7 +38,6 @@ from suite.gpu_setup import gpu_setup_label
 
 UNSTABLE_SPREAD = 0.07  # TorchBench's STABLE_THRESHOLD in userbenchmark/model-stableness/run.py
 REFERENCE_PROCESSES = 5  # the process count UNSTABLE_SPREAD is the rule for (TorchBench's K)
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -194,66 +190,6 @@ def noise_floor(results: Sequence[StabilityResult]) -> float | None:
     return statistics.median(cvs) if cvs else None
 
 
-def _suite_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra or {})
-    return env
-
-
-def run_once(
-    spec: StabilityBenchmark,
-    *,
-    python: str = sys.executable,
-    run_args: Sequence[str] = (),
-    timeout_s: float = 600,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Measure ``spec`` once in a fresh ``python -m suite run`` process; return its record.
-
-    Never raises for a benchmark failure: a timeout, a crash or an unreadable record becomes a
-    record with ``error`` set.
-    """
-    with tempfile.TemporaryDirectory(prefix="nightbench-stability-") as tmp:
-        out = Path(tmp) / "record.json"
-        argv = [
-            python,
-            "-m",
-            "suite",
-            "run",
-            "--model",
-            spec.model,
-            "--mode",
-            spec.mode,
-            "--device",
-            spec.device,
-            "--compiler",
-            spec.compiler,
-            "--out",
-            str(out),
-            *run_args,
-        ]
-        try:
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                cwd=ROOT,
-                env=_suite_env(env),
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout_s:g} s", "metrics": []}
-        if not out.is_file():
-            tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
-            return {"error": f"exited with code {proc.returncode}: {tail}", "metrics": []}
-        try:
-            return dict(json.loads(out.read_text()))
-        except json.JSONDecodeError as exc:
-            return {"error": f"unreadable record: {exc}", "metrics": []}
-
-
 def _median_latency(record: Mapping[str, Any]) -> float | None:
     for metric in record.get("metrics") or []:
         if metric.get("metric") == "latency":
@@ -265,29 +201,28 @@ def measure_stability(
     benchmarks: Sequence[StabilityBenchmark],
     repeats: int = 5,
     *,
-    python: str = sys.executable,
-    run_args: Sequence[str] = (),
-    timeout_s: float = 600,
-    env: Mapping[str, str] | None = None,
+    run: Callable[[StabilityBenchmark], Mapping[str, Any]],
     threshold: float = UNSTABLE_SPREAD,
     on_record: Callable[[StabilityBenchmark, int, dict[str, Any]], None] | None = None,
 ) -> list[StabilityResult]:
     """Run every benchmark ``repeats`` times, each in its own process, and judge its stability.
 
+    Round r runs every benchmark once, in the order given (module docstring: a drift of the
+    machine spreads over all benchmarks).
+
     Args:
         benchmarks: what to measure.
         repeats: processes per benchmark (K >= 2).
-        python: the interpreter of the environment under test.
-        run_args: extra ``python -m suite run`` arguments (e.g. ``["--iterations", "30"]``).
-        timeout_s: limit per process (s).
-        env: extra environment variables for the processes.
+        run: measures a benchmark once in a fresh process and returns its record (a suite
+            record, ``suite/records.py``; ``error`` set when the process failed), e.g.
+            ``workers.night.stability.run_once``. Never raises for a benchmark's failure.
         threshold: spread (fraction) from which a benchmark is unstable over 5 processes
             (TorchBench: 0.07); over the n processes that succeeded, :func:`allowed_spread`.
         on_record: called after each process with the spec, the round (0-based) and the record;
             a progress bar hangs here.
 
     Returns:
-        One :class:`StabilityResult` per benchmark, in the order given.
+        One :class:`StabilityResult` per benchmark, in the order given (:func:`judge`).
 
     Raises:
         ValueError: ``repeats`` < 2 or ``benchmarks`` is empty.
@@ -299,41 +234,57 @@ def measure_stability(
     records: dict[StabilityBenchmark, list[dict[str, Any]]] = {b: [] for b in benchmarks}
     for round_no in range(repeats):
         for spec in benchmarks:
-            record = run_once(spec, python=python, run_args=run_args, timeout_s=timeout_s, env=env)
+            record = dict(run(spec))
             records[spec].append(record)
             if on_record is not None:
                 on_record(spec, round_no, record)
-    results = []
-    for spec in benchmarks:
-        medians = [
-            m for r in records[spec] if not r.get("error") and (m := _median_latency(r)) is not None
-        ]
-        errors = [str(r["error"]) for r in records[spec] if r.get("error")]
-        allowed = allowed_spread(len(medians), threshold) if len(medians) >= 2 else None
-        cv, spread, unstable = summarize(medians, threshold if allowed is None else allowed)
-        ok = [r for r in records[spec] if not r.get("error")]
-        results.append(
-            StabilityResult(
-                model=spec.model,
-                mode=spec.mode,
-                device=spec.device,
-                compiler=spec.compiler,
-                repeats=repeats,
-                medians_ms=medians,
-                cv=cv,
-                spread=spread,
-                unstable=unstable,
-                threshold=threshold,
-                allowed_spread=allowed,
-                errors=errors,
-                benchmark_version=ok[0].get("benchmark_version") if ok else None,
-                environment=dict(ok[0].get("environment") or {}) if ok else {},
-                setups=list(
-                    dict.fromkeys(full_setup_label(r.get("environment") or {}) for r in ok)
-                ),
-            )
-        )
-    return results
+    return [judge(spec, records[spec], threshold=threshold) for spec in benchmarks]
+
+
+def judge(
+    spec: StabilityBenchmark,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    threshold: float = UNSTABLE_SPREAD,
+) -> StabilityResult:
+    """The verdict on ``spec`` from the records of its processes, one per process.
+
+    Args:
+        spec: the benchmark.
+        records: its processes' suite records, in run order; one with ``error`` set counts as a
+            failed process, one without a latency metric is left out of the medians.
+        threshold: the spread (fraction) from which it is unstable over 5 processes; over the
+            n processes that succeeded, :func:`allowed_spread` of it.
+
+    Returns:
+        The :class:`StabilityResult` (``repeats`` is ``len(records)``; ``unstable`` is None when
+        fewer than two processes gave a median).
+
+    Raises:
+        ValueError: a median latency is not a positive finite number (:func:`summarize`).
+    """
+    medians = [m for r in records if not r.get("error") and (m := _median_latency(r)) is not None]
+    errors = [str(r["error"]) for r in records if r.get("error")]
+    allowed = allowed_spread(len(medians), threshold) if len(medians) >= 2 else None
+    cv, spread, unstable = summarize(medians, threshold if allowed is None else allowed)
+    ok = [r for r in records if not r.get("error")]
+    return StabilityResult(
+        model=spec.model,
+        mode=spec.mode,
+        device=spec.device,
+        compiler=spec.compiler,
+        repeats=len(records),
+        medians_ms=medians,
+        cv=cv,
+        spread=spread,
+        unstable=unstable,
+        threshold=threshold,
+        allowed_spread=allowed,
+        errors=errors,
+        benchmark_version=ok[0].get("benchmark_version") if ok else None,
+        environment=dict(ok[0].get("environment") or {}) if ok else {},
+        setups=list(dict.fromkeys(full_setup_label(r.get("environment") or {}) for r in ok)),
+    )
 
 
 def benchmarks_for(
@@ -355,24 +306,3 @@ def benchmarks_for(
             if mode in m.get("modes", []):
                 specs.append(StabilityBenchmark(m["name"], mode, device, compiler))
     return specs
-
-
-def list_models_json(
-    python: str = sys.executable, env: Mapping[str, str] | None = None, timeout_s: float = 300
-) -> list[dict[str, Any]]:
-    """``python -m suite list --json`` in the environment of ``python``.
-
-    Raises:
-        RuntimeError: the listing failed; its stderr is in the message.
-    """
-    proc = subprocess.run(
-        [python, "-m", "suite", "list", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=ROOT,
-        env=_suite_env(env),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"python -m suite list failed: {proc.stderr.strip()[-2000:]}")
-    return list(json.loads(proc.stdout))

@@ -118,7 +118,7 @@ def list_models(*, check_imports: bool = False) -> list[ModelInfo]:
     names = [e.name[len(TORCHBENCH_PREFIX) :] for e in entries if e.available]
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     identity, found = torchbench_check.checks(names, devices=devices, run=check_imports)
-    failed = torchbench_check.failed_setups(identity["id"])
+    failed = torchbench_check.failed_setups(identity)
     out = []
     for entry in entries:
         name = entry.name[len(TORCHBENCH_PREFIX) :]

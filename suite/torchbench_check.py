@@ -12,10 +12,14 @@ and commit, a hash of every installed distribution) and the model's source versi
 
 A model not checked in this environment yet is listed unavailable as "not checked"; a
 (test, device) whose construction raised ``NotImplementedError`` or failed is not offered.
+TorchBench's setup outcomes, recorded by ``nightbench torchbench install``, are kept apart, by
+the environment's prefix and the checkout (:func:`setup_key`): a model whose data never
+downloaded stays unavailable when another package is installed later.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -131,7 +135,7 @@ def cause(result: Mapping[str, Any]) -> str:
 
 
 def cache_dir() -> Path:
-    """Where import checks are kept: ``NIGHTBENCH_TORCHBENCH_CACHE``, else
+    """Where import checks and setup outcomes are kept: ``NIGHTBENCH_TORCHBENCH_CACHE``, else
     ``$XDG_CACHE_HOME/nightbench/torchbench-imports`` (``~/.cache`` when unset)."""
     configured = os.environ.get(CACHE_ENV)
     if configured:
@@ -173,11 +177,33 @@ def load(env_id: str) -> dict[str, ImportCheck]:
         return {}
 
 
-def load_setups(env_id: str) -> dict[str, dict[str, Any]]:
-    """TorchBench's setup outcomes recorded for an environment by ``nightbench torchbench
-    install``: ``{name: {"version", "status", "error"}}`` (empty when none)."""
+def setup_key(identity: Mapping[str, Any]) -> str:
+    """The key TorchBench's setup outcomes are kept under: the environment's prefix and Python
+    (from ``identity``, see :func:`environment_identity`) and the checkout's root, as a
+    16-hex-digit hash. Not the installed packages: a setup's outcome is mostly where its input
+    data or configs came from, which installing another package later does not change, and an
+    import check still catches a model that stops importing.
+
+    Raises:
+        suite.torchbench_checkout.TorchBenchUnavailable: no checkout configured.
+    """
+    where = {
+        "prefix": identity["prefix"],
+        "python": identity["python"],
+        "checkout": str(checkout.checkout_root()),
+    }
+    return hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _setups_file(identity: Mapping[str, Any]) -> Path:
+    return cache_dir() / f"setups-{setup_key(identity)}.json"
+
+
+def load_setups(identity: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """TorchBench's setup outcomes recorded for an environment and checkout by ``nightbench
+    torchbench install``: ``{name: {"version", "status", "error"}}`` (empty when none)."""
     try:
-        return dict(json.loads(_cache_file(env_id).read_text()).get("setups") or {})
+        return dict(json.loads(_setups_file(identity).read_text()).get("setups") or {})
     except (OSError, ValueError, AttributeError):
         return {}
 
@@ -186,18 +212,20 @@ def store_setups(
     identity: Mapping[str, Any], outcomes: Mapping[str, tuple[str, str | None]]
 ) -> None:
     """Record TorchBench's setup outcomes (``{name: (status, last error line)}``, status ``OK``
-    | ``FAIL`` | ``SKIP``) for the environment: a model whose setup FAILED here (its data or
-    weights never downloaded, a requirement that did not install) is not available even when
-    it imports.
+    | ``FAIL`` | ``SKIP``) for the environment and checkout (:func:`setup_key`): a model whose
+    setup FAILED here (its data or weights never downloaded, a requirement that did not
+    install) is not available even when it imports. Kept until the model's source changes or
+    a later install records its setup again, whatever is installed in between.
 
     Raises:
         OSError: the cache folder cannot be written.
     """
-    setups = load_setups(identity["id"])
+    setups = load_setups(identity)
     for name, (status, error) in outcomes.items():
         version = checkout.source_version(name)
         setups[name] = {"version": version, "status": status, "error": error}
-    _write(identity, load(identity["id"]), setups)
+    doc = {"identity": dict(identity), "setups": dict(sorted(setups.items()))}
+    _replace(_setups_file(identity), doc)
 
 
 def store(identity: Mapping[str, Any], checks: Iterable[ImportCheck]) -> None:
@@ -208,19 +236,16 @@ def store(identity: Mapping[str, Any], checks: Iterable[ImportCheck]) -> None:
     """
     kept = load(identity["id"])
     kept.update({c.name: c for c in checks})
-    _write(identity, kept, load_setups(identity["id"]))
-
-
-def _write(
-    identity: Mapping[str, Any], kept: Mapping[str, ImportCheck], setups: Mapping[str, Any]
-) -> None:
-    path = _cache_file(identity["id"])
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "identity": dict(identity),
         "models": {n: c.to_json() for n, c in sorted(kept.items())},
-        "setups": dict(sorted(setups.items())),
     }
+    _replace(_cache_file(identity["id"]), doc)
+
+
+def _replace(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write ``doc`` as JSON to ``path``: whole into a temporary file, then renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "w") as out:
         json.dump(doc, out, indent=1)
@@ -362,11 +387,11 @@ def checks(
     return identity, valid
 
 
-def failed_setups(env_id: str) -> dict[str, str]:
-    """``{name: why}`` for the models whose TorchBench setup FAILED in this environment, at
-    their current source version (see :func:`store_setups`)."""
+def failed_setups(identity: Mapping[str, Any]) -> dict[str, str]:
+    """``{name: why}`` for the models whose TorchBench setup FAILED in this environment and
+    checkout, at their current source version (see :func:`store_setups`)."""
     out = {}
-    for name, setup in load_setups(env_id).items():
+    for name, setup in load_setups(identity).items():
         try:
             current = checkout.source_version(name)
         except LookupError:

@@ -151,8 +151,7 @@ def test_nightly_dispatches_on_a_schedule_and_by_hand() -> None:
     install = next(step for step in steps if "torchbench install" in step.get("run", ""))
     assert steps.index(checkout) < steps.index(install) < steps.index(dispatch)
     assert install["if"] == checkout["if"]
-    assert "(torchbench install --torchbench benchmark)" in install["run"]
-    assert "torchvision torchaudio" in install["run"]
+    assert "(torchbench install --torchbench benchmark" in install["run"]
     assert 'args+=(--models "$MODELS")' in install["run"]
     assert install["env"]["MODELS"] == "${{ inputs.models }}"
     assert any("GITHUB_STEP_SUMMARY" in step.get("run", "") for step in steps)
@@ -410,11 +409,107 @@ def test_compose_builds_a_pinned_torchbench_checkout_into_the_workers_when_asked
     for needed in (
         "ARG TORCHBENCH_COMMIT",
         "https://github.com/pytorch/benchmark",
-        "torchvision torchaudio",
         "nightbench torchbench install --torchbench /opt/torchbench",
     ):
         assert needed in dockerfile, needed
     assert dockerfile.index("nightbench torchbench install") < dockerfile.index("USER nightbench")
+
+
+def _fake_commands(tmp_path: Path, names: tuple[str, ...]) -> tuple[Path, dict[str, str]]:
+    """A bin folder of scripts named ``names``: each appends its name and arguments to
+    ``calls.log`` and exits with ``$FAKE_RC_<NAME>`` (0 when unset); returns the log and an
+    environment whose PATH finds them first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    for name in names:
+        script = bin_dir / name
+        script.write_text(
+            "#!/bin/sh\n"
+            f'printf "%s" "{name}" >> "{log}"\n'
+            f'for a in "$@"; do printf " [%s]" "$a" >> "{log}"; done\n'
+            f'echo >> "{log}"\n'
+            f'exit "${{FAKE_RC_{name.upper()}:-0}}"\n'
+        )
+        script.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path)}
+    return log, env
+
+
+@pytest.mark.parametrize(("install_rc", "step_rc"), [(0, 0), (1, 0), (2, 2), (3, 3)])
+def test_nightly_goes_on_when_torchbench_models_are_unavailable_and_stops_on_a_refusal(
+    tmp_path: Path, install_rc: int, step_rc: int
+) -> None:
+    """The install step as the runner runs it (bash -e -o pipefail), with ``nightbench``
+    replaced by a script: exit 1 (models named as unavailable) leaves the night going with a
+    warning; a refusal (2) or any other failure stops it."""
+    steps = _workflow("nightly.yml")["jobs"]["dispatch"]["steps"]
+    install = next(step for step in steps if "torchbench install" in step.get("run", ""))
+    log, env = _fake_commands(tmp_path, ("nightbench",))
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", install["run"]],
+        env={**env, "MODELS": "torchbench.alexnet", "FAKE_RC_NIGHTBENCH": str(install_rc)},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == step_rc, proc.stderr
+    assert ("::warning::" in proc.stdout) == (install_rc == 1)
+    assert log.read_text().splitlines() == [
+        "nightbench [torchbench] [install] [--torchbench] [benchmark] [--torch-index]"
+        " [https://download.pytorch.org/whl/cpu] [--models] [torchbench.alexnet]"
+    ]
+
+
+def _dockerfile_torchbench_script() -> str:
+    """The shell of the Dockerfile's TorchBench ``RUN`` (line continuations kept: sh reads them)."""
+    text = (ROOT / "Dockerfile").read_text()
+    start = text.index('RUN if [ -n "${TORCHBENCH_COMMIT}" ]') + len("RUN ")
+    end = text.index("\n    fi\n", start) + len("\n    fi")
+    return text[start:end]
+
+
+@pytest.mark.parametrize(
+    ("models", "install_rc", "build_rc"),
+    [("", 0, 0), ("torchbench.alexnet,torchbench.dcgan", 1, 0), ("", 2, 2)],
+)
+def test_the_image_is_built_when_torchbench_models_are_unavailable_and_not_on_a_refusal(
+    tmp_path: Path, models: str, install_rc: int, build_rc: int
+) -> None:
+    """The Dockerfile's TorchBench step under /bin/sh, with git, nightbench and chown replaced
+    by scripts: the install gets the image's torch index and the chosen models; models named
+    unavailable (exit 1) leave the image built, a refusal (exit 2) fails the build."""
+    log, env = _fake_commands(tmp_path, ("git", "nightbench", "chown"))
+    proc = subprocess.run(
+        ["/bin/sh", "-c", _dockerfile_torchbench_script()],
+        env={
+            **env,
+            "TORCHBENCH_COMMIT": "0e83c440a51cd63464fee34724d01b7c814ce39b",
+            "TORCHBENCH_MODELS": models,
+            "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+            "FAKE_RC_NIGHTBENCH": str(install_rc),
+        },
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == build_rc, proc.stderr
+    calls = log.read_text().splitlines()
+    install = next(c for c in calls if c.startswith("nightbench"))
+    assert install.startswith(
+        "nightbench [torchbench] [install] [--torchbench] [/opt/torchbench] [--torch-index]"
+        " [https://download.pytorch.org/whl/cpu]"
+    )
+    assert install.endswith(f" [--models] [{models}]") == bool(models)
+    assert any(c.startswith("chown") for c in calls) == (build_rc == 0)
+    # Without a commit nothing runs at all.
+    log.unlink()
+    skipped = subprocess.run(
+        ["/bin/sh", "-c", _dockerfile_torchbench_script()],
+        env={**env, "TORCHBENCH_COMMIT": ""},
+        capture_output=True,
+        text=True,
+    )
+    assert skipped.returncode == 0 and not log.exists()
 
 
 def test_nightly_matrix_points_its_shards_at_a_pinned_torchbench_checkout() -> None:

@@ -13,11 +13,11 @@ from suite.stability import (
     allowed_spread,
     benchmarks_for,
     d2,
+    judge,
     measure_stability,
     noise_floor,
     summarize,
 )
-from tests.suite.helpers import FIXTURE_MODELS, QUICK
 
 
 def test_summarize_applies_the_seven_percent_rule() -> None:
@@ -67,18 +67,30 @@ def test_noise_floor_is_the_median_cv() -> None:
     assert noise_floor([result(None)]) is None
 
 
-def test_planted_instability_is_marked_and_rounds_interleave(tmp_path) -> None:
-    counter = tmp_path / "count"
+def _record(median_ms: float, cpu: str = "AMD EPYC") -> dict[str, object]:
+    """A suite record with a latency median, as one process writes it."""
+    return {
+        "metrics": [{"metric": "latency", "median": median_ms}],
+        "benchmark_version": "v1",
+        "environment": {"cpu_model": cpu, "allocator": "jemalloc", "threads": 1},
+    }
+
+
+def test_rounds_interleave_and_each_benchmark_is_judged_on_its_processes() -> None:
     specs = [StabilityBenchmark("variable_latency", "eval"), StabilityBenchmark("crashes", "train")]
+    ran: list[str] = []
+
+    def run(spec: StabilityBenchmark) -> dict[str, object]:
+        ran.append(spec.model)
+        if spec.model == "crashes":
+            return {"error": "exited with code 1: the planted failure", "metrics": []}
+        return _record(5.0 * (1 + 0.25 * (len(ran) // 2)))
+
     seen: list[tuple[str, int]] = []
     results = measure_stability(
         specs,
         repeats=3,
-        run_args=QUICK,
-        env={
-            "NIGHTBENCH_SUITE_EXTRA_MODELS": str(FIXTURE_MODELS),
-            "NIGHTBENCH_TEST_COUNTER": str(counter),
-        },
+        run=run,
         on_record=lambda spec, round_no, record: seen.append((spec.model, round_no)),
     )
     # Round-robin: every benchmark once per round.
@@ -91,30 +103,39 @@ def test_planted_instability_is_marked_and_rounds_interleave(tmp_path) -> None:
         ("crashes", 2),
     ]
     variable, crashing = results
-    assert len(variable.medians_ms) == 3 and not variable.errors
-    # Every process ran with the same measurement setup, and the result names it.
-    [setup] = variable.setups
-    assert setup == setup_label(variable.environment) and setup not in ("-", "glibc (off)")
-    assert crashing.setups == []
-    # Each process sleeps 25% longer than the one before: 5, 6.25, 7.5 ms.
-    assert variable.medians_ms == sorted(variable.medians_ms)
-    assert variable.spread > 0.3 and variable.unstable is True
+    assert variable.medians_ms == [5.0, 6.25, 7.5] and not variable.errors
+    assert variable.repeats == crashing.repeats == 3
+    assert variable.spread == pytest.approx(0.5) and variable.unstable is True
     # Three processes are judged by the 7% rule scaled for three.
-    assert variable.threshold == 0.07 and variable.allowed_spread == pytest.approx(
-        allowed_spread(3)
-    )
-    assert crashing.allowed_spread is None
-    assert variable.cv > 0.1
-    assert variable.benchmark_version and variable.environment["threads"] == 1
+    assert variable.threshold == 0.07
+    assert variable.allowed_spread == pytest.approx(allowed_spread(3))
+    [setup] = variable.setups
+    assert setup == setup_label(variable.environment)
+    assert variable.benchmark_version == "v1" and variable.environment["threads"] == 1
     assert crashing.medians_ms == [] and crashing.unstable is None and crashing.cv is None
-    assert len(crashing.errors) == 3 and "the planted failure" in crashing.errors[0]
+    assert crashing.allowed_spread is None and crashing.setups == []
+    assert crashing.errors == ["exited with code 1: the planted failure"] * 3
+
+
+def test_judge_counts_failed_processes_out_of_the_medians() -> None:
+    spec = StabilityBenchmark("m", "eval")
+    records = [_record(10.0), {"error": "timed out after 600 s", "metrics": []}, _record(10.5)]
+    verdict = judge(spec, records, threshold=0.03)
+    assert verdict.medians_ms == [10.0, 10.5] and verdict.errors == ["timed out after 600 s"]
+    assert verdict.repeats == 3
+    # Two processes: 3% scaled by d2(2) / d2(5), which a 5% spread reaches.
+    assert verdict.allowed_spread == pytest.approx(allowed_spread(2, 0.03))
+    assert verdict.unstable is True and verdict.threshold == 0.03
 
 
 def test_measure_stability_refuses_bad_arguments() -> None:
+    def run(spec: StabilityBenchmark) -> dict[str, object]:
+        raise AssertionError("nothing is run")
+
     with pytest.raises(ValueError, match="at least 2"):
-        measure_stability([StabilityBenchmark("ppo", "eval")], repeats=1)
+        measure_stability([StabilityBenchmark("ppo", "eval")], repeats=1, run=run)
     with pytest.raises(ValueError, match="no benchmarks"):
-        measure_stability([], repeats=3)
+        measure_stability([], repeats=3, run=run)
 
 
 def test_benchmarks_for_follows_the_listing() -> None:

@@ -625,3 +625,37 @@ def test_export_writes_torchbench_names_and_reads_them_back() -> None:
     )
     with pytest.raises(TorchBenchFormatError, match="export the suite's own models"):
         to_userbenchmark([ours, clash])
+
+
+def test_a_failed_setup_outlasts_a_package_installed_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TorchBench's setup outcomes are kept by environment and checkout, not by the package set:
+    a model whose input data never downloaded stays unavailable after the user installs
+    something else (which changes the import checks' identity and so re-checks imports)."""
+    from suite import torchbench_check
+
+    copy = tmp_path / "benchmark"
+    shutil.copytree(CHECKOUT, copy)
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", str(copy))
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_CACHE", str(tmp_path / "cache"))
+    installed = {"prefix": "/venv", "python": "CPython 3.11.7", "packages": "a" * 16, "id": "1"}
+    torchbench_check.store_setups(installed, {"tiny_mlp": ("FAIL", "ConnectionError: no data")})
+    later = {**installed, "packages": "b" * 16, "id": "2"}  # one more package installed
+    assert torchbench_check.failed_setups(later) == {
+        "tiny_mlp": "TorchBench's setup FAILED here: ConnectionError: no data"
+    }
+    # Another environment, or another checkout, has its own outcomes.
+    assert torchbench_check.failed_setups({**installed, "prefix": "/other-venv"}) == {}
+    other = tmp_path / "other-benchmark"
+    shutil.copytree(CHECKOUT, other)
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", str(other))
+    assert torchbench_check.failed_setups(later) == {}
+    # A setup recorded again replaces the outcome; a changed model's outcome is stale.
+    monkeypatch.setenv("NIGHTBENCH_TORCHBENCH_PATH", str(copy))
+    torchbench_check.store_setups(later, {"tiny_mlp": ("OK", None)})
+    assert torchbench_check.failed_setups(installed) == {}
+    torchbench_check.store_setups(later, {"tiny_mlp": ("FAIL", "ConnectionError: no data")})
+    init = copy / "torchbenchmark" / "models" / "tiny_mlp" / "__init__.py"
+    init.write_text(init.read_text() + "\n# edited\n")
+    assert torchbench_check.failed_setups(installed) == {}

@@ -1,9 +1,10 @@
 """The suite runner against real subprocesses: a stand-in ``suite`` package plays the suite.
 
 Each test writes ``suite/__main__.py`` into a temporary directory put on ``PYTHONPATH``, so
-``python -m suite ...`` runs that script in a real process (and process group). Its two callers,
-a night's job (``workers.night.jobs``) and a bisection's probe (``workers.bisect.measure``), are
-run against the same stand-in for the errors they make of the outcomes.
+``python -m suite ...`` runs that script in a real process (and process group). Its callers, a
+night's job (``workers.night.jobs``), a bisection's probe (``workers.bisect.measure``) and a
+stability process (``workers.night.stability``), are run against the same stand-in for the errors
+they make of the outcomes.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from types import FrameType
 import pytest
 
 from service.config import Settings
+from suite.stability import StabilityBenchmark
 from workers.bisect.measure import MeasureError, SuiteMeasurer
 from workers.builds.base import BuildEnvironment
-from workers.night import jobs
+from workers.night import jobs, stability
 from workers.runner import SuiteOutcome, exit_reason, run_suite
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -300,7 +302,7 @@ def test_exit_reason_names_real_time_signals_too() -> None:
     assert exit_reason(0, "") == "exited with code 0"
 
 
-# ----- the callers: a night's job and a bisection's probe ---------------------------------------
+# ----- the callers: a night's job, a bisection's probe, a stability process -----------------------
 
 
 def _job(package: Path, **settings: float) -> dict[str, object]:
@@ -389,3 +391,46 @@ def test_a_probe_keeps_its_error_texts(
     _suite(package, "import time; time.sleep(600)\n")
     with pytest.raises(MeasureError, match="^m:eval:cpu did not finish in 2 s$"):
         _probe(package, tmp_path, timeout_s=2)
+
+
+def test_a_stability_process_keeps_its_error_texts(
+    fake_suite: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package, _ = fake_suite
+    monkeypatch.setattr(jobs, "ROOT", package.parent)  # runs from there: the stand-in
+    spec = StabilityBenchmark("m", "eval")
+    _suite(
+        package,
+        """
+        record = {"argv": sys.argv[1:], "threads": os.environ["OMP_NUM_THREADS"],
+                  "extra": os.environ.get("EXTRA"), "cwd": os.getcwd()}
+        pathlib.Path(out).write_text(json.dumps(record))
+    """,
+    )
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    record = stability.run_once(spec, run_args=["--iterations", "3"], env={"EXTRA": "x"})
+    assert record["argv"][:10] == [
+        "run",
+        "--model",
+        "m",
+        "--mode",
+        "eval",
+        "--device",
+        "cpu",
+        "--compiler",
+        "eager",
+        "--iterations",
+    ]
+    assert record["argv"][-2] == "--out" and record["threads"] == "1"
+    assert record["extra"] == "x" and record["cwd"] == str(package.parent)
+    _suite(package, "print('a\\nb', file=sys.stderr); sys.exit(3)\n")
+    assert stability.run_once(spec) == {"error": "exited with code 3: a | b", "metrics": []}
+    _suite(package, "pathlib.Path(out).write_text('[1]')\n")
+    assert stability.run_once(spec)["error"].startswith("unreadable record: ")
+    _suite(package, "import time; time.sleep(600)\n")
+    assert stability.run_once(spec, timeout_s=2) == {
+        "error": "timed out after 2 s",
+        "metrics": [],
+    }
+    _suite(package, "print(json.dumps([{'name': 'm'}]))\n")
+    assert stability.list_models() == [{"name": "m"}]

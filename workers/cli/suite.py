@@ -48,7 +48,7 @@ def stability(
     allocator settings) and the verdict's source: ``measured`` here, ``nightly`` where the
     nightly re-check changed it since (``--stored`` lists those).
     """
-    from suite.stability import list_models_json, noise_floor
+    from suite.stability import noise_floor
     from workers.night import stability as stab
 
     if show_stored:
@@ -56,7 +56,7 @@ def stability(
         return
     try:
         specs = stab.select_benchmarks(
-            list_models_json(),
+            stab.list_models(),
             models=_csv(models),
             modes=_csv(modes) or [],
             device=device,

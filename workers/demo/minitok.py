@@ -22,14 +22,16 @@ slowdown is real.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import git
 
 INSTALL_COMMAND = "pip install --no-deps --no-build-isolation --no-index -e ."
 """Installs a checkout of ``minitok`` into the probe's environment, offline."""
@@ -407,13 +409,6 @@ class PackageRepository:
         return self.shas[-1]
 
 
-def _git(path: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc.stdout.strip()
-
-
 def _write(path: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         target = path / name
@@ -486,7 +481,11 @@ def make_package_repository(
     Raises:
         InvalidInput: an index outside 1..N, a commit given two roles, a vocabulary smaller
             than its 53 letter pieces, or a non-empty path.
+        git.GitCommandError: git refused a command; its message names the command line and
+            quotes git's stderr.
     """
+    import git  # GitPython, as workers/commits.py; imported here to keep imports cheap
+
     root = Path(path)
     broken, unfinished = tuple(sorted(set(broken))), tuple(sorted(set(unfinished)))
     _check_arguments(
@@ -502,8 +501,6 @@ def make_package_repository(
     if vocab_size < _LETTER_PIECES:
         raise InvalidInput(f"vocab_size must be at least {_LETTER_PIECES}, got {vocab_size}")
     root.mkdir(parents=True, exist_ok=True)
-    _git(root, "init", "--quiet", "--initial-branch=main")
-    _git(root, "config", "commit.gpgsign", "false")
 
     planted = {
         encode_culprit: (
@@ -521,7 +518,9 @@ def make_package_repository(
         crash_culprit: (dict(crash=True), "Simplify how the tokenizer finds its longest piece"),
         pool_culprit: (dict(pool_copy=True), "Keep the embedding table column-major when pooling"),
     }
-    shas = _write_history(root, commits, planted, broken, unfinished, vocab_size=vocab_size)
+    with git.Repo.init(root, initial_branch="main") as repo:
+        repo.git.config("commit.gpgsign", "false")
+        shas = _write_history(repo, commits, planted, broken, unfinished, vocab_size=vocab_size)
     culprits = {
         name: shas[k]
         for name, k in ((ENCODE, encode_culprit), (DECODE, decode_culprit), (POOL, pool_culprit))
@@ -537,7 +536,7 @@ def make_package_repository(
 
 
 def _write_history(
-    root: Path,
+    repo: git.Repo,
     commits: int,
     planted: dict[int | None, tuple[dict, str]],
     broken: tuple[int, ...],
@@ -554,7 +553,7 @@ def _write_history(
             tree = replace(tree, broken=False, unfinished=False, **fields)
         else:
             tree, message = _plain_change(k, tree, k in broken, k in unfinished)
-        shas.append(_commit(root, k, tree, message))
+        shas.append(_commit(repo, k, tree, message))
     return shas
 
 
@@ -605,7 +604,7 @@ def _plain_change(k: int, tree: _Tree, breaks: bool, unfinished: bool) -> tuple[
     return _ordinary(k, tree)
 
 
-def _commit(root: Path, k: int, tree: _Tree, message: str) -> str:
+def _commit(repo: git.Repo, k: int, tree: _Tree, message: str) -> str:
     """Write ``tree`` and commit it as commit k (author and date by k, a PR reference); its sha."""
     pr = 1001 + k
     if k % 3 == 1:
@@ -614,8 +613,8 @@ def _commit(root: Path, k: int, tree: _Tree, message: str) -> str:
         message += f" (#{pr})"
     name, email = _AUTHORS[k % len(_AUTHORS)]
     when = (_START + timedelta(hours=k)).isoformat()
-    env = {
-        **os.environ,
+    # Over this process's environment (GitPython's ``env``): the identity and the date fixed.
+    identity = {
         "GIT_AUTHOR_NAME": name,
         "GIT_AUTHOR_EMAIL": email,
         "GIT_AUTHOR_DATE": when,
@@ -623,7 +622,7 @@ def _commit(root: Path, k: int, tree: _Tree, message: str) -> str:
         "GIT_COMMITTER_EMAIL": email,
         "GIT_COMMITTER_DATE": when,
     }
-    _write(root, _files(tree))
-    _git(root, "add", "-A")
-    _git(root, "commit", "--quiet", "--allow-empty", "-m", message, env=env)
-    return _git(root, "rev-parse", "HEAD")
+    _write(Path(str(repo.working_tree_dir)), _files(tree))
+    repo.git.add("-A")
+    repo.git.commit("--quiet", "--allow-empty", "-m", message, env=identity)
+    return str(repo.head.commit.hexsha)

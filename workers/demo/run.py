@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -204,11 +203,17 @@ def _prepare_database() -> None:
 
 
 def _worktree(repo: Path, sha: str, path: Path) -> Path:
-    subprocess.run(
-        ["git", "-C", str(repo), "worktree", "add", "--detach", str(path), sha],
-        check=True,
-        capture_output=True,
-    )
+    """``git worktree add --detach path sha`` in ``repo`` (GitPython): a checkout of ``sha``
+    sharing the repository's objects; returns ``path``.
+
+    Raises:
+        git.GitCommandError: git refused (an unknown commit, ``path`` in use); its message names
+            the command line and quotes git's stderr.
+    """
+    import git  # GitPython, as workers/builds/checkout.py; imported here to keep imports cheap
+
+    with git.Repo(repo) as clone:
+        clone.git.worktree("add", "--detach", str(path), sha)
     return path
 
 

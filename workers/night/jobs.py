@@ -63,7 +63,7 @@ def suite_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def list_suite(
-    command: SuiteCommand | None = None, timeout_s: float = 1800
+    command: SuiteCommand | None = None, timeout_s: float = 1800, *, torchbench: bool = True
 ) -> list[dict[str, Any]]:
     """``python -m suite list --json`` of the build under test; with ``torchbench_path`` set
     (``NIGHTBENCH_TORCHBENCH_PATH``), TorchBench's models too (``--suite all``), their imports
@@ -73,17 +73,19 @@ def list_suite(
     Args:
         command: the interpreter and extra environment; None: this interpreter.
         timeout_s: seconds the listing may take.
+        torchbench: list TorchBench's models when ``torchbench_path`` is set; False: the
+            suite's own models only, whatever the setting (``nightbench suite stability``).
 
     Raises:
         RuntimeError: the listing failed or timed out (its stderr, or the timeout, is in the
             message).
     """
     command = command or SuiteCommand()
-    torchbench = get_settings().torchbench_path
+    checkout = get_settings().torchbench_path if torchbench else None
     # TorchBench's models are available once their import passed in the environment under
     # test: the listing checks those not checked there yet (suite/torchbench_check.py).
     args = ["list", "--json"] + (
-        ["--suite", "all", "--torchbench", str(torchbench), "--check-imports"] if torchbench else []
+        ["--suite", "all", "--torchbench", str(checkout), "--check-imports"] if checkout else []
     )
     outcome = runner.run_suite(
         command.python,

@@ -1,17 +1,105 @@
 """``nightbench suite stability``: measure which benchmarks are too noisy to alert on, and store it.
 
-The measuring is :mod:`suite.stability` (K ``python -m suite run`` processes per benchmark,
-TorchBench's 7% max-min spread rule); this module picks the benchmarks from the suite's listing,
-shows progress, and stores the verdicts in ``benchmark_stability`` for the detector.
+The method is :mod:`suite.stability` (K processes per benchmark in interleaved rounds,
+TorchBench's 7% max-min spread rule); this module lists the suite's models, runs each process
+(:func:`run_once`: ``python -m suite run`` through :mod:`workers.runner`, as a night's job runs
+it, with :func:`workers.night.jobs.suite_environment`), and stores the verdicts in
+``benchmark_stability`` for the detector.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from service.errors import InvalidInput
 from suite import stability as st
+from workers import runner
+from workers.night import jobs
+
+RUN_TIMEOUT_S = 600.0
+"""Seconds one measuring process may take."""
+LIST_TIMEOUT_S = 300.0
+"""Seconds the listing may take."""
+
+
+def list_models(
+    *,
+    python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = LIST_TIMEOUT_S,
+) -> list[dict[str, Any]]:
+    """``python -m suite list --json`` in the environment of ``python``: the suite's own models
+    (TorchBench's are not measured here, whatever ``NIGHTBENCH_TORCHBENCH_PATH`` says).
+
+    Args:
+        python: the interpreter of the environment under test.
+        env: extra environment variables for the process.
+        timeout_s: seconds the listing may take.
+
+    Returns:
+        The listing's entries (``name``, ``modes``, ``devices``, ...).
+
+    Raises:
+        RuntimeError: the listing failed or timed out (:func:`workers.night.jobs.list_suite`).
+    """
+    command = jobs.SuiteCommand(python=python, env=tuple((env or {}).items()))
+    return jobs.list_suite(command, timeout_s, torchbench=False)
+
+
+def run_once(
+    spec: st.StabilityBenchmark,
+    *,
+    python: str = sys.executable,
+    run_args: Sequence[str] = (),
+    timeout_s: float = RUN_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Measure ``spec`` once in a fresh ``python -m suite run`` process; return its record.
+
+    The process is :func:`workers.runner.run_suite`'s (its own process group, killed whole past
+    the timeout), run from the repository root with :func:`workers.night.jobs.suite_environment`.
+
+    Args:
+        spec: the benchmark.
+        python: the interpreter of the environment under test.
+        run_args: extra ``python -m suite run`` arguments (``["--iterations", "30"]``).
+        timeout_s: seconds the process may take.
+        env: extra environment variables for the process.
+
+    Returns:
+        The process's record (``suite/records.py``). Never raises for a benchmark's failure: a
+        timeout, a crash or an unreadable record gives ``{"error": reason, "metrics": []}``, the
+        reason as :class:`workers.runner.SuiteOutcome` words it (``timed out after 600 s``,
+        ``exited with code 1: <stderr tail>``, ``unreadable record: ...``).
+
+    Raises:
+        OSError: ``python`` could not be started.
+    """
+    args = [
+        "run",
+        "--model",
+        spec.model,
+        "--mode",
+        spec.mode,
+        "--device",
+        spec.device,
+        "--compiler",
+        spec.compiler,
+        *run_args,
+    ]
+    outcome = runner.run_suite(
+        python,
+        args,
+        timeout_s=timeout_s,
+        cwd=jobs.ROOT,
+        env=jobs.suite_environment(dict(env or {})),
+    )
+    if outcome.record is None:  # timed out, no record, or an unreadable one
+        return {"error": outcome.error, "metrics": []}
+    return dict(outcome.record)
 
 
 def select_benchmarks(
@@ -50,19 +138,36 @@ def measure(
     *,
     repeats: int,
     run_args: Sequence[str],
-    threshold: float,
-    on_record: Callable[[st.StabilityBenchmark, int, dict[str, Any]], None] | None,
+    threshold: float = st.UNSTABLE_SPREAD,
+    on_record: Callable[[st.StabilityBenchmark, int, dict[str, Any]], None] | None = None,
+    python: str = sys.executable,
+    timeout_s: float = RUN_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
 ) -> list[st.StabilityResult]:
-    """Run :func:`suite.stability.measure_stability` (see there).
+    """:func:`suite.stability.measure_stability` of ``specs``, each process run by
+    :func:`run_once` (see there for ``run_args``, ``python``, ``timeout_s`` and ``env``).
+
+    Args:
+        specs: what to measure.
+        repeats: processes per benchmark (K >= 2).
+        run_args: extra ``python -m suite run`` arguments.
+        threshold: spread (fraction) from which a benchmark is unstable over 5 processes.
+        on_record: called after each process with the spec, the round (0-based) and the record.
+        python: the interpreter of the environment under test.
+        timeout_s: seconds one process may take.
+        env: extra environment variables for the processes.
+
+    Returns:
+        One :class:`suite.stability.StabilityResult` per benchmark, in the order given.
 
     Raises:
         InvalidInput: ``repeats`` < 2.
+        ValueError: ``specs`` is empty.
     """
     if repeats < 2:
         raise InvalidInput(f"--repeats must be at least 2, got {repeats}")
-    return st.measure_stability(
-        specs, repeats, run_args=run_args, threshold=threshold, on_record=on_record
-    )
+    run = partial(run_once, python=python, run_args=run_args, timeout_s=timeout_s, env=env)
+    return st.measure_stability(specs, repeats, run=run, threshold=threshold, on_record=on_record)
 
 
 def check_store() -> None:
