@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import InvalidInput
-from workers.demo.minitok import _AUTHORS, _START, ENCODE, POOL, make_package_repository
+from workers.demo.minitok import AUTHORS, ENCODE, HISTORY_START, POOL, make_package_repository
 from workers.demo.run import DEMO_BENCHMARK, run_demo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,9 +76,11 @@ def test_the_package_repository_has_its_authors_dates_and_culprit(tmp_path: Path
         assert [c.hexsha for c in history] == list(repo.shas)
         # Commit k: the k-th author, k hours after the first commit, as author and committer.
         for k, commit in enumerate(history):
-            assert commit.author.name == commit.committer.name == _AUTHORS[k % len(_AUTHORS)][0]
+            assert commit.author.name == commit.committer.name == AUTHORS[k % len(AUTHORS)][0]
             assert (
-                commit.authored_datetime == commit.committed_datetime == _START + timedelta(hours=k)
+                commit.authored_datetime
+                == commit.committed_datetime
+                == HISTORY_START + timedelta(hours=k)
             )
         assert history[2].summary == "Validate words and pieces while encoding (#1003)"
         assert "pull/1002" in str(history[1].message)
@@ -90,15 +92,15 @@ def test_a_worktree_checks_out_the_commit_and_a_bad_one_names_gits_complaint(
 ) -> None:
     import git
 
-    from workers.demo.run import _worktree
+    from workers.demo.run import worktree
 
     repo = make_package_repository(tmp_path / "minitok", commits=2, encode_culprit=2)
-    tree = _worktree(repo.path, repo.good, tmp_path / "good")
+    tree = worktree(repo.path, repo.good, tmp_path / "good")
     with git.Repo(tree) as checkout:
         assert checkout.head.is_detached and checkout.head.commit.hexsha == repo.good
     assert "_check_word(word)" not in (tree / "minitok" / "tokenizer.py").read_text()
     with pytest.raises(git.GitCommandError, match=r"worktree add(.|\n)*invalid reference: 0+"):
-        _worktree(repo.path, "0" * 40, tmp_path / "nowhere")
+        worktree(repo.path, "0" * 40, tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("first_reproduced", [True, False])

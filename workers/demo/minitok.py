@@ -42,14 +42,15 @@ POOL = "python bench.py pool"
 VOCAB_SIZE = 3000
 """Pieces in the vocabulary ``build_vocab()`` makes by default (``vocab_size`` changes it)."""
 
-_AUTHORS = (
+AUTHORS = (
     ("Ada Moreno", "ada@example.org"),
     ("Bo Lindqvist", "bo@example.org"),
     ("Chidi Okafor", "chidi@example.org"),
     ("Dana Weiss", "dana@example.org"),
     ("Emeka Hart", "emeka@example.org"),
 )
-_START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+HISTORY_START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+"""The history's first commit date; commit ``k`` is ``k`` hours later, by ``AUTHORS[k % len(AUTHORS)]``."""
 _LETTER_PIECES = 1 + 2 * 26
 """``[UNK]``, then each letter and its ``##`` continuation: the vocabulary's first pieces."""
 
@@ -611,8 +612,8 @@ def _commit(repo: git.Repo, k: int, tree: _Tree, message: str) -> str:
         message += f"\n\nPull Request resolved: https://github.com/example/minitok/pull/{pr}"
     elif k > 0:
         message += f" (#{pr})"
-    name, email = _AUTHORS[k % len(_AUTHORS)]
-    when = (_START + timedelta(hours=k)).isoformat()
+    name, email = AUTHORS[k % len(AUTHORS)]
+    when = (HISTORY_START + timedelta(hours=k)).isoformat()
     # Over this process's environment (GitPython's ``env``): the identity and the date fixed.
     identity = {
         "GIT_AUTHOR_NAME": name,

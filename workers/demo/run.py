@@ -202,7 +202,7 @@ def _prepare_database() -> None:
     upgrade()
 
 
-def _worktree(repo: Path, sha: str, path: Path) -> Path:
+def worktree(repo: Path, sha: str, path: Path) -> Path:
     """``git worktree add --detach path sha`` in ``repo`` (GitPython): a checkout of ``sha``
     sharing the repository's objects; returns ``path``.
 
@@ -279,8 +279,8 @@ def run_demo(
     planted: dict[str, Any] = {kind.argument: culprit, **kind.options}
     repo = make_package_repository(root / "minitok", commits=commits, **planted)
     trees = (
-        _worktree(repo.path, repo.good, root / "installed-good"),
-        _worktree(repo.path, repo.bad, root / "installed-bad"),
+        worktree(repo.path, repo.good, root / "installed-good"),
+        worktree(repo.path, repo.bad, root / "installed-bad"),
     )
     settings_env = _settings_environment(
         root, repo.path, counting=counted_nights > 0, threshold=kind.threshold
