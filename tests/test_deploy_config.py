@@ -532,8 +532,12 @@ def test_nightly_matrix_points_its_shards_at_a_pinned_torchbench_checkout() -> N
     shard = data["jobs"]["shard"]
     assert "/benchmark" in shard["env"]["NIGHTBENCH_TORCHBENCH_PATH"]
     steps = shard["steps"]
-    install = next(step for step in steps if "install.py" in step.get("run", ""))
+    install = next(step for step in steps if "torchbench install" in step.get("run", ""))
     measure = next(step for step in steps if "suite run --model" in step.get("run", ""))
     assert steps.index(install) < steps.index(measure)
-    assert '"$BUILD_PYTHON" install.py "${models[@]}" --continue_on_fail' in install["run"]
-    assert '"$TORCH_SPEC" torchvision torchaudio' in install["run"]
+    assert install["if"] == checkout["if"]
+    assert "nightbench torchbench install --torchbench benchmark" in install["run"]
+    assert '--python "$BUILD_PYTHON"' in install["run"]
+    assert '--torch-index "$TORCH_NIGHTLY_INDEX" --models "$models"' in install["run"]
+    assert "install.py" not in install["run"]  # through nightbench's installer only
+    assert "--check-imports" in measure["run"] and "/skipped" in measure["run"]

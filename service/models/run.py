@@ -42,20 +42,26 @@ class RunStatus(StrEnum):
 
 
 class JobStatus(StrEnum):
-    """Where one benchmark of a run stands (stored as its value)."""
+    """Where one benchmark of a run stands (stored as its value).
+
+    ``skipped``: withdrawn by the runner of a posted run before it held a result (a model not
+    available on that runner, a mode not offered on its device), the reason in ``Job.error``;
+    it has ended, and is neither missing data nor a failure.
+    """
 
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
     ERROR = "error"
     MISSING = "missing"
+    SKIPPED = "skipped"
 
 
 RUN_KINDS = tuple(RunKind)
 RUN_STATUSES = tuple(RunStatus)
 RUN_OPEN = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.DETECTING)
 JOB_STATUSES = tuple(JobStatus)
-JOB_ENDED = (JobStatus.DONE, JobStatus.ERROR, JobStatus.MISSING)
+JOB_ENDED = (JobStatus.DONE, JobStatus.ERROR, JobStatus.MISSING, JobStatus.SKIPPED)
 
 
 class Run(TimestampMixin, Base):
@@ -107,6 +113,7 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default="queued")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(255))
+    # Why it did not end ``done``: its error, the deadline it missed, or why it was skipped.
     error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -4,8 +4,16 @@ A runner creates the run with the benchmarks it will measure, then posts suite r
 batches. Both steps are idempotent: a repeated run key returns the same run, and a record whose
 benchmark the run already holds is left as stored (``store_record``'s rule), so a runner may
 retry a request whose answer it lost. Records are stored in bulk (:func:`store_records`),
-writing the rows ``store_record`` would. The run closes (``complete``/``incomplete``) when every
-benchmark has reported.
+writing the rows ``store_record`` would. A benchmark the runner cannot measure (a model not
+available on it, a mode its device does not offer) is withdrawn with the reason
+(:func:`skip_benchmarks`): its job ends ``skipped``, neither missing data nor a failure. The run
+closes (``complete``/``incomplete``) when every benchmark has reported or been skipped.
+
+Job states of an ingest run::
+
+    queued ─┬─ record ────────→ done | error
+            ├─ skip ──────────→ skipped ── record ──→ done | error  (a later post counts)
+            └─ the deadline ──→ missing ── record ──→ done  (late data, run stays incomplete)
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from service.benchmarks import benchmark_name
 from service.errors import Conflict, InvalidInput
-from service.models import Job, JobStatus, Machine, Result, Run, RunKind, RunStatus
+from service.models import JOB_ENDED, Job, JobStatus, Machine, Result, Run, RunKind, RunStatus
 from service.models.base import utcnow
 from service.results.records import (
     Bench,
@@ -35,26 +43,39 @@ from service.results.records import (
 from service.runs.service import BenchmarkSpec, create_run, get_run, list_jobs
 
 FINISHED = (RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunStatus.FAILED)
+# A job in these states holds its record.
+_HOLDS_RESULT = (JobStatus.DONE, JobStatus.ERROR)
+# Benchmarks named in one error message; the rest are counted.
+_NAMED = 10
+
+
+@dataclass(frozen=True)
+class SkippedBenchmark:
+    """A benchmark of a run withdrawn by its runner, and why."""
+
+    benchmark: str
+    reason: str
 
 
 @dataclass
 class Completeness:
-    """Job counts of a run by status, and the benchmarks still pending or missing."""
+    """Job counts of a run by status, and the benchmarks still pending, missing or skipped."""
 
     total: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     pending: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    skipped: list[SkippedBenchmark] = field(default_factory=list)
 
     @property
     def ended(self) -> int:
-        """Jobs that ended: done, error or missing."""
-        return self.counts["done"] + self.counts["error"] + self.counts["missing"]
+        """Jobs that ended: done, error, missing or skipped."""
+        return sum(self.counts[status] for status in JOB_ENDED)
 
     @property
     def complete(self) -> bool:
-        """Every job ended and none is missing."""
-        return self.total > 0 and self.ended == self.total and not self.counts["missing"]
+        """Every job ended and none is missing (a skipped one has ended)."""
+        return self.total > 0 and self.ended == self.total and not self.counts[JobStatus.MISSING]
 
 
 def _name(model: str, mode: str, device: str, compiler: str) -> str:
@@ -210,7 +231,8 @@ def _end_jobs(session: Session, ended: list[tuple[int, Any]]) -> None:
 
 
 def completeness(session: Session, *, run_id: int, list_limit: int = 200) -> Completeness:
-    """Job counts by status; up to ``list_limit`` pending and missing benchmark names."""
+    """Job counts by status; up to ``list_limit`` pending, missing and skipped benchmarks (the
+    skipped ones with their reasons), each list in job order."""
     counts = Counter(
         dict(
             session.execute(
@@ -219,15 +241,26 @@ def completeness(session: Session, *, run_id: int, list_limit: int = 200) -> Com
         )
     )
     out = Completeness(total=sum(counts.values()), counts=counts)
-    for status, target in (("missing", out.missing), (None, out.pending)):
-        stmt = select(Job.model, Job.mode, Job.device, Job.compiler).where(Job.run_id == run_id)
-        stmt = (
-            stmt.where(Job.status == status)
-            if status
-            else stmt.where(Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)))
+    for statuses, target in (
+        ((JobStatus.MISSING,), out.missing),
+        ((JobStatus.QUEUED, JobStatus.RUNNING), out.pending),
+    ):
+        stmt = select(Job.model, Job.mode, Job.device, Job.compiler).where(
+            Job.run_id == run_id, Job.status.in_(statuses)
         )
         target.extend(
             _name(*row) for row in session.execute(stmt.order_by(Job.id).limit(list_limit))
+        )
+    if counts[JobStatus.SKIPPED]:
+        skipped = (
+            select(Job.model, Job.mode, Job.device, Job.compiler, Job.error)
+            .where(Job.run_id == run_id, Job.status == JobStatus.SKIPPED)
+            .order_by(Job.id)
+            .limit(list_limit)
+        )
+        out.skipped.extend(
+            SkippedBenchmark(benchmark=_name(model, mode, device, compiler), reason=reason or "")
+            for model, mode, device, compiler, reason in session.execute(skipped)
         )
     return out
 
@@ -353,20 +386,25 @@ def _fresh_records(
 
     Raises:
         Conflict: the run has finished and a record is new (an ``incomplete`` run still takes
-            the records of its ``missing`` benchmarks).
+            the records of its ``missing`` benchmarks, a ``complete`` or ``incomplete`` one
+            those of its ``skipped`` benchmarks).
     """
     fresh: list[dict[str, Any]] = []
     seen: set[Bench] = set()
     already = 0
     for record in records:
         bench = _bench(record)
-        if bench in seen or status[bench] in (JobStatus.DONE, JobStatus.ERROR):
+        if bench in seen or status[bench] in _HOLDS_RESULT:
             already += 1
             continue
         # Data that missed the deadline is still data: an incomplete run takes the records of
         # its missing benchmarks (stored for their series; the night was judged without them,
-        # and the missing-data issue is told they came).
-        late = run.status == RunStatus.INCOMPLETE and status[bench] == JobStatus.MISSING
+        # and the missing-data issue is told they came). So is a record of a benchmark its
+        # runner had skipped (a shard re-run where the model imports after all).
+        late = (run.status == RunStatus.INCOMPLETE and status[bench] == JobStatus.MISSING) or (
+            run.status in (RunStatus.COMPLETE, RunStatus.INCOMPLETE)
+            and status[bench] == JobStatus.SKIPPED
+        )
         if run.status in FINISHED and not late:
             raise Conflict(
                 f"run {run.id} is {run.status}; it takes no new results "
@@ -394,33 +432,13 @@ def ingest_records(
         NotFound: no such run.
         Conflict: the run is not an ``ingest`` run, or it has finished and a record is new
             (an ``incomplete`` run takes the records of its ``missing`` benchmarks: late data
-            is stored, its jobs end ``done``, the run stays ``incomplete``).
+            is stored, its jobs end ``done``, the run stays ``incomplete``; a finished run takes
+            those of its ``skipped`` benchmarks the same way).
         InvalidInput: a record's benchmark is not one the run expects, or a record is malformed
             (see ``store_record``).
     """
-    run = get_run(session, run_id)
-    if run.kind != "ingest":
-        raise Conflict(f"run {run_id} is a {run.kind} run; results are posted to ingest runs only")
-    # One poster at a time per run: the row lock orders concurrent batches of the same run.
-    session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
-    # Every job of the run, as plain rows: a job that ended done or error holds its record (this
-    # module writes both in one transaction), which makes the idempotency check one query.
-    jobs = {
-        (model, mode, device, compiler): (job_id, status)
-        for job_id, model, mode, device, compiler, status in session.execute(
-            select(Job.id, Job.model, Job.mode, Job.device, Job.compiler, Job.status).where(
-                Job.run_id == run_id
-            )
-        )
-    }
-    wanted = {_bench(r) for r in records}
-    unknown = sorted(_name(*b) for b in wanted - jobs.keys())
-    if unknown:
-        raise InvalidInput(
-            f"run {run_id} does not expect {', '.join(unknown[:10])}"
-            + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
-            + "; list every benchmark when creating the run"
-        )
+    run, jobs = _lock_ingest_run(session, run_id=run_id, posted="results")
+    _refuse_unknown(run_id, {_bench(r) for r in records} - jobs.keys())
     fresh, already = _fresh_records(
         run, {bench: status for bench, (_, status) in jobs.items()}, records
     )
@@ -429,16 +447,156 @@ def ingest_records(
     if fresh:
         _end_jobs(session, [(job_ids[_bench(r)], r.get("error")) for r in fresh])
     stored = len(fresh)
-    if (
-        stored
-        and run.status not in FINISHED
-        and not session.scalar(
-            select(func.count())
-            .select_from(Job)
-            .where(Job.run_id == run_id, Job.status.in_(("queued", "running")))
-        )
-    ):
-        # Every benchmark reported: detection follows on the workers' periodic sweep.
-        run.status = "detecting"
-        session.flush()
+    if stored:
+        _detect_when_all_ended(session, run=run)
     return IngestOutcome(run=run, stored=stored, already_stored=already, results=rows)
+
+
+def _lock_ingest_run(
+    session: Session, *, run_id: int, posted: str
+) -> tuple[Run, dict[Bench, tuple[int, str]]]:
+    """Ingest run ``run_id`` under its row lock (one poster at a time per run: concurrent
+    batches are ordered), and its jobs as ``{bench: (job_id, status)}``.
+
+    A job that ended done or error holds its record (this module writes both in one
+    transaction), so these plain rows make a request's idempotency check one query.
+
+    Raises:
+        NotFound: no such run.
+        Conflict: the run is not an ``ingest`` run (``posted`` names what was posted).
+    """
+    run = get_run(session, run_id)
+    if run.kind != RunKind.INGEST:
+        raise Conflict(f"run {run_id} is a {run.kind} run; {posted} are posted to ingest runs only")
+    session.execute(select(Run.id).where(Run.id == run_id).with_for_update())
+    jobs = {
+        (model, mode, device, compiler): (job_id, status)
+        for job_id, model, mode, device, compiler, status in session.execute(
+            select(Job.id, Job.model, Job.mode, Job.device, Job.compiler, Job.status).where(
+                Job.run_id == run_id
+            )
+        )
+    }
+    return run, jobs
+
+
+def _named(names: Sequence[str]) -> str:
+    """The first ``_NAMED`` of ``names``, and how many more."""
+    more = len(names) - _NAMED
+    return ", ".join(names[:_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _refuse_unknown(run_id: int, unknown: set[Bench]) -> None:
+    """Raise InvalidInput naming the benchmarks of a request that run ``run_id`` does not
+    expect (sorted); nothing when there are none."""
+    if unknown:
+        raise InvalidInput(
+            f"run {run_id} does not expect {_named(sorted(_name(*b) for b in unknown))}"
+            "; list every benchmark when creating the run"
+        )
+
+
+def _detect_when_all_ended(session: Session, *, run: Run) -> None:
+    """Move an open ingest run to ``detecting`` once none of its jobs is queued or running:
+    detection follows on the workers' periodic sweep (``night.sweep_deadlines``)."""
+    if run.status in FINISHED or run.status == RunStatus.DETECTING:
+        return
+    pending = session.scalar(
+        select(func.count())
+        .select_from(Job)
+        .where(Job.run_id == run.id, Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)))
+    )
+    if not pending:
+        run.status = RunStatus.DETECTING
+        session.flush()
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A benchmark a runner withdraws from its ingest run, and why (stripped, non-empty)."""
+
+    model: str
+    mode: str
+    device: str
+    compiler: str
+    reason: str
+
+    @property
+    def bench(self) -> Bench:
+        """``(model, mode, device, compiler)``."""
+        return (self.model, self.mode, self.device, self.compiler)
+
+
+@dataclass(frozen=True)
+class SkipOutcome:
+    """What a skip request changed: the run, benchmarks skipped now, and those skipped before
+    (their first reason kept)."""
+
+    run: Run
+    skipped: int
+    already_skipped: int
+
+
+def skip_benchmarks(session: Session, *, run_id: int, skips: Sequence[Skip]) -> SkipOutcome:
+    """Withdraw benchmarks of ingest run ``run_id`` that its runner will not measure.
+
+    Each named job still ``queued`` (or ``running``) ends ``skipped``, its reason stored in
+    ``Job.error``: it counts as ended for the run's completeness and finish, the deadline sweep
+    does not mark it missing (no missing-data alert names it), and the failing streak does not
+    read it. A benchmark already skipped is left as it is (idempotent: a retried request
+    changes nothing). A record posted for a skipped benchmark later is still stored and its job
+    ends ``done`` (:func:`ingest_records`). When no job is left queued or running, the run goes
+    ``detecting``, as when its last record is posted. The request is all or nothing: a refused
+    one changes no job.
+
+    Args:
+        session: an open database session.
+        run_id: the ingest run.
+        skips: the benchmarks withdrawn, each once, with a non-empty reason (validated by the
+            caller's schema).
+
+    Returns:
+        How many benchmarks were skipped now and how many had been skipped before.
+
+    Raises:
+        NotFound: no such run.
+        Conflict: the run is not an ``ingest`` run; or a named benchmark already holds a result
+            (``done`` or ``error``: nothing stored is replaced) or went ``missing`` at the run's
+            deadline (its missing-data alert stands; a late record is still taken), each named.
+        InvalidInput: a benchmark listed twice, a blank reason, or a benchmark the run does not
+            expect, each named.
+    """
+    names = [_name(*s.bench) for s in skips]
+    twice = sorted({n for n, count in Counter(names).items() if count > 1})
+    if twice:
+        raise InvalidInput(f"benchmarks listed twice: {_named(twice)}; skip each once")
+    blank = sorted(_name(*s.bench) for s in skips if not s.reason.strip())
+    if blank:
+        raise InvalidInput(f"a skip needs a reason: none given for {_named(blank)}")
+    run, jobs = _lock_ingest_run(session, run_id=run_id, posted="skips")
+    _refuse_unknown(run_id, {s.bench for s in skips} - jobs.keys())
+    held = sorted(_name(*s.bench) for s in skips if jobs[s.bench][1] in _HOLDS_RESULT)
+    if held:
+        raise Conflict(
+            f"run {run_id} holds results for {_named(held)}; a benchmark with a result is not "
+            "skipped (nothing was changed)"
+        )
+    missed = sorted(_name(*s.bench) for s in skips if jobs[s.bench][1] == JobStatus.MISSING)
+    if missed:
+        raise Conflict(
+            f"run {run_id} marked {_named(missed)} missing at its deadline; its missing-data "
+            "alert stands (a late record is still taken; nothing was changed)"
+        )
+    fresh = [s for s in skips if jobs[s.bench][1] in (JobStatus.QUEUED, JobStatus.RUNNING)]
+    if fresh:
+        table = cast(Table, Job.__table__)
+        session.connection().execute(
+            update(table)
+            .where(table.c.id == bindparam("job_id"))
+            .values(status=JobStatus.SKIPPED, error=bindparam("reason"), finished_at=utcnow()),
+            [{"job_id": jobs[s.bench][0], "reason": s.reason.strip()} for s in fresh],
+        )
+        # The session's Job objects predate this update.
+        session.expire_all()
+        _detect_when_all_ended(session, run=run)
+    return SkipOutcome(run=run, skipped=len(fresh), already_skipped=len(skips) - len(fresh))

@@ -3,7 +3,7 @@
 Shape of :func:`run_report` (also ``nightbench report --json``)::
 
     {"run": {"id", "night", "kind", "status", "torch_spec", "torch_version", "torch_git_commit",
-             "jobs": {"total", "done", "error", "missing"}},
+             "jobs": {"total", "done", "error", "missing", "skipped"}},
      "results": [{"benchmark", "model", "mode", "device", "compiler", "metric", "unit",
                   "baseline", "value", "change", "p_value", "verdict", "smallest_change",
                   "samples", "iqr", "error", "processes"}, ...],
@@ -14,7 +14,8 @@ Shape of :func:`run_report` (also ``nightbench report --json``)::
                              ...],
      "stability_changes": [{"benchmark", "machine_id", "from", "to", "cv", "spread", "source"},
                            ...],
-     "failed_processes": [{"benchmark", "process", "run_id", "error"}, ...]}
+     "failed_processes": [{"benchmark", "process", "run_id", "error"}, ...],
+     "skipped": [{"benchmark", "reason"}, ...]}
 
 ``environment_changes`` compares the build identity of tonight's results (``torch_variant``,
 ``requirements_hash``; ``service/results/records.py``) with the previous run's: such a change
@@ -26,7 +27,9 @@ night's re-check changed (:mod:`service.stability.recheck`): ``unstable`` → ``
 again from the next night, ``stable`` → ``unstable`` is shown and alerted only on a regression
 beyond ``DetectorParams.unstable_beyond`` (3) times its spread. ``failed_processes`` lists the
 processes that failed on benchmarks the night still measured in its other processes
-(:func:`service.runs.rounds.failed_processes`): process 1 is the night's own.
+(:func:`service.runs.rounds.failed_processes`): process 1 is the night's own. ``skipped`` lists
+the benchmarks a posted run's runner withdrew (``POST /api/runs/{id}/skipped``: a model not
+available there, a mode its device does not offer) with its reason: neither an error nor missing.
 Results are in benchmark order, each benchmark's metrics in the metric table's order
 (:data:`service.metrics.METRICS`: latency first). ``smallest_change`` is the smallest step the verdict could have seen: the step its series' noise
 lets the detector raise within three nights 95% of the time, against the nights before tonight
@@ -45,7 +48,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.metrics import ALERT_METRICS, exact_levels
 from service.metrics import order as metric_order
-from service.models import Alert, Confirmation, Job, Regression, Result, Run
+from service.models import Alert, Confirmation, Job, JobStatus, Regression, Result, Run
 from service.regressions.rules import DEFAULT_PARAMS
 from service.regressions.sensitivity import series_smallest_change
 from service.regressions.service import assess_run, history_nights, unstable_spreads
@@ -237,6 +240,7 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
                 "done": counts["done"],
                 "error": counts["error"],
                 "missing": counts["missing"],
+                "skipped": counts["skipped"],
             },
         },
         "results": results,
@@ -263,6 +267,11 @@ def run_report(session: Session, *, run_id: int, settings: Settings) -> dict[str
         "environment_changes": run_environment_changes(session, run=run),
         "stability_changes": stability_changes(session, run_id=run.id),
         "failed_processes": failed_processes(session, run_id=run.id),
+        "skipped": [
+            {"benchmark": j.benchmark, "reason": j.error or ""}
+            for j in sorted(jobs, key=lambda j: j.id)
+            if j.status == JobStatus.SKIPPED
+        ],
     }
 
 

@@ -22,6 +22,9 @@ from service.runs.schemas import (
     RunCreate,
     RunRead,
     RunsPage,
+    SkipIn,
+    SkippedOut,
+    SkippedRead,
 )
 from service.runs.service import BenchmarkSpec, get_run, run_results
 
@@ -54,10 +57,12 @@ def _completeness(c: ingest.Completeness) -> CompletenessRead:
         done=c.counts["done"],
         error=c.counts["error"],
         missing=c.counts["missing"],
+        skipped=c.counts["skipped"],
         ended_fraction=c.ended / c.total if c.total else 0.0,
         complete=c.complete,
         pending=c.pending,
         missing_benchmarks=c.missing,
+        skipped_benchmarks=[SkippedRead(benchmark=s.benchmark, reason=s.reason) for s in c.skipped],
     )
 
 
@@ -91,7 +96,8 @@ def list_runs(
 
 @router.get("/{run_id}", response_model=RunRead, responses=errors(404, 422))
 def read_run(run_id: Id, session: SessionDep) -> dict[str, Any]:
-    """A run with its results, errors and completeness."""
+    """A run with its results, errors and completeness (skipped benchmarks there, with their
+    reasons: they are not errors)."""
     run = get_run(session, run_id)
     results = run_results(session, run_id=run_id)
     failed_jobs = session.scalars(
@@ -276,6 +282,55 @@ def post_results(
         "stored": outcome.stored,
         "already_stored": outcome.already_stored,
         "results": outcome.results,
+        "status": outcome.run.status,
+        "completeness": _completeness(ingest.completeness(session, run_id=run_id)),
+    }
+
+
+# 20000 withdrawals (every benchmark a run may list) with short reasons fit; a request of long
+# reasons for that many is refused unread (413): send it in parts.
+SKIPPED_MAX_BYTES = 4 * 1024 * 1024
+
+
+@router.post(
+    "/{run_id}/skipped",
+    openapi_extra={"x-max-request-bytes": SKIPPED_MAX_BYTES},
+    response_model=SkippedOut,
+    responses=errors(400, 401, 404, 409, 413, 422),
+)
+def post_skipped(
+    run_id: Id,
+    skips: Annotated[
+        list[SkipIn],
+        Body(
+            min_length=1,
+            max_length=20000,
+            description="benchmarks the runner will not measure, 1 to 20000, each with a reason",
+        ),
+    ],
+    session: SessionDep,
+    token: TokenDep,
+) -> dict[str, Any]:
+    """Withdraw benchmarks of an ingest run that its runner cannot measure (a model that does
+    not import there, a mode its device does not offer), each with the reason. Their jobs end
+    ``skipped``: ended for the run's completeness, never marked missing, never a failure; a
+    record posted for one later is still stored. Idempotent: one skipped before is left as it
+    is. All or nothing: 409 naming the benchmarks that already hold a result or went missing at
+    the deadline, 422 naming those the run does not expect. Needs a token."""
+    outcome = ingest.skip_benchmarks(
+        session,
+        run_id=run_id,
+        skips=[
+            ingest.Skip(
+                model=s.model, mode=s.mode, device=s.device, compiler=s.compiler, reason=s.reason
+            )
+            for s in skips
+        ],
+    )
+    return {
+        "run_id": run_id,
+        "skipped": outcome.skipped,
+        "already_skipped": outcome.already_skipped,
         "status": outcome.run.status,
         "completeness": _completeness(ingest.completeness(session, run_id=run_id)),
     }

@@ -130,6 +130,13 @@ class RunsPage(BaseModel):
     next_cursor: int | None = Field(description="pass as cursor for the next page; null at the end")
 
 
+class SkippedRead(BaseModel):
+    """A benchmark its runner withdrew from the run (``POST /api/runs/{id}/skipped``), and why."""
+
+    benchmark: str
+    reason: str
+
+
 class CompletenessRead(BaseModel):
     """How far the run got: job counts by status."""
 
@@ -139,10 +146,14 @@ class CompletenessRead(BaseModel):
     done: int
     error: int
     missing: int
-    ended_fraction: float = Field(description="jobs ended / total (0..1)")
+    skipped: int = Field(description="benchmarks the runner withdrew (ended, not missing)")
+    ended_fraction: float = Field(description="jobs ended (skipped ones too) / total (0..1)")
     complete: bool = Field(description="every job ended and none went missing")
     pending: list[str] = Field(description="benchmarks not reported yet")
     missing_benchmarks: list[str]
+    skipped_benchmarks: list[SkippedRead] = Field(
+        description="benchmarks withdrawn, with the runner's reason (the first 200)"
+    )
 
 
 class ResultRead(BaseModel):
@@ -346,6 +357,41 @@ class IngestRead(BaseModel):
     stored: int = Field(description="records stored by this request")
     already_stored: int = Field(description="records the run already had (left as they were)")
     results: int = Field(description="result rows of the records in this request")
+    status: str
+    completeness: CompletenessRead
+
+
+# A skip's reason (stored in ``Job.error``, as a job's error or missed deadline is).
+SKIP_REASON_MAX = 2000
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank: say why the benchmark is not measured")
+    return value.strip()
+
+
+class SkipIn(StrictBody):
+    """A benchmark the runner withdraws from its ingest run, with the reason it cannot run it."""
+
+    model: Name
+    mode: Literal["train", "eval"]
+    device: Literal["cpu", "cuda"] = "cpu"
+    compiler: Literal["eager", "inductor"] = "eager"
+    reason: Annotated[Text, AfterValidator(_not_blank)] = Field(
+        min_length=1,
+        max_length=SKIP_REASON_MAX,
+        description="why it is not measured, e.g. the model's import failure (1 to 2000 "
+        "characters, not blank; stored stripped)",
+    )
+
+
+class SkippedOut(BaseModel):
+    """What a skip request changed: benchmarks skipped now and those skipped before."""
+
+    run_id: int
+    skipped: int = Field(description="benchmarks skipped by this request")
+    already_skipped: int = Field(description="benchmarks skipped before (their reason kept)")
     status: str
     completeness: CompletenessRead
 

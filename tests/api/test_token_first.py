@@ -61,7 +61,12 @@ def test_a_write_without_a_valid_token_is_refused_before_its_body_is_read(
         ({"authorization": "Bearer nb_wrong"}, "not valid"),
         ({"authorization": "Basic dXNlcjpwYXNz"}, "needs an API token"),
     ):
-        for path in ("/api/runs", "/api/runs/1/results", "/api/runs/1/processes"):
+        for path in (
+            "/api/runs",
+            "/api/runs/1/results",
+            "/api/runs/1/skipped",
+            "/api/runs/1/processes",
+        ):
             answer = _post(app, path, chunks, {"content-type": "application/json", **headers})
             assert answer["status"] == 401 and says in answer["detail"], answer
             assert answer["read"] == 0  # not one chunk of the body was read

@@ -348,6 +348,24 @@ def _print_failures(report: dict[str, Any]) -> None:
         )
 
 
+SKIPPED_SHOWN = 20  # skipped benchmarks printed by the report; --json lists every one
+
+
+def _print_skipped(report: dict[str, Any]) -> None:
+    """Print the benchmarks a posted run's runner withdrew, with its reasons (the first
+    ``SKIPPED_SHOWN``, then how many more)."""
+    skipped = report.get("skipped", [])
+    for s in skipped[:SKIPPED_SHOWN]:
+        console.print(
+            f"[dim]skipped[/] {escape(s['benchmark'])}: {escape(s['reason'])}",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if len(skipped) > SKIPPED_SHOWN:
+        console.print(f"[dim]… and {len(skipped) - SKIPPED_SHOWN} more skipped (--json)[/]")
+
+
 def _print_report(run_id: int, *, as_json: bool = False) -> None:
     from service.db import session_scope
     from service.models import AlertKind, Confirmation
@@ -398,9 +416,11 @@ def _print_report(run_id: int, *, as_json: bool = False) -> None:
         "95% of the time (yellow: well above its threshold)"
     )
     console.print(
-        f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing "
-        f"of {jobs['total']}"
+        f"jobs: {jobs['done']} done, {jobs['error']} error, {jobs['missing']} missing"
+        + (f", {jobs['skipped']} skipped" if jobs.get("skipped") else "")
+        + f" of {jobs['total']}"
     )
+    _print_skipped(data)
     _print_processes(data)
     _print_failures(data)
     for line in (r.get("note") or "").splitlines():  # the count pass's skips and failures
