@@ -7,19 +7,27 @@ and ``NIGHTBENCH_BROKER_URL`` (Redis) gives the distributed deployment on the sa
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+
+from service.errors import InvalidSettings
+
+ENV_PREFIX = "NIGHTBENCH_"
 
 
 class Settings(BaseSettings):
     """nightbench's configuration (prefix ``NIGHTBENCH_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="NIGHTBENCH_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_file=None, extra="ignore")
 
     data_dir: Path = Field(
         default=Path(".nightbench"), description="embedded store, outbox, caches"
@@ -48,7 +56,10 @@ class Settings(BaseSettings):
         description="local clone of the source of the build under test (commit ranges)",
     )
     source_github_repository: str | None = Field(
-        default="pytorch/pytorch", description="where commit ranges come from without a local clone"
+        default="pytorch/pytorch",
+        description='"owner/name" where commit ranges come from without a local clone, and where '
+        "issues link their commits; with source_repo_path, set it or the clone's origin on GitHub "
+        "is linked (empty: no links)",
     )
     bisect_provider: str | None = Field(
         default=None,
@@ -284,10 +295,8 @@ class Settings(BaseSettings):
 
         unknown = [name for name in value if name not in METRICS]
         if unknown or not value:
-            raise ValueError(
-                f"ab_metrics: unknown {', '.join(unknown) or 'none given'}; "
-                f"one or more of {', '.join(METRICS)}"
-            )
+            what = f"unknown {', '.join(unknown)}" if unknown else "none given"
+            raise ValueError(f"{what}; one or more of {', '.join(METRICS)}")
         return value
 
     @field_validator("github_repository")
@@ -336,18 +345,47 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _limits(self) -> Settings:
-        if self.suite_timeout_s >= self.task_soft_time_limit_s:
+        # Named by their variables and values: a rule across settings has no one field to name.
+        suite, soft = self.suite_timeout_s, self.task_soft_time_limit_s
+        hard, visibility = self.task_time_limit_s, self.visibility_timeout_s
+        if suite >= soft:
             raise ValueError(
-                "suite_timeout_s must be below task_soft_time_limit_s, so that a hung benchmark "
+                f"NIGHTBENCH_SUITE_TIMEOUT_S ({suite:g}) must be below "
+                f"NIGHTBENCH_TASK_SOFT_TIME_LIMIT_S ({soft:g}), so that a hung benchmark "
                 "becomes an error result before Celery interrupts the task"
             )
-        if self.task_soft_time_limit_s >= self.task_time_limit_s:
-            raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
-        if self.visibility_timeout_s <= self.task_time_limit_s:
+        if soft >= hard:
             raise ValueError(
-                "visibility_timeout_s must exceed task_time_limit_s, or Redis redelivers running tasks"
+                f"NIGHTBENCH_TASK_SOFT_TIME_LIMIT_S ({soft:g}) must be below "
+                f"NIGHTBENCH_TASK_TIME_LIMIT_S ({hard:g})"
+            )
+        if visibility <= hard:
+            raise ValueError(
+                f"NIGHTBENCH_VISIBILITY_TIMEOUT_S ({visibility:g}) must exceed "
+                f"NIGHTBENCH_TASK_TIME_LIMIT_S ({hard:g}), or Redis redelivers running tasks"
             )
         return self
+
+    @property
+    def source_repository(self) -> str | None:
+        """``owner/name`` on GitHub of the repository the night's commits come from, for the
+        commit, compare and pull-request links of issues and reports; None: shas without links.
+
+        ``source_github_repository`` where it is set (empty: none). Unset, its default
+        (``pytorch/pytorch``) holds only where commit ranges are read from GitHub. Commits read
+        from a local clone (``source_repo_path``) link to the GitHub repository its ``origin``
+        remote points to (:func:`github_repository_of`), and to none when it has no such
+        remote: a link to another project is worse than none.
+        """
+        if "source_github_repository" in self.model_fields_set or self.source_repo_path is None:
+            return self.source_github_repository or None
+        return github_repository_of(str(self.source_repo_path))
+
+    @property
+    def source_code_url(self) -> str | None:
+        """``https://github.com/<source_repository>``, or None (:attr:`source_repository`)."""
+        repository = self.source_repository
+        return f"https://github.com/{repository}" if repository else None
 
     @property
     def effective_database_url(self) -> str:
@@ -385,5 +423,93 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process's settings (read once; tests call ``get_settings.cache_clear()``)."""
-    return Settings()
+    """The process's settings (read once; tests call ``get_settings.cache_clear()``).
+
+    Raises:
+        InvalidSettings: a ``NIGHTBENCH_*`` variable holds a value the settings refuse; one
+            line per such variable names it, the value given and what was wrong
+            (:func:`refusals`). The command line prints them and exits with code 2.
+    """
+    try:
+        return Settings()
+    except (ValidationError, SettingsError) as exc:
+        raise InvalidSettings(refusals(exc)) from exc
+
+
+def refusals(exc: ValidationError | SettingsError) -> list[str]:
+    """What ``Settings()`` refused, one line per ``NIGHTBENCH_*`` variable:
+    ``NIGHTBENCH_X='value' refused: <pydantic's message for the field>``.
+
+    A message that names its variable already (a validator's own, or a rule across settings)
+    is the line as it is. The value is the variable's text from the environment (hidden for a
+    secret), else the value pydantic was given. A list or object that is not JSON
+    (pydantic-settings refuses it before validation, naming only the field) says so, with an
+    example from the field's default.
+    """
+    if isinstance(exc, SettingsError):
+        found = re.search(r'error parsing value for field "(\w+)"', str(exc))
+        if found is None or found.group(1) not in Settings.model_fields:
+            cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+            return [f"settings refused: {exc}{cause}"]
+        field = found.group(1)
+        return [_refusal(field, f"{_json_wanted(field)} ({exc.__cause__})", None)]
+    lines = []
+    for error in exc.errors(include_url=False):
+        context = error.get("ctx") or {}
+        reason = str(context["error"]) if error["type"] == "value_error" else error["msg"]
+        loc = error["loc"]
+        if not loc or str(loc[0]) not in Settings.model_fields:
+            lines.append(reason if ENV_PREFIX in reason else f"settings refused: {reason}")
+            continue
+        inner = ".".join(str(part) for part in loc[1:])
+        lines.append(
+            _refusal(str(loc[0]), f"{inner}: {reason}" if inner else reason, error.get("input"))
+        )
+    return lines
+
+
+def _refusal(field: str, reason: str, given: Any) -> str:
+    variable = f"{ENV_PREFIX}{field.upper()}"
+    if variable in reason:
+        return reason
+    raw = next((v for k, v in os.environ.items() if k.upper() == variable), None)
+    value = raw if raw is not None else given
+    annotation = Settings.model_fields[field].annotation
+    shown = "(hidden)" if SecretStr in (annotation, *get_args(annotation)) else repr(value)
+    return f"{variable}={shown} refused: {reason}"
+
+
+def _json_wanted(field: str) -> str:
+    default = Settings.model_fields[field].get_default(call_default_factory=True)
+    if isinstance(default, list):
+        return "must be a JSON list" + (f", e.g. {json.dumps(default[:2])}" if default else "")
+    if isinstance(default, dict):
+        example = dict(list(default.items())[:1])
+        return "must be a JSON object" + (f", e.g. {json.dumps(example)}" if example else "")
+    return "must be JSON"
+
+
+_GITHUB_REMOTE = re.compile(
+    r"^(?:https?://(?:[^@/]+@)?github\.com/|ssh://git@github\.com/|git@github\.com:)"
+    r"(?P<repository>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+?)(?:\.git)?/?$"
+)
+
+
+@lru_cache(maxsize=16)
+def github_repository_of(clone: str) -> str | None:
+    """``owner/name`` of the GitHub repository the ``origin`` remote of the git clone at
+    ``clone`` points to (``https://github.com/o/n(.git)``, ``git@github.com:o/n.git``,
+    ``ssh://git@github.com/o/n``); None when the path is not a clone, it has no ``origin``, or
+    ``origin`` is not on GitHub. Read once per path (GitPython)."""
+    import git  # GitPython; only where a local clone is configured
+
+    try:
+        with git.Repo(clone) as repo:
+            urls = list(repo.remote("origin").urls)
+    except (git.GitError, ValueError, OSError):
+        return None
+    for url in urls:
+        match = _GITHUB_REMOTE.match(url.strip())
+        if match:
+            return match["repository"]
+    return None

@@ -12,6 +12,7 @@
     ├── BenchmarkError (500)      a benchmark could not be measured (stored as an error result)
     ├── MeasureError (500)        a benchmark could not be measured at a bisection's probe
     ├── BuildError (500)          a commit could not be made runnable (a probe skips it)
+    ├── InvalidSettings (500)     a NIGHTBENCH_* variable the settings refuse, one line each
     └── InfrastructureError (503) broker, database, build or GitHub failure worth a retry
         ├── EnvironmentBuildError (503) creating a venv or installing into it failed
         └── TrackerAccessDenied (503) the tracker refused our credentials (401, 403, 404 on
@@ -127,6 +128,25 @@ class BuildError(NightbenchError):
         room = max(limit - len(self.reason) - 1, 0)
         log = self.log.strip()
         return f"{self.reason}\n{log[-room:] if room else ''}".strip()
+
+
+class InvalidSettings(NightbenchError):
+    """A ``NIGHTBENCH_*`` variable holds a value the settings refuse (HTTP 500: the deployment's
+    to fix, not the client's).
+
+    The message has one line per refused variable, naming it, the value given and what was
+    wrong (:func:`service.config.get_settings`); the command line prints it and exits with
+    code 2, without a traceback (:mod:`workers.main`).
+
+    Attributes:
+        lines: the message's lines.
+    """
+
+    status_code = 500
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = tuple(lines)
 
 
 class EnvironmentBuildError(InfrastructureError):

@@ -46,7 +46,7 @@ def make_reporter(settings: Settings) -> PullRequestReporter | None:
 
 def view_of(ab: ABTest, *, settings: Settings, current_head: str | None = None) -> ABView:
     """The report's view of a stored A/B."""
-    code = ab.repository or settings.source_github_repository
+    code = ab.repository or settings.source_repository
     return ABView(
         ab_id=ab.id,
         base_sha=ab.base_sha,

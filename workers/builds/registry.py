@@ -105,8 +105,8 @@ def spec_from_settings(settings: Settings) -> dict[str, Any] | None:
     """The provider spec for bisecting a night's range: ``bisect_provider``'s, from settings.
 
     Args:
-        settings: ``bisect_provider`` and the options of its kind; ``source_github_repository``
-            for the spec's ``code_url``.
+        settings: ``bisect_provider`` and the options of its kind; its
+            :attr:`~service.config.Settings.source_code_url` for the spec's ``code_url``.
 
     Returns:
         ``{"kind": KIND, ..., "code_url": URL}`` (``code_url``: the GitHub repository the source
@@ -117,6 +117,5 @@ def spec_from_settings(settings: Settings) -> dict[str, Any] | None:
     spec = provider.spec_from_settings(settings) if provider is not None else None
     if spec is None:
         return None
-    github_repo = settings.source_github_repository
-    spec["code_url"] = f"https://github.com/{github_repo}" if github_repo else None
+    spec["code_url"] = settings.source_code_url
     return spec

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from service.metrics import format_value
 
@@ -35,10 +36,13 @@ def fit_to_output() -> None:
 def fail(message: str, code: int = 2) -> None:
     """Print ``error: message`` on stderr and end the command with exit code ``code``.
 
+    The message is printed as it is: brackets in it (a value given, a JSON list) are not Rich
+    markup, and a long line is not broken at the console's width.
+
     Raises:
         typer.Exit: always (exit code 2 by default: bad input, as typer's own usage errors).
     """
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 

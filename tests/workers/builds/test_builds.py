@@ -315,6 +315,9 @@ def test_spec_from_settings_names_the_kind_and_its_options(
     assert spec_from_settings(settings) == expected
     no_github = settings.model_copy(update={"source_github_repository": None})
     assert spec_from_settings(no_github) == {**expected, "code_url": None}
+    # A local clone whose GitHub address is not given: bare shas, not pytorch/pytorch's links.
+    unnamed = Settings(bisect_provider=kind, source_repo_path=tmp_path, **options)
+    assert spec_from_settings(unnamed) == {**expected, "code_url": None}
 
 
 def test_spec_from_settings_is_none_without_a_provider_or_an_option(tmp_path: Path) -> None:

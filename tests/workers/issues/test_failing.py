@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from service.bisections.routes import read_bisection
 from service.bisections.schemas import BisectionRead
-from service.config import get_settings
+from service.config import Settings, get_settings
 from service.db import session_scope
 from service.models import Alert, Bisection, FilingState, Probe, Run
 from service.runs.service import BenchmarkSpec
@@ -390,3 +391,71 @@ def test_what_a_failure_bisection_tells_when_it_names_no_commit() -> None:
         )
         and "lies in" not in text
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "repository"),
+    [
+        ({"source_repo_path": Path("/src/minitok")}, None),  # a local clone, no GitHub address
+        ({"source_repo_path": Path("/src/minitok"), "source_github_repository": ""}, None),
+        (
+            {"source_repo_path": Path("/src/minitok"), "source_github_repository": "ex/minitok"},
+            "ex/minitok",
+        ),
+    ],
+)
+def test_a_failure_bisections_comment_links_only_to_the_source_repository(
+    db: Session, settings: Settings, source: dict[str, object], repository: str | None
+) -> None:
+    from workers.issues.render.failing import render_bisected
+    from workers.issues.reports.failing import finished_bisections
+
+    good, culprit, bad = "a" * 40, "b" * 40, "c" * 40
+    run = Run(
+        night=date(2026, 10, 5),
+        kind="nightly",
+        status="complete",
+        torch_version="2.13.0+cpu",
+        torch_git_commit=bad,
+    )
+    db.add(run)
+    db.flush()
+    alert = Alert(run_id=run.id, kind="failing", status="open")
+    db.add(alert)
+    db.flush()
+    answer = {
+        "benchmark": "dqn:eval:cpu",
+        "status": "culprit",
+        "culprit": culprit,
+        "range": [culprit],
+        "reason": "it fails from this commit on",
+    }
+    db.add(
+        Bisection(
+            run_id=run.id,
+            alert_id=alert.id,
+            status="done",
+            outcome="culprit",
+            good=good,
+            bad=bad,
+            benchmarks=["dqn:eval:cpu"],
+            config={"kind": "failure", "issue": "f"},
+            result={
+                "builds": 3,
+                "rounds": 2,
+                "culprits": [{"sha": culprit, "title": "Break dqn", "author": "Dev"}],
+                "benchmarks": [answer],
+            },
+        )
+    )
+    db.flush()
+
+    deployment = settings.model_copy(update=source)
+    [(_, bisected)] = finished_bisections(db, alert_id=alert.id, settings=deployment)
+    text = render_bisected(bisected)
+
+    assert f"`{culprit[:10]}`" in text
+    if repository is None:
+        assert "github.com" not in text
+    else:
+        assert f"[`{culprit[:10]}`](https://github.com/{repository}/commit/{culprit})" in text

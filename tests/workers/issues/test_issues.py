@@ -98,7 +98,17 @@ class World:
         self.s.flush()
         return run
 
-    def _result(self, run: Run, model: str, mode: str, level: float, n: int = 12) -> Result:
+    def _result(
+        self,
+        run: Run,
+        model: str,
+        mode: str,
+        level: float,
+        n: int = 12,
+        *,
+        metric: str = "latency",
+        unit: str = "ms",
+    ) -> Result:
         samples = [level * (1 + 0.002 * ((i % 5) - 2)) for i in range(n)]
         result = Result(
             run_id=run.id,
@@ -107,23 +117,31 @@ class World:
             model=model,
             mode=mode,
             device="cpu",
-            metric="latency",
-            unit="ms",
+            metric=metric,
+            unit=unit,
             samples=samples,
             median=level,
             iqr=level * 0.004,
             environment={**ENV, "torch_git_version": run.torch_git_commit},
-            series_key=sha(f"{model}:{mode}")[:40],
+            series_key=sha(f"{model}:{mode}" + ("" if metric == "latency" else f":{metric}"))[:40],
         )
         self.s.add(result)
         self.s.flush()
         return result
 
-    def history(self, benchmarks: list[tuple[str, str]], nights: int, start: date) -> None:
+    def history(
+        self,
+        benchmarks: list[tuple[str, str]],
+        nights: int,
+        start: date,
+        *,
+        metric: str = "latency",
+        unit: str = "ms",
+    ) -> None:
         for i in range(nights):
             run = self._run(start + timedelta(days=i), sha(f"torch-{start}-{i}"))
             for model, mode in benchmarks:
-                self._result(run, model, mode, 10.0 + 0.01 * (i % 3))
+                self._result(run, model, mode, 10.0 + 0.01 * (i % 3), metric=metric, unit=unit)
             self.previous = run
 
     def regressed_night(
@@ -133,6 +151,8 @@ class World:
         *,
         commit_range: list[dict] | None = None,
         beside: float | None = None,
+        metric: str = "latency",
+        unit: str = "ms",
     ) -> Night:
         """``beside``: the previous night's build measured beside the re-run at this level (ms):
         a paired confirmation (:mod:`service.regressions.paired`)."""
@@ -160,8 +180,8 @@ class World:
         self.s.flush()
         regs = {}
         for (model, mode), level in levels.items():
-            result = self._result(run, model, mode, level, n=30)
-            self._result(confirm, model, mode, level * 1.01, n=30)
+            result = self._result(run, model, mode, level, n=30, metric=metric, unit=unit)
+            self._result(confirm, model, mode, level * 1.01, n=30, metric=metric, unit=unit)
             if paired is not None and beside is not None:
                 self._result(paired, model, mode, beside, n=30)
             reg = Regression(
@@ -173,8 +193,8 @@ class World:
                 mode=mode,
                 device="cpu",
                 compiler="eager",
-                metric="latency",
-                unit="ms",
+                metric=metric,
+                unit=unit,
                 direction="regression",
                 baseline=10.0,
                 value=level,
@@ -213,6 +233,7 @@ def bisection_for(
         probes=probes,
         commits=tuple(commits),
         repo="/src/pytorch",
+        code_url="https://github.com/pytorch/pytorch",
         install_command="pip install -e .",
     )
 
@@ -596,6 +617,53 @@ def test_without_github_the_issue_goes_to_the_outbox(
     text = Path(filed[0].url).read_text()
     assert "# [perf] resnet18 eval cpu latency +25.0%" in text
     assert "10.00 ms → 12.50 ms" in text
+
+
+@pytest.mark.parametrize(
+    ("source", "repository"),
+    [
+        # The demo's: a local package, no GitHub repository (NIGHTBENCH_SOURCE_GITHUB_REPOSITORY="").
+        ({"source_repo_path": Path("/src/minitok"), "source_github_repository": ""}, None),
+        # A local clone whose address on GitHub was not given: the pytorch default is not it.
+        ({"source_repo_path": Path("/src/minitok")}, None),
+        ({"source_github_repository": ""}, None),
+        ({"source_github_repository": "example/minitok"}, "example/minitok"),
+        ({}, "pytorch/pytorch"),  # commits read from GitHub's pytorch/pytorch
+    ],
+)
+def test_an_unbisected_memory_regression_links_its_commits_only_to_the_source_repository(
+    db: Session, settings: Settings, source: dict[str, object], repository: str | None
+) -> None:
+    world = World(db)
+    world.history([("resnet18", "eval")], 10, date(2026, 11, 1), metric="cpu_peak_mem", unit="B")
+    commits = commit_range("mem", 3)
+    shas = [c["sha"] for c in commits]
+    night = world.regressed_night(
+        date(2026, 11, 11),
+        {("resnet18", "eval"): 12.5},
+        commit_range=commits,
+        metric="cpu_peak_mem",
+        unit="B",
+    )
+    deployment = settings.model_copy(update=source)
+
+    [filed] = file_alert(db, alert_id=night.alert.id, settings=deployment)
+    body = Path(filed.url).read_text()
+
+    assert "resnet18 eval cpu cpu_peak_mem" in body
+    good, bad = shas[0], shas[-1]
+    if repository is None:
+        assert "/compare/" not in body and "/pull/" not in body
+        assert f"The night's commit range is `{good[:7]}..{bad[:7]}`" in body
+        for s in shas[1:]:
+            assert f"| `{s[:7]}` |" in body and f"/commit/{s}" not in body
+    else:
+        compare = f"https://github.com/{repository}/compare/{good}...{bad}"
+        assert f"[`{good[:7]}..{bad[:7]}`]({compare})" in body
+        assert f"[`{shas[1][:7]}`](https://github.com/{repository}/commit/{shas[1]})" in body
+    if repository != "pytorch/pytorch":
+        assert "github.com/pytorch/pytorch/compare/" not in body
+        assert not any(f"github.com/pytorch/pytorch/commit/{s}" in body for s in shas)
 
 
 def test_nothing_reproduced_files_nothing(

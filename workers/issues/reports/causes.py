@@ -32,7 +32,6 @@ from workers.bisect.search import (
 from workers.bisect.state import BenchmarkOutcome, BenchmarkVerdict
 from workers.issues.model import Bisection, Commit, Probe, WhatChanged
 
-TORCH_CODE_URL = "https://github.com/pytorch/pytorch"
 _SHA_CHARS = frozenset("0123456789abcdefABCDEF")
 
 
@@ -47,7 +46,8 @@ class BisectionInput:
             :class:`workers.commits.CommitInfo` or its ``as_json()`` dict; an ``author_login``
             key, when present, gets the author cc'd.
         repo: path of the checkout to give in the reproduction's ``nightbench bisect --repo``.
-        code_url: web address of the repository, for commit links (``None``: bare shas).
+        code_url: web address of the repository, for commit links (``None``: bare shas): what
+            the provider spec recorded (:func:`workers.builds.registry.spec_from_settings`).
         install_command: the reproduction's ``--install`` command.
         profiles: the profile probe's answers, one per benchmark profiled (no URLs yet).
     """
@@ -56,7 +56,7 @@ class BisectionInput:
     probes: tuple[ProbeRecord, ...]
     commits: tuple[Any, ...]
     repo: str | None = None
-    code_url: str | None = TORCH_CODE_URL
+    code_url: str | None = None
     install_command: str | None = None
     profiles: tuple[WhatChanged, ...] = ()
 
@@ -66,7 +66,7 @@ class BisectionInput:
         report: Any,
         *,
         repo: str | None = None,
-        code_url: str | None = TORCH_CODE_URL,
+        code_url: str | None = None,
         install_command: str | None = None,
     ) -> BisectionInput:
         """From a :class:`workers.bisect.local_driver.BisectionReport` (what ``bisect_repository`` returns).
@@ -117,7 +117,7 @@ def night_bisection_input(session: Session, *, run_id: int) -> BisectionInput | 
         probes=tuple(p for p in probes if p.purpose != REFERENCE),
         commits=tuple(bisection.commits),
         repo=spec.get("repo"),
-        code_url=spec["code_url"] if "code_url" in spec else TORCH_CODE_URL,
+        code_url=spec.get("code_url"),
         install_command=spec.get("install_command"),
         profiles=stored_profiles(session, bisection.id),
     )

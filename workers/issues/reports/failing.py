@@ -63,7 +63,7 @@ def failing_report(
         run=night_run(run),
         failed=tuple(FailedNight(night_run(r), j.error) for r, j in failed),
         last_good=night_run(good) if good is not None else None,
-        source_repository=settings.source_github_repository,
+        source_repository=settings.source_repository,
         bisection_id=started[-1].id if started else None,
         bisection_commits=len(started[-1].commits) - 1 if started else None,
         bisect_provider=bool(settings.bisect_provider),
@@ -106,7 +106,7 @@ def finished_bisections(
                 benchmark=b.benchmarks[0],
                 outcome=b.outcome,
                 result=dict(b.result),
-                source_repository=settings.source_github_repository,
+                source_repository=settings.source_repository,
             ),
         )
         for b in failure_bisections(session, alert_id)

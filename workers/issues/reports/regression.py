@@ -46,7 +46,6 @@ from service.runs.report import environment_changes, run_environment_changes
 from service.series import series_history
 from workers.issues.model import Change, Checks, Environment, IssueReport, WhatChanged
 from workers.issues.reports.causes import (
-    TORCH_CODE_URL,
     BisectionInput,
     CauseGroup,
     cause_groups,
@@ -157,7 +156,9 @@ def build_report(
     baseline_env, build_changes = _baseline(session, run, first)
     commits = {c["sha"]: c for c in commit_dicts(bisection.commits if bisection else [])}
     commits.update({c["sha"]: c for c in commit_dicts(run.commit_range or [])})
-    code_url = bisection.code_url if bisection is not None else TORCH_CODE_URL
+    # Links follow the source repository only (Settings.source_repository): a bisection's as
+    # its provider recorded it, else the settings'; without one the shas stand bare.
+    code_url = bisection.code_url if bisection is not None else settings.source_code_url
     options: dict[str, Any] = {}
     if bisection is not None and bisection.repo:
         options["bisect_repo"] = bisection.repo
