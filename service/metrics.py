@@ -18,7 +18,8 @@ Kinds:
 - ``count`` (instructions executed, callgrind's ``Ir``): near-deterministic; its small noise is
   measured from the nights like latency's and judged the same way, but the host's speed does
   not move it, so neither the paired confirmation nor the unstable mark applies, and a
-  regression in it is bisected by counting (one counted process per probe).
+  regression in it is bisected by counting (one counted process per probe), each build counted
+  once per bisection and its count reused by every later comparison.
 """
 
 from __future__ import annotations
@@ -51,17 +52,24 @@ class KindRule:
             ``latency`` (timed samples in fresh processes) or ``cpu_instructions`` (one counted
             process). None: not bisected by itself (a memory regression is bisected by
             latency's probes, its culprit named by the range).
+        bisect_once: a bisection by this metric measures each build once and compares every
+            probe with the endpoints' stored values (an exact count: the same build counts the
+            same in any process, on any host), rather than measuring both endpoints again
+            beside every round's probes to cancel the host's drift (latency).
     """
 
     exact_levels: bool
     host_bound: bool
     bisect_by: str | None
+    bisect_once: bool = False
 
 
 KIND_RULES: dict[MetricKind, KindRule] = {
     MetricKind.TIMED: KindRule(exact_levels=False, host_bound=True, bisect_by="latency"),
     MetricKind.MEMORY: KindRule(exact_levels=True, host_bound=False, bisect_by=None),
-    MetricKind.COUNT: KindRule(exact_levels=False, host_bound=False, bisect_by="cpu_instructions"),
+    MetricKind.COUNT: KindRule(
+        exact_levels=False, host_bound=False, bisect_by="cpu_instructions", bisect_once=True
+    ),
 }
 
 
@@ -236,6 +244,13 @@ def host_bound(name: str) -> bool:
     name not in the table."""
     row = METRICS.get(name)
     return row is not None and row.rule.host_bound
+
+
+def bisect_once(name: str) -> bool:
+    """Whether a bisection by metric ``name`` measures each build once and reuses its value
+    (an exact count; :class:`KindRule`); False for a name not in the table."""
+    row = METRICS.get(name)
+    return row is not None and row.rule.bisect_once
 
 
 def order(name: str) -> int:

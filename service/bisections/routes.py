@@ -81,6 +81,7 @@ def read_bisection(bisection_id: Id, session: SessionDep) -> dict[str, Any]:
                         "vs_bad": v.get("vs_bad"),
                         "side": v.get("side"),
                         "error": v.get("error"),
+                        "reference_rounds": list(v.get("reference_rounds") or []),
                     }
                     for v in view.verdicts.get((p.round, p.sha), [])
                 ],

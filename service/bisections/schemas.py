@@ -17,6 +17,12 @@ class VerdictRead(BaseModel):
     vs_bad: str | None = Field(description="different | same | unknown; null at the bad end")
     side: str | None = Field(description="good | bad | undecided on all samples so far")
     error: str | None
+    reference_rounds: list[int] = Field(
+        default_factory=list,
+        description="rounds of the endpoint samples the verdicts were judged against: the "
+        "probe's own round, or (a count bisection, each build counted once) the earlier round "
+        "whose stored counts were reused; empty when nothing was compared",
+    )
 
 
 class ProbeRead(BaseModel):

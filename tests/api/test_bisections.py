@@ -68,6 +68,7 @@ def _seed(db: Session) -> tuple[Bisection, int]:
                             "vs_bad": "different",
                             "side": "good",
                             "error": None,
+                            "reference_rounds": [0],
                         }
                     ],
                 }
@@ -131,6 +132,7 @@ def test_bisection_shows_probes_verdicts_and_culprit(client: TestClient, db: Ses
         (1, 2, "done"),
     ]
     assert body["probes"][0]["verdicts"][0]["vs_bad"] == "different"
+    assert body["probes"][0]["verdicts"][0]["reference_rounds"] == [0]
     assert body["probes"][1]["reason"] == "build failed"
     assert body["answers"][0]["culprit"] == CULPRIT
     assert client.get("/api/bisections/2147483000").json() == {

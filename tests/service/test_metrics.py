@@ -20,6 +20,9 @@ def test_the_table_spells_each_metric_once_with_its_kind() -> None:
     assert not METRICS["cpu_instructions"].rule.host_bound
     assert METRICS["cpu_instructions"].rule.bisect_by == "cpu_instructions"
     assert METRICS["latency"].rule.host_bound
+    # A count bisection counts each build once; latency measures its endpoints every round.
+    assert metrics.bisect_once("cpu_instructions") and not metrics.bisect_once("latency")
+    assert not metrics.bisect_once("nope")
     assert metrics.order("latency") < metrics.order("cpu_instructions") < metrics.order("nope")
     with pytest.raises(metrics.UnknownMetric, match="unknown metric 'nope'.*latency"):
         metrics.metric("nope")

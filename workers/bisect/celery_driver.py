@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings, get_settings
 from service.db import session_scope
 from service.errors import InvalidInput, NotFound
-from service.metrics import BISECT_METRICS, INSTRUCTIONS
+from service.metrics import BISECT_METRICS, INSTRUCTIONS, bisect_once
 from service.models import (
     PROBE_ENDED,
     Alert,
@@ -102,7 +102,8 @@ def create_bisection(
         provider: the build provider: ``{"kind": "checkout", "repo": PATH, "install_command":
             CMD}``, ``{"kind": "wheel", "wheel_url": URL}`` or ``{"kind": "python-overlay",
             "repo": PATH, "package": NAME, "base_sha": SHA}``.
-        config: search settings.
+        config: search settings; its ``measure_once`` is set from ``metric``'s row of the
+            metric table (an exact count: each build counted once, its count reused).
         commands: benchmark name → shell command, to measure with commands instead of the suite.
         repo: the repository, for reports.
         run_id: the night the bisection is for (None for one started by hand).
@@ -121,7 +122,7 @@ def create_bisection(
     rows: list[dict[str, Any]] = [
         c.as_json() if isinstance(c, CommitInfo) else dict(c) for c in commits
     ]
-    config = config or SearchConfig()
+    config = dataclasses.replace(config or SearchConfig(), measure_once=bisect_once(metric))
     start([r["sha"] for r in rows], benchmarks, config)  # validates the range and names
     if commands is not None and set(commands) != set(benchmarks):
         raise InvalidInput("every benchmark of a command bisection needs its command")

@@ -4,8 +4,9 @@ A probe is one commit built by a build provider (:mod:`workers.builds.registry`)
 (:mod:`workers.bisect.measure`) for the benchmarks the search asks for (:mod:`workers.bisect.search`).
 :func:`bisect_repository` is what ``nightbench bisect`` calls: the commit range from a local
 clone, a ``checkout`` build per probe (or another provider; W builds at once), each round's
-commits measured interleaved with both endpoints (:func:`run_round`), and a
-:class:`BisectionReport` with the outcome and every probe.
+commits measured interleaved with both endpoints (:func:`run_round`; a count bisection counts
+each commit once instead, ``SearchConfig.measure_once``), and a :class:`BisectionReport` with
+the outcome and every probe.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from service.errors import InvalidInput
-from service.metrics import BISECT_METRICS, INSTRUCTIONS
+from service.metrics import BISECT_METRICS, INSTRUCTIONS, bisect_once
 from workers.bisect.counts import COUNT_SAMPLES, CommandCountMeasurer, SuiteCountMeasurer
 from workers.bisect.measure import (
     DEFAULT_MEASURE_TIMEOUT_S,
@@ -153,7 +154,11 @@ class BisectionReport:
              "skipped": [{"sha", "reason"}],
              "probes": [{"round", "sha", "index", "purpose", "status", "build_seconds", "reason",
                          "results": [{"benchmark", "samples", "vs_good", "vs_bad", "side",
-                                      "error"}]}]}
+                                      "error", "reference_rounds": [round...]}]}]}
+
+            ``reference_rounds``: the rounds of the endpoint samples the verdicts were judged
+            against: the probe's own (latency), or the first round's, whose stored counts a
+            count bisection reuses.
         """
         return outcome_json(self.state, self.outcome, {c.sha: c for c in self.commits})
 
@@ -186,6 +191,7 @@ def run_round(
     build: Callable[[str], BuildEnvironment],
     measurer: Measurer,
     workers: int = 1,
+    interleave: bool = True,
 ) -> list[ProbeResult]:
     """Build a round's commits (``workers`` at a time), then measure them interleaved.
 
@@ -200,12 +206,17 @@ def run_round(
         build: ``sha -> BuildEnvironment``, raising :class:`BuildError`.
         measurer: takes the samples.
         workers: builds at once.
+        interleave: take turns as above. False (a count bisection, which measures each commit
+            once, ``SearchConfig.measure_once``): each commit's samples are taken whole, in
+            turn, by ``measurer.measure`` (as a Celery probe takes them), so a probe that is
+            never measured again has all it asked for; no slots are recorded.
 
     Returns:
         One :class:`ProbeResult` per request, in order.
     """
     envs = _build_round(requests, build=build, workers=workers)
-    taken, slot_of, errors = _measure_interleaved(requests, envs, measurer)
+    measure = _measure_interleaved if interleave else _measure_whole
+    taken, slot_of, errors = measure(requests, envs, measurer)
     results = []
     for request, env, got, where, failed in zip(
         requests, envs, taken, slot_of, errors, strict=True
@@ -221,7 +232,7 @@ def run_round(
                 samples,
                 build_seconds=env.build_seconds,
                 errors=failed,
-                slots={b: tuple(where[b]) for b in samples},
+                slots={b: tuple(where[b]) for b in samples if where[b]},
             )
         )
     return results
@@ -278,6 +289,26 @@ def _measure_interleaved(
     return taken, slot_of, errors
 
 
+def _measure_whole(
+    requests: Sequence[ProbeRequest],
+    envs: Sequence[BuildEnvironment | BuildError],
+    measurer: Measurer,
+) -> tuple[list[dict[str, list[float]]], list[dict[str, list[int]]], list[dict[str, str]]]:
+    """Measure a round's built commits one after another, each benchmark's samples whole
+    (see :func:`run_round`); the same shape as :func:`_measure_interleaved`, with no slots."""
+    taken: list[dict[str, list[float]]] = [{b: [] for b in r.benchmarks} for r in requests]
+    errors: list[dict[str, str]] = [{} for _ in requests]
+    for request, env, got, failed in zip(requests, envs, taken, errors, strict=True):
+        if isinstance(env, BuildError):
+            continue
+        for benchmark in request.benchmarks:
+            try:
+                got[benchmark].extend(measurer.measure(env, benchmark, request.samples))
+            except MeasureError as exc:
+                failed[benchmark] = exc.message
+    return taken, [{b: [] for b in r.benchmarks} for r in requests], errors
+
+
 def run_bisection(
     state: BisectionState,
     *,
@@ -305,7 +336,13 @@ def run_bisection(
         if on_round:
             on_round(state, requests)
         began = time.monotonic()
-        results = run_round(requests, build=build, measurer=measurer, workers=state.config.workers)
+        results = run_round(
+            requests,
+            build=build,
+            measurer=measurer,
+            workers=state.config.workers,
+            interleave=not state.config.measure_once,
+        )
         if on_probe:
             for request, result in zip(requests, results, strict=True):
                 on_probe(request, result)
@@ -340,7 +377,8 @@ def bisect_repository(
         commands: benchmark commands instead (each its own benchmark, named by its text); run in
             the probe's checkout, last stdout line ``{"samples": [ms, ...]}``.
         install: the install command run in each probe's checkout (``pip install -e .``).
-        config: search settings (workers, samples, thresholds).
+        config: search settings (workers, samples, thresholds); its ``measure_once`` is set
+            from ``metric``'s row of the metric table (each build counted once for a count).
         provider: a build provider (default: :class:`CheckoutProvider` with ``install``).
         work_dir: where builds go (default: a temporary directory).
         keep_builds: leave the builds on disk (default: removed at the end).
@@ -362,6 +400,7 @@ def bisect_repository(
     names, measurer = _names_and_measurer(benchmarks, commands, measure_timeout_s, metric)
     if config is None and metric == INSTRUCTIONS:
         config = SearchConfig(initial_samples=COUNT_SAMPLES[0], max_samples=COUNT_SAMPLES[1])
+    config = replace(config or SearchConfig(), measure_once=bisect_once(metric))
     commits = local_commit_range(repo, good, bad)
     provider = provider or CheckoutProvider(repo, install, work_dir=work_dir)
     state = start([c.sha for c in commits], names, config)

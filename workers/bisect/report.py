@@ -72,6 +72,7 @@ def outcome_json(
                         "vs_bad": r.vs_bad,
                         "side": r.side,
                         "error": r.error,
+                        "reference_rounds": list(r.reference_rounds),
                     }
                     for r in p.results
                 ],

@@ -40,6 +40,14 @@ process of each back to back, and records each sample's slot; each slot is then 
 comparison (:func:`paired_sides`), which cancels a machine that switches between two speeds
 from one second to the next (another tenant on the core, a clock that steps down).
 
+*Counted once*: an exact count (``SearchConfig.measure_once``, set from the metric table's
+``KindRule.bisect_once``) does not drift with the host, so the references above buy nothing:
+each commit is counted once per benchmark, the endpoints in the first round only, every probe
+is judged against the endpoints' stored counts (its record's ``reference_rounds`` name the
+round they came from), an undecided commit is not counted again, and the verification below
+judges the parent and the candidate on their stored counts. A bisection of N commits then
+takes about ⌈log2(N+1)⌉ + 2 counted measurements instead of about three a round.
+
 *Sides*: slot by slot, a probe is *good* when a sign test puts it on the good side of the
 midpoint between the endpoints measured beside it in significantly many slots, *bad* in the
 mirror case. Without slots, it is *good* when the upper bounds of its shift intervals against
@@ -203,7 +211,9 @@ def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
     round holds at most ``workers`` commits to search or refine (re-measurements of undecided
     probes first, then new probes spread over the open intervals, the widest first), plus a
     verification's parent and candidate, plus both endpoints measured again as references:
-    those are built already, so W bounds the builds of a round.
+    those are built already, so W bounds the builds of a round. With
+    ``SearchConfig.measure_once`` (an exact count) a round holds only what was not measured
+    yet: no references, refinements or verification rounds, normally just the new probes.
 
     Args:
         state: the current state.
@@ -215,21 +225,24 @@ def next_probes(state: BisectionState) -> tuple[ProbeRequest, ...]:
     tracks = [track_of(state, b) for b in state.benchmarks]
     n = len(commits) - 1
     endpoint_tracks = [t for t in tracks if t.status == "endpoints"]
+    chosen: dict[int, dict]
     if endpoint_tracks:
         more = max(t.endpoint_more for t in endpoint_tracks)
-        names = tuple(t.benchmark for t in endpoint_tracks)
-        return (
-            ProbeRequest(commits[0], 0, names, more, ENDPOINT),
-            ProbeRequest(commits[n], n, names, more, ENDPOINT),
-        )
-    requests = _remeasurements(state, tracks)
-    taken = {i for i, _ in requests}
-    free = state.config.workers - sum(1 for _, e in requests if e["purpose"] == REFINE)
-    free = min(free, state.config.builds_allowed(n) - state.builds)
-    searching = [t for t in tracks if t.status == "searching" and t.candidates]
-    chosen = dict(requests + _new_probes(state, searching, free, taken))
-    if chosen:
-        _add_references(state, chosen, n)
+        names = [t.benchmark for t in endpoint_tracks]
+        chosen = {
+            i: {"benchmarks": list(names), "samples": more, "purpose": ENDPOINT} for i in (0, n)
+        }
+    else:
+        requests = _remeasurements(state, tracks)
+        taken = {i for i, _ in requests}
+        free = state.config.workers - sum(1 for _, e in requests if e["purpose"] == REFINE)
+        free = min(free, state.config.builds_allowed(n) - state.builds)
+        searching = [t for t in tracks if t.status == "searching" and t.candidates]
+        chosen = dict(requests + _new_probes(state, searching, free, taken))
+        if chosen:
+            _add_references(state, chosen, n)
+    if state.config.measure_once:
+        _drop_measured(state, chosen)
     return tuple(
         ProbeRequest(commits[i], i, tuple(e["benchmarks"]), e["samples"], e["purpose"])
         for i, e in sorted(chosen.items())
@@ -306,6 +319,22 @@ def _new_probes(
                 )
             )
     return new
+
+
+def _drop_measured(state: BisectionState, chosen: dict[int, dict]) -> None:
+    """Leave out of ``chosen`` every benchmark already measured (or failed) at its commit, and
+    the commits left with none: with ``SearchConfig.measure_once`` a round measures only what
+    was not measured yet, and the endpoints' stored samples stand in for their references."""
+    for index in list(chosen):
+        sha = state.commits[index]
+        entry = chosen[index]
+        entry["benchmarks"] = [
+            name
+            for name in entry["benchmarks"]
+            if (sha, name) not in state.samples and (sha, name) not in state.errors
+        ]
+        if not entry["benchmarks"]:
+            del chosen[index]
 
 
 def _add_references(state: BisectionState, chosen: dict[int, dict], n: int) -> None:
@@ -404,23 +433,39 @@ def record_round(
     )
 
 
+def _references(state: BisectionState, end: int, name: str) -> tuple[Batch, ...]:
+    """The batches of endpoint ``end`` a probe of the round being recorded is judged against:
+    those of the same round, or with ``SearchConfig.measure_once`` every stored one (the
+    endpoints are then measured in the first round only)."""
+    batches = batches_of(state, end, name)
+    if state.config.measure_once:
+        return batches
+    return tuple(b for b in batches if b.round == state.round)
+
+
+def _rounds_of(*groups: Sequence[Batch]) -> tuple[int, ...]:
+    """The distinct rounds of ``groups``' batches, in order."""
+    return tuple(sorted({b.round for group in groups for b in group}))
+
+
 def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> BenchmarkVerdict:
     """One probe's record: Pinpoint's verdicts of its samples against the endpoints' samples of
-    the same round, and the side the search puts the commit on with all its samples so far."""
+    the same round (or, measured once, their stored samples: ``reference_rounds`` says which),
+    and the side the search puts the commit on with all its samples so far."""
     cfg = state.config
     taken = tuple(float(v) for v in r.samples[name])
     n = len(state.commits) - 1
-    this_round = {state.round}  # the round being recorded
     if index in (0, n):
-        other = values_of(batches_of(state, n if index == 0 else 0, name), rounds=this_round)
+        other = _references(state, n if index == 0 else 0, name)
         if not other:
             return BenchmarkVerdict(name, taken, None, None, GOOD if index == 0 else BAD)
-        verdict = compare(taken, other, alpha=cfg.alpha).verdict
+        verdict = compare(taken, values_of(other), alpha=cfg.alpha).verdict
+        refs = _rounds_of(other)
         if index == 0:
-            return BenchmarkVerdict(name, taken, None, verdict, GOOD)
-        return BenchmarkVerdict(name, taken, verdict, None, BAD)
-    good = values_of(batches_of(state, 0, name), rounds=this_round)
-    bad = values_of(batches_of(state, n, name), rounds=this_round)
+            return BenchmarkVerdict(name, taken, None, verdict, GOOD, reference_rounds=refs)
+        return BenchmarkVerdict(name, taken, verdict, None, BAD, reference_rounds=refs)
+    good_batches, bad_batches = _references(state, 0, name), _references(state, n, name)
+    good, bad = values_of(good_batches), values_of(bad_batches)
     if not good or not bad:
         return BenchmarkVerdict(name, taken, None, None, None)
     vs_good = compare(
@@ -431,7 +476,14 @@ def _verdict(state: BisectionState, r: ProbeResult, name: str, index: int) -> Be
     )
     purposes = (r.purpose,) if r.purpose in (VERIFY, RECHECK) else (SEARCH, REFINE)
     side, _ = side_of(state, index, name, purposes, slower_is_bad=paired_direction(state, name))
-    return BenchmarkVerdict(name, taken, vs_good.verdict, vs_bad.verdict, side)
+    return BenchmarkVerdict(
+        name,
+        taken,
+        vs_good.verdict,
+        vs_bad.verdict,
+        side,
+        reference_rounds=_rounds_of(good_batches, bad_batches),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -63,6 +63,15 @@ class SearchConfig:
         budget_seconds: wall time of the bisection's rounds (s, builds and measuring); None: no
             limit. Once a budget is spent the benchmark ends ``inconclusive`` with the narrowest
             range its measurements support.
+        measure_once: each commit is measured once per benchmark and its samples are reused by
+            every later comparison: for an exact count (``KindRule.bisect_once`` in
+            ``service/metrics.py``), which neither the host nor a fresh process moves. A round
+            then measures only what was not measured yet (the endpoints in the first round,
+            then normally the new probes alone), every probe is compared with the endpoints'
+            stored samples, an undecided commit is not measured again (``max_samples`` is
+            not used), and a culprit is verified on the stored samples of its parent and itself
+            rather than on fresh ones. False (latency): the endpoints are measured again beside
+            every round's probes, which are compared with those of their own round.
     """
 
     workers: int = 1
@@ -78,6 +87,7 @@ class SearchConfig:
     budget_builds: int | None = None
     budget_samples: int | None = None
     budget_seconds: float | None = None
+    measure_once: bool = False
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -184,6 +194,12 @@ class BenchmarkVerdict:
         vs_bad: verdict against the bad endpoint (None at the bad endpoint itself).
         side: ``good`` | ``bad`` | ``undecided`` on all samples of this commit so far.
         error: why the benchmark could not be measured here.
+        reference_rounds: the rounds whose endpoint samples ``vs_good`` and ``vs_bad`` were
+            judged against: this probe's own round when the endpoints were measured beside it;
+            an earlier round when their stored counts were reused
+            (:attr:`SearchConfig.measure_once`); empty when nothing was compared. Where the
+            samples came from, not what they say: left out of equality, so a verdict read back
+            from a store that keeps no provenance equals the one recorded.
     """
 
     benchmark: str
@@ -192,6 +208,7 @@ class BenchmarkVerdict:
     vs_bad: str | None
     side: str | None
     error: str | None = None
+    reference_rounds: tuple[int, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

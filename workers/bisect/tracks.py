@@ -82,8 +82,9 @@ class Track:
 
 
 def more_samples(have: int, config: SearchConfig) -> int:
-    """Samples to add when doubling ``have`` (0 at the cap)."""
-    if have >= config.max_samples:
+    """Samples to add when doubling ``have`` (0 at the cap, and once measured when
+    ``config.measure_once``: a count taken again says the same)."""
+    if have >= config.max_samples or (config.measure_once and have > 0):
         return 0
     return min(max(have, config.initial_samples), config.max_samples - have)
 
@@ -117,7 +118,8 @@ def paired(
 
     Every round measures both endpoints again beside its probes, so a probe is compared with
     endpoints measured minutes, not hours, from it: a machine whose speed wanders (other work,
-    thermal limits) moves all three alike.
+    thermal limits) moves all three alike. Counted once (``SearchConfig.measure_once``), no
+    round holds all three, and the endpoints' first samples, their stored counts, are used.
 
     Args:
         state: the state.
@@ -539,6 +541,8 @@ def _verify_track(
     cfg, commits = state.config, state.commits
     if not cfg.verify:
         return Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
+    if cfg.measure_once:
+        return _verify_stored(state, benchmark, lo, hi, sides, change)
     n = len(commits) - 1
     targets = [i for i in (lo, hi) if 0 < i < n] or [0, n]
     last_recheck = max(
@@ -618,6 +622,43 @@ def _verify_track(
         f"p={direct.p_value:.3g})"
     )
     return _recover(state, benchmark, lo, hi, (start, end), sides, change, reason)
+
+
+def _verify_stored(
+    state: BisectionState,
+    benchmark: str,
+    lo: int,
+    hi: int,
+    sides: Mapping[int, str],
+    change: float,
+) -> Track:
+    """Verification of an exact count (``SearchConfig.measure_once``): on the stored counts.
+
+    A count taken again says what the first said, so nothing is measured: the culprit is named
+    when the stored counts of the endpoints differ in the regression's direction and so do the
+    candidate's against its parent's (the checks :func:`_fresh_checks` makes of a latency
+    verification's fresh samples, here on every sample taken). Otherwise no recheck could
+    change that: the benchmark ends ``inconclusive`` over the commits after the last judged
+    good before the parent, up to the first judged bad after the candidate, with the
+    comparison that failed.
+    """
+    commits = state.commits
+    n = len(commits) - 1
+    compared = sorted({0, lo, hi, n})
+    stored = {i: values_of(batches_of(state, i, benchmark)) for i in compared}
+    rounds = {b.round for i in compared for b in batches_of(state, i, benchmark)}
+    checks = _fresh_checks(state, benchmark, lo, hi, stored, rounds, change, None)
+    endpoints, direct, ends_hold, step_holds = checks
+    if ends_hold and step_holds:
+        return Track(benchmark, CULPRIT, lo, hi, sides=sides, change=change)
+    reason = (
+        f"verification failed: the stored counts of the parent {commits[lo][:10]} and the "
+        f"candidate {commits[hi][:10]} do not hold the step (endpoints "
+        f"p={endpoints.p_value:.3g}, candidate against parent p={direct.p_value:.3g})"
+    )
+    start = max((i for i, s in sides.items() if s == GOOD and i < lo), default=0)
+    end = min((i for i, s in sides.items() if s == BAD and i > hi), default=n)
+    return Track(benchmark, INCONCLUSIVE, start, end, sides=sides, change=change, reason=reason)
 
 
 def _recover(
