@@ -41,9 +41,13 @@ from suite.torchbench_results import (  # noqa: F401  (re-exported)
 
 def _import_torchbenchmark() -> Any:
     try:
-        checkout.put_on_path()
+        root = checkout.put_on_path()
     except checkout.InvalidCheckout as exc:
         raise TorchBenchUnavailable(str(exc)) from exc
+    from suite.harness import register_foreign_code  # the harness imports the registry
+
+    # A failure inside the checkout is TorchBench's own (a model's bug on this device).
+    register_foreign_code(root / "torchbenchmark", "TorchBench")
     try:
         return importlib.import_module("torchbenchmark")
     except Exception as exc:  # noqa: BLE001 - any import failure means the suite is unavailable

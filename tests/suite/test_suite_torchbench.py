@@ -659,3 +659,33 @@ def test_a_failed_setup_outlasts_a_package_installed_after_it(
     init = copy / "torchbenchmark" / "models" / "tiny_mlp" / "__init__.py"
     init.write_text(init.read_text() + "\n# edited\n")
     assert torchbench_check.failed_setups(installed) == {}
+
+
+LONG_LOG_SOFTMAX = '''"""A model whose train step hits a kernel torch has no CPU implementation of (as
+cm3leon_generate's train on CPU: log_softmax of a Long tensor)."""
+
+import torch
+
+from ..tiny_mlp import Model as _Tiny
+
+
+class Model(_Tiny):
+    def train(self):
+        tokens = torch.zeros(self.batch_size, 4, dtype=torch.long)
+        return torch.log_softmax(tokens, dim=-1)
+'''
+
+
+def test_a_failure_in_torchbench_s_own_code_is_named_as_torchbench_s(tmp_path: Path) -> None:
+    """A TorchBench model that is offered train on the CPU and then fails inside its own code:
+    the error record says it is TorchBench's code, with the file under the checkout."""
+    copy = tmp_path / "benchmark"
+    shutil.copytree(CHECKOUT, copy)
+    _add_model(copy, "long_log_softmax", LONG_LOG_SOFTMAX)
+    env = {"NIGHTBENCH_TORCHBENCH_PATH": str(copy)}
+    assert "train" in _listing("--check-imports", **env)["torchbench.long_log_softmax"]["modes"]
+    proc, record = run_record("torchbench.long_log_softmax", "train", **env)
+    assert record["error"].endswith(
+        "(in TorchBench's code at torchbenchmark/models/long_log_softmax/__init__.py:12 in train)"
+    ), record["error"]
+    assert "not implemented for 'Long'" in record["error"]
