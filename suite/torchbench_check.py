@@ -70,7 +70,9 @@ class ImportCheck:
         name: TorchBench's name of the model (``hf_Bert``).
         version: its source version when checked.
         imported: whether ``torchbenchmark.models.<name>`` imported.
-        cause: why it did not (:func:`cause`), None when it did.
+        cause: why it did not (:func:`cause`); for a model that imported, what it needs that
+            is missing here (a HuggingFace config not in the local cache,
+            :func:`suite.torchbench_probe.huggingface_config_gap`); None when it is available.
         configs: ``{"test:device": outcome}`` of the construction, each outcome one of
             ``{"batch_size": n}``, ``{"not_implemented": message}``, ``{"error": message}``,
             ``{"skipped": why}`` (a device this environment cannot use).
@@ -339,7 +341,7 @@ def run_checks(
                 name=name,
                 version=versions[name],
                 imported=bool(report.get("imported")),
-                cause=None if report.get("imported") else cause(report),
+                cause=report.get("needs") if report.get("imported") else cause(report),
                 configs=dict(report.get("configs") or {}),
                 seconds=report.get("seconds"),
             )
@@ -411,7 +413,7 @@ def apply(entry: ModelInfo, check: ImportCheck | None) -> ModelInfo:
         return entry
     if check is None:
         return replace(entry, available=False, checked=False, reason=NOT_CHECKED)
-    if not check.imported:
+    if not check.imported or check.cause is not None:
         return replace(entry, available=False, reason=check.cause)
     sizes = {"train": dict(entry.train_batch_size), "eval": dict(entry.eval_batch_size)}
     why = dict(entry.not_offered)

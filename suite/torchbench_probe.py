@@ -68,8 +68,9 @@ def _torch_version() -> tuple[str | None, str | None]:
 
 def identity() -> dict[str, Any]:
     """What an import check's result depends on besides the model: the environment's prefix,
-    the Python implementation and version, torch's version and git commit, and a hash of every
-    installed distribution's ``name==version``; ``id`` is a 16-hex-digit hash of the rest."""
+    the Python implementation and version, torch's version and git commit, a hash of every
+    installed distribution's ``name==version``, and a hash of this file (a check made by an
+    older probe is not reused); ``id`` is a 16-hex-digit hash of the rest."""
     # The environment's own site-packages only: what the working directory or PYTHONPATH puts
     # on sys.path (a checkout's egg-info) differs between processes of one environment.
     packages = sorted(
@@ -83,6 +84,7 @@ def identity() -> dict[str, Any]:
         "torch": torch_version,
         "torch_git": torch_git,
         "packages": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16],
+        "probe": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16],
     }
     out["id"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:16]
     return out
@@ -197,6 +199,41 @@ def construct(cls: type, test: str, device: str, root: str) -> dict[str, Any]:
     return {"error": "constructed without deciding a batch size"}
 
 
+_FROM_PRETRAINED = re.compile(r"""from_pretrained\(\s*["']([^"']+)["']""")
+
+
+def huggingface_config_gap(name: str, cls: type) -> str | None:
+    """What a TorchBench HuggingFace model needs from the network when it is built here: its
+    config, which TorchBench's ``download_model`` reads with ``from_pretrained("<repo>")``
+    (``HUGGINGFACE_MODELS`` in ``torchbenchmark/util/framework/huggingface/basic_configs.py``;
+    ``<name>_generate`` uses ``<name>``'s), when ``config.json`` of that repository is not in
+    the local HuggingFace cache (``huggingface_hub.try_to_load_from_cache``). None when it is
+    cached, when the model builds its config from code, or when it is not such a model. The
+    import check stops construction at the batch size decision, before the download, so
+    without this a model whose config never downloaded (hf_T5_generate has no install.py of
+    its own) is listed available and fails every night at the download."""
+    if not getattr(cls, "HF_MODEL", False):
+        return None
+    base = name[: -len("_generate")] if name.endswith("_generate") else name
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        from torchbenchmark.util.framework.huggingface.basic_configs import HUGGINGFACE_MODELS
+    except Exception:  # noqa: BLE001 - another layout of TorchBench: nothing to say
+        return None
+    entry = HUGGINGFACE_MODELS.get(base)
+    match = _FROM_PRETRAINED.search(str(entry[2])) if entry and len(entry) > 2 else None
+    if match is None:
+        return None
+    repository = match.group(1)
+    if isinstance(try_to_load_from_cache(repository, "config.json"), str):
+        return None
+    return (
+        f"needs huggingface.co: the config of {repository!r} is not in the local HuggingFace "
+        "cache (TorchBench downloads it when the model is built; `nightbench torchbench "
+        "install` with network caches it)"
+    )
+
+
 class _TimedOut(BaseException):
     """SIGALRM during one model's check (a BaseException: a model's ``except Exception`` must
     not swallow it)."""
@@ -252,6 +289,15 @@ def _probe(name: str, devices: list[str], root: str, started: float) -> dict[str
             "error": f"torchbenchmark.models.{name} has no class Model",
             "missing_module": None,
             "library": None,
+        }
+    gap = huggingface_config_gap(name, cls)
+    if gap is not None:
+        return {
+            "name": name,
+            "imported": True,
+            "seconds": round(time.monotonic() - started, 3),
+            "needs": gap,
+            "configs": {},
         }
     configs: dict[str, Any] = {}
     for device in devices:

@@ -689,3 +689,49 @@ def test_a_failure_in_torchbench_s_own_code_is_named_as_torchbench_s(tmp_path: P
         "(in TorchBench's code at torchbenchmark/models/long_log_softmax/__init__.py:12 in train)"
     ), record["error"]
     assert "not implemented for 'Long'" in record["error"]
+
+
+HF_CONFIGS = """HUGGINGFACE_MODELS = {
+    "tiny_hf": (128, 128, 'AutoConfig.from_pretrained("nightbench-fixture/not-cached")', "AutoModel"),
+    "tiny_hf_cached": (128, 128, 'AutoConfig.from_pretrained("nightbench-fixture/cached")', "AutoModel"),
+    "tiny_hf_code": (128, 128, "BertConfig(num_hidden_layers=1)", "AutoModel"),
+}
+"""
+HF_MODEL = """from ..tiny_mlp import Model as _Tiny
+
+
+class Model(_Tiny):
+    HF_MODEL = True
+"""
+
+
+def test_a_huggingface_model_whose_config_never_downloaded_is_unavailable(tmp_path: Path) -> None:
+    """TorchBench's HuggingFace models read their config with ``from_pretrained`` when they are
+    built, after the batch size the import check stops at: one whose config is not in the local
+    cache (hf_T5_generate, which has no install.py of its own) is unavailable with what it
+    needs, not listed available to fail every night at the download; a cached config, or one
+    built from code, leaves the model available."""
+    copy = tmp_path / "benchmark"
+    shutil.copytree(CHECKOUT, copy)
+    framework = copy / "torchbenchmark" / "util" / "framework" / "huggingface"
+    (framework / "basic_configs.py").write_text(HF_CONFIGS)
+    for name in ("tiny_hf_generate", "tiny_hf_cached", "tiny_hf_code"):
+        _add_model(copy, name, HF_MODEL)
+    hf_home = tmp_path / "hf"
+    snapshot = hf_home / "hub" / "models--nightbench-fixture--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("abc123")
+    env = {"NIGHTBENCH_TORCHBENCH_PATH": str(copy), "HF_HOME": str(hf_home)}
+    models = _listing("--check-imports", **env)
+    generate = models["torchbench.tiny_hf_generate"]
+    assert not generate["available"] and generate["checked"]
+    assert generate["reason"] == (
+        "needs huggingface.co: the config of 'nightbench-fixture/not-cached' is not in the local "
+        "HuggingFace cache (TorchBench downloads it when the model is built; `nightbench "
+        "torchbench install` with network caches it)"
+    )
+    assert models["torchbench.tiny_hf_cached"]["available"]
+    assert models["torchbench.tiny_hf_code"]["available"]
+    assert models["torchbench.tiny_mlp"]["available"]

@@ -247,11 +247,13 @@ def install_torchbench(
     them); then ``python install.py MODEL... --continue_on_fail`` with everything installed so
     far held (``PIP_CONSTRAINT``), so one model's requirements cannot move what the others run
     on. Afterwards each model's import is checked in that environment (as ``python -m suite
-    list --check-imports`` does). Names each model whose setup FAILED with TorchBench's last
-    error line, and each that does not import with the cause. Exit code 2 and nothing installed
-    for a path that is not a checkout, a model that matches nothing, or no torch (or no
-    torchvision/torchaudio at all) to install against; 1 when a setup failed, a model does not
-    import, torchvision/torchaudio does not import, or ``install.py`` failed; 0 when all import.
+    list --check-imports`` does, checked again whatever the cache holds). Names each model
+    whose setup FAILED with TorchBench's last error line, each that does not import with the
+    cause, and each that imports but lacks what building it needs here (a HuggingFace config
+    not in the local cache). Exit code 2 and nothing installed for a path that is not a
+    checkout, a model that matches nothing, or no torch (or no torchvision/torchaudio at all)
+    to install against; 1 when a setup failed, a model does not import or lacks what it needs,
+    torchvision/torchaudio does not import, or ``install.py`` failed; 0 when all are available.
     """
     from suite import torchbench_check
     from suite import torchbench_install as tb_install
@@ -277,7 +279,9 @@ def install_torchbench(
         )
         # Stays: suite has no settings object; the check's checkout_root() reads it in-process.
         os.environ[ENV_VAR] = str(root)
-        identity, found = torchbench_check.checks(chosen.torchbench, python=python)
+        # Checked again whatever the cache holds: the install may have fetched what a model
+        # needed (a HuggingFace config) without changing the environment's packages.
+        identity, found = torchbench_check.checks(chosen.torchbench, python=python, refresh=True)
         setups = tb_install.parse_setup_output(output)
         torchbench_check.store_setups(
             identity,
@@ -294,16 +298,21 @@ def install_torchbench(
     no_import = {n: c.cause for n, c in found.items() if not c.imported}
     for name, why in sorted(no_import.items()):
         typer.echo(f"{TORCHBENCH_PREFIX}{name} does not import: {why}", err=True)
+    # Imported, but missing what building it needs here (a HuggingFace config not cached).
+    needs = {n: c.cause for n, c in found.items() if c.imported and c.cause and n not in failed}
+    for name, why in sorted(needs.items()):
+        typer.echo(f"{TORCHBENCH_PREFIX}{name} is unavailable: {why}", err=True)
     total = len(chosen.torchbench)
     typer.echo(
         f"{total - len(no_import)} of {total} TorchBench model(s) import after install; "
         f"{len(failed)} setup(s) FAILED, {len(no_import)} do not import"
+        + (f", {len(needs)} need what is missing here" if needs else "")
         + (f"; not importing: {', '.join(sorted(broken))}" if broken else ""),
         err=True,
     )
     if code != 0:
         _fail(f"{tb_install.INSTALLER} exited with code {code}", code=1)
-    if failed or no_import or broken:
+    if failed or no_import or needs or broken:
         raise typer.Exit(1)
 
 
