@@ -56,6 +56,7 @@ FRAMEWORK_IMPORTS = (
 TORCH_BUILT = ("torchvision", "torchaudio", "torchtext", "fbgemm_gpu")
 NO_TEST = "TorchBench offers no test"  # imported, yet every (test, device) is ruled out
 SETUP_FAILED = "TorchBench's setup FAILED here"  # imported, but its data or weights are missing
+NEEDS = torchbench_probe.NEEDS  # imported, but building it needs what is missing here
 NOT_CHECKED = (
     "not checked: its import has not been checked in this environment "
     "(python -m suite list --check-imports, or nightbench torchbench check)"

@@ -199,6 +199,7 @@ def construct(cls: type, test: str, device: str, root: str) -> dict[str, Any]:
     return {"error": "constructed without deciding a batch size"}
 
 
+NEEDS = "needs "  # how the reason of a model that imports but lacks what building it needs starts
 _FROM_PRETRAINED = re.compile(r"""from_pretrained\(\s*["']([^"']+)["']""")
 
 
@@ -228,7 +229,7 @@ def huggingface_config_gap(name: str, cls: type) -> str | None:
     if isinstance(try_to_load_from_cache(repository, "config.json"), str):
         return None
     return (
-        f"needs huggingface.co: the config of {repository!r} is not in the local HuggingFace "
+        f"{NEEDS}huggingface.co: the config of {repository!r} is not in the local HuggingFace "
         "cache (TorchBench downloads it when the model is built; `nightbench torchbench "
         "install` with network caches it)"
     )

@@ -371,3 +371,23 @@ def test_a_matrix_row_of_a_model_whose_setup_failed_here() -> None:
     assert (
         row["eval"] == "unavailable: TorchBench's setup FAILED here: OSError: We couldn't connect"
     )
+
+
+def test_a_matrix_row_of_a_model_that_imports_but_needs_its_config_downloaded() -> None:
+    from workers.cli.torchbench import matrix_row
+
+    reason = (
+        "needs huggingface.co: the config of 't5-small' is not in the local HuggingFace cache "
+        "(TorchBench downloads it when the model is built; ...)"
+    )
+    entry = {
+        "name": "torchbench.hf_T5_generate",
+        "available": False,
+        "reason": reason,
+        "modes": ["eval"],
+        "devices": ["cpu"],
+        "not_offered": {},
+    }
+    row = matrix_row(entry, {}, "cpu")
+    assert row["importable"] == "yes"
+    assert row["eval"] == f"unavailable: {reason}" and row["train"] == f"unavailable: {reason}"

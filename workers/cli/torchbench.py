@@ -24,7 +24,7 @@ from service.config import get_settings
 from service.errors import NightbenchError
 from suite.model_info import TORCHBENCH_PREFIX
 from suite.records import BenchmarkRecord
-from suite.torchbench_check import NO_TEST, SETUP_FAILED
+from suite.torchbench_check import NEEDS, NO_TEST, SETUP_FAILED
 from suite.torchbench_checkout import ENV_VAR
 from suite.torchbench_results import (
     PYTEST_BENCHMARK,
@@ -410,12 +410,13 @@ def matrix_row(entry: dict[str, Any], runs: dict[str, str], device: str) -> dict
     Returns:
         ``{"model", "installed", "importable", "eval", "train"}``: ``installed`` and
         ``importable`` are ``"yes"`` or why not, each test ``"ok"``, ``"not offered: why"``,
-        ``"unavailable: why"`` (TorchBench's setup FAILED here), ``"error: ..."``, ``"not
+        ``"unavailable: why"`` (TorchBench's setup FAILED here, or building it needs what is
+        missing here: a HuggingFace config not cached), ``"error: ..."``, ``"not
         run"``, or ``"-"`` where the model does not import.
     """
     reason = entry.get("reason") or ""
     installed = reason if reason.startswith("missing requirement") else "yes"
-    imported_only = reason.startswith((NO_TEST, SETUP_FAILED))
+    imported_only = reason.startswith((NO_TEST, SETUP_FAILED, NEEDS))
     if entry.get("available") or imported_only:
         importable = "yes"
     elif installed != "yes":
@@ -427,7 +428,7 @@ def matrix_row(entry: dict[str, Any], runs: dict[str, str], device: str) -> dict
         key = f"{test}:{device}"
         if importable != "yes":
             row[test] = "-"
-        elif reason.startswith(SETUP_FAILED):
+        elif reason.startswith((SETUP_FAILED, NEEDS)):
             row[test] = f"unavailable: {reason}"
         elif key in (entry.get("not_offered") or {}):
             row[test] = f"not offered: {entry['not_offered'][key]}"
