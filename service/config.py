@@ -3,6 +3,10 @@
 The defaults are the embedded mode: a SQLite file under ``data_dir``, Celery tasks run in-process,
 and issues written as Markdown to ``outbox_dir``. Setting ``NIGHTBENCH_DATABASE_URL`` (Postgres)
 and ``NIGHTBENCH_BROKER_URL`` (Redis) gives the distributed deployment on the same code.
+
+Code that changes them for a while (a command's option over its variable, the demo's own
+deployment) passes a :class:`Settings` object to :func:`use_settings`; nothing writes
+``os.environ`` to reconfigure this process.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
@@ -421,19 +427,59 @@ class Settings(BaseSettings):
         return self.threshold
 
 
+# The settings of the open use_settings blocks, innermost last; they stand over the environment's.
+_chosen: list[Settings] = []
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process's settings (read once; tests call ``get_settings.cache_clear()``).
+    """The process's settings: the innermost :func:`use_settings` block's, else read once from
+    the environment (tests call ``get_settings.cache_clear()``).
 
     Raises:
         InvalidSettings: a ``NIGHTBENCH_*`` variable holds a value the settings refuse; one
             line per such variable names it, the value given and what was wrong
             (:func:`refusals`). The command line prints them and exits with code 2.
     """
+    if _chosen:
+        return _chosen[-1]
     try:
         return Settings()
     except (ValidationError, SettingsError) as exc:
         raise InvalidSettings(refusals(exc)) from exc
+
+
+def settings_with(**changes: Any) -> Settings:
+    """The process's settings with ``changes`` (field names, typed values) over them.
+
+    What was set before (a variable, an earlier change) stays set; the result is validated as
+    the variables are.
+
+    Raises:
+        pydantic.ValidationError: a change the settings refuse (the caller's values are typed:
+            a programming error, not a user's).
+    """
+    current = get_settings()
+    kept = {name: getattr(current, name) for name in current.model_fields_set}
+    return Settings(**{**kept, **changes})
+
+
+@contextmanager
+def use_settings(settings: Settings) -> Iterator[Settings]:
+    """Make ``settings`` the process's for the block: :func:`get_settings` returns them, for
+    every caller (the embedded tasks too), until the block ends.
+
+    Caches built from the settings (the engine, the Celery app's configuration) are the
+    caller's to rebuild; a child process's environment is built from the settings where it
+    needs them (``workers.night.jobs.suite_environment``).
+    """
+    _chosen.append(settings)
+    get_settings.cache_clear()
+    try:
+        yield settings
+    finally:
+        _chosen.pop()
+        get_settings.cache_clear()
 
 
 def refusals(exc: ValidationError | SettingsError) -> list[str]:

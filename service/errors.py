@@ -7,7 +7,8 @@
     ├── Conflict (409)            the request clashes with stored state
     ├── InvalidInput (422)        bad input, with the field that was wrong
     │   ├── DetectionInputError (422)  a series the detector cannot judge, naming the field
-    │   └── InvalidTorchSpec (422)     a torch spec that is not one pinned build
+    │   ├── InvalidTorchSpec (422)     a torch spec that is not one pinned build
+    │   └── UnknownMetric (422)        a metric name that is not a row of the metric table
     ├── Unauthorized (401)        missing or wrong API token
     ├── BenchmarkError (500)      a benchmark could not be measured (stored as an error result)
     ├── MeasureError (500)        a benchmark could not be measured at a bisection's probe
@@ -19,6 +20,28 @@
                                       the repository): a setting to fix, then a retry
 
 Services raise these, never ``HTTPException``; the API maps ``status_code`` to the response.
+The one HTTP exception of the service is ``service/main.py``'s ``_TooLarge``, HTTP 413: the
+request-size middleware raises it while a body is read, before any route or service runs.
+
+The suite's errors are its own: ``suite/`` imports no ``service``, and none of them reaches
+the API. Each ends in the suite's process as a record's ``error`` or ``skipped`` reason, or as
+an exit status; ``nightbench torchbench ...`` turns the last three into one line and exit 2::
+
+    RuntimeError
+    ├── SetupUnavailable       suite/cpu_setup.py: a forced allocator not installed (exit 2)
+    ├── CountUnavailable       suite/counting.py: no valgrind here (the count is skipped)
+    ├── ProfileFailed          suite/profiling.py: the benchmark could not be profiled
+    └── TorchBenchUnavailable  suite/torchbench_checkout.py: no checkout (the model is not
+                               available; its run is an error record)
+    LookupError
+    └── UnknownModelError      suite/registry.py: no suite model of that name (error record)
+    ValueError
+    ├── InvalidCheckout        suite/torchbench_checkout.py: not a pytorch/benchmark checkout
+    ├── TorchBenchFormatError  suite/torchbench_results.py: a result file in neither format
+    └── InstallInputError      suite/torchbench_install.py: bad input for an install
+
+``suite/torchbench_probe.py``'s ``_Sized`` and ``_TimedOut`` are control flow inside one
+model's check, never raised out of it.
 """
 
 from __future__ import annotations
@@ -89,6 +112,13 @@ class DetectionInputError(InvalidInput, ValueError):
 
 class InvalidTorchSpec(InvalidInput):
     """The torch spec is not one pinned torch build (or names a build no index has) (HTTP 422)."""
+
+    status_code = 422
+
+
+class UnknownMetric(InvalidInput, ValueError):
+    """A metric name that is not a row of the metric table, or not one detection judges; the
+    message names those there are (HTTP 422)."""
 
     status_code = 422
 

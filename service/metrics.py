@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from service.errors import UnknownMetric
+
 
 class MetricKind(StrEnum):
     """How a metric is measured and judged (see the module docstring)."""
@@ -199,10 +201,6 @@ METRICS: dict[str, Metric] = {m.name: m for m in METRIC_TABLE}
 
 ALERT_METRICS: tuple[str, ...] = tuple(m.name for m in METRIC_TABLE if m.alerts)
 """The metrics detection judges and alerts on, in the table's order."""
-
-
-class UnknownMetric(ValueError):
-    """A metric name that is not a row of the table."""
 
 
 def metric(name: str) -> Metric:

@@ -40,7 +40,7 @@ def series_history(
     night: date,
     run_id: int,
     limit: int,
-    kinds: Sequence[str] = ("nightly", "ingest", "confirm"),
+    kinds: Sequence[str] = (RunKind.NIGHTLY, RunKind.INGEST, RunKind.CONFIRM),
 ) -> list[Result]:
     """Earlier results of a series, oldest first, before ``(night, run_id)``; errors excluded.
 

@@ -118,6 +118,7 @@ def apply_gpu_setup(*, deterministic: bool | None = None) -> dict[str, Any]:
     if deterministic is None:
         deterministic = deterministic_requested()
     if deterministic:
+        # Stays: cuBLAS reads its workspace setting only from the environment, when it starts.
         os.environ.setdefault(CUBLAS_ENV, CUBLAS_DETERMINISTIC)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = deterministic

@@ -49,6 +49,7 @@ import torch
 from suite import gpu_setup
 from suite.device_lock import device_lock
 from suite.environment import collect_environment
+from suite.foreign_code import foreign_owner
 from suite.process_memory import (
     LEAK_MIN_BYTES,
     LEAK_MIN_BYTES_CUDA,
@@ -68,28 +69,6 @@ _LIBRARY_ROOTS = tuple(
     {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     | {str(Path(torch.__file__).resolve().parent.parent)}
 )
-
-
-# Code of another suite the harness runs (a TorchBench checkout): root -> whose code it is.
-_FOREIGN_CODE: dict[str, str] = {}
-
-
-def register_foreign_code(root: Path, owner: str) -> None:
-    """Name failures raised in the code under ``root`` as ``owner``'s own, e.g. a TorchBench
-    checkout: ``"... (in TorchBench's code at torchbenchmark/models/x/__init__.py:50 in train)"``
-    (see :func:`describe_failure`), so that a bug of that suite on this device reads as
-    TorchBench's, not as the build's under test nor nightbench's."""
-    _FOREIGN_CODE[os.path.realpath(root)] = owner
-
-
-def _foreign_owner(filename: str) -> tuple[str, str] | None:
-    """``(owner, path relative to the root's parent)`` when ``filename`` lies under registered
-    foreign code, else None."""
-    real = os.path.realpath(filename)
-    for root, owner in _FOREIGN_CODE.items():
-        if real.startswith(root + os.sep):
-            return owner, os.path.relpath(real, os.path.dirname(root))
-    return None
 
 
 @dataclass(frozen=True)
@@ -220,9 +199,9 @@ def describe_failure(exc: BaseException) -> str:
     An out-of-memory of any kind (``MemoryError``, torch's CPU allocator refusing, CUDA OOM) is
     named ``OutOfMemoryError`` so that it reads the same on every device. The location is the
     innermost frame outside the installed libraries and the harness (normally the model's own
-    code), else the innermost frame. A location in another suite's code
-    (:func:`register_foreign_code`: a TorchBench checkout) says whose code it is: ``"Type:
-    message (in TorchBench's code at torchbenchmark/models/x/__init__.py:50 in train)"``.
+    code), else the innermost frame. A location in another suite's code (a TorchBench
+    checkout, :func:`suite.foreign_code.register_foreign_code`) says whose code it is:
+    ``"Type: message (in TorchBench's code at torchbenchmark/models/x/__init__.py:50 in train)"``.
     """
     name = "OutOfMemoryError" if _is_out_of_memory(exc) else type(exc).__name__
     message = (str(exc).strip().splitlines() or [""])[0][:2000]
@@ -235,7 +214,7 @@ def describe_failure(exc: BaseException) -> str:
     ]
     frame = (own or frames)[-1] if (own or frames) else None
     where = ""
-    foreign = _foreign_owner(frame.filename) if frame is not None else None
+    foreign = foreign_owner(frame.filename) if frame is not None else None
     if frame is not None and foreign is not None:
         owner, path = foreign
         where = f" (in {owner}'s code at {path}:{frame.lineno} in {frame.name})"

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from suite import torchbench_checkout as checkout
+from suite.foreign_code import register_foreign_code
 from suite.model import COMPILERS, DEVICES, TESTS, BenchmarkModel
 from suite.model_info import TORCHBENCH_PREFIX, ModelInfo
 from suite.torchbench_checkout import TorchBenchUnavailable
@@ -44,8 +45,6 @@ def _import_torchbenchmark() -> Any:
         root = checkout.put_on_path()
     except checkout.InvalidCheckout as exc:
         raise TorchBenchUnavailable(str(exc)) from exc
-    from suite.harness import register_foreign_code  # the harness imports the registry
-
     # A failure inside the checkout is TorchBench's own (a model's bug on this device).
     register_foreign_code(root / "torchbenchmark", "TorchBench")
     try:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, undefer
 
 from service.bisections.service import bisections_for_regressions
 from service.errors import NotFound
-from service.models import Bisection, BisectionProfile, Regression
+from service.models import Bisection, BisectionOutcome, BisectionProfile, ProfileStatus, Regression
 
 TraceSide = Literal["before", "after"]
 
@@ -78,7 +78,7 @@ def _same_cause(
     """The row profiling the builds ``answer`` (the regression's benchmark's answer) names."""
     if answer is None:
         return None
-    if answer.get("status") == "culprit" and answer.get("culprit"):
+    if answer.get("status") == BisectionOutcome.CULPRIT and answer.get("culprit"):
         return next((r for r in rows if r.culprit and r.after == answer["culprit"]), None)
     span = answer.get("range") or []
     if span:
@@ -96,6 +96,10 @@ def profile_trace(session: Session, regression_id: int, side: TraceSide) -> byte
     row = regression_profile(session, regression_id, with_traces=True)
     data = row.trace_before if side == "before" else row.trace_after
     if data is None:
-        why = row.reason if row.status != "done" else f"a {row.metric} profile keeps no trace"
+        why = (
+            row.reason
+            if row.status != ProfileStatus.DONE
+            else f"a {row.metric} profile keeps no trace"
+        )
         raise NotFound(f"regression {regression_id}'s profile has no {side} trace: {why}")
     return data

@@ -92,7 +92,7 @@ class Bisection(TimestampMixin, Base):
         ForeignKey("runs.id", ondelete="CASCADE"), index=True
     )
     alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="SET NULL"))
-    status: Mapped[str] = mapped_column(String(16), default="running", index=True)
+    status: Mapped[str] = mapped_column(String(16), default=BisectionStatus.RUNNING, index=True)
     repo: Mapped[str | None] = mapped_column(Text)
     good: Mapped[str] = mapped_column(String(64))
     bad: Mapped[str] = mapped_column(String(64))
@@ -148,7 +148,7 @@ class Probe(TimestampMixin, Base):
     purpose: Mapped[str] = mapped_column(String(16))
     benchmarks: Mapped[list[str]] = mapped_column(JSONType, default=list)
     samples_wanted: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    status: Mapped[str] = mapped_column(String(16), default=ProbeStatus.QUEUED, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(255))
     build_seconds: Mapped[float | None] = mapped_column(Float)

@@ -137,7 +137,7 @@ class Regression(TimestampMixin, Base):
     p_value: Mapped[float | None] = mapped_column(Float)
     threshold: Mapped[float] = mapped_column(Float)
     alertable: Mapped[bool] = mapped_column(Boolean, default=True)
-    confirmation: Mapped[str] = mapped_column(String(16), default="pending")
+    confirmation: Mapped[str] = mapped_column(String(16), default=Confirmation.PENDING)
     state: Mapped[str] = mapped_column(String(16), default="untriaged", index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     # The night the series was found back at its level from before this regression (the step

@@ -71,12 +71,12 @@ class Run(TimestampMixin, Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     night: Mapped[date] = mapped_column(Date, index=True)
-    kind: Mapped[str] = mapped_column(String(16), default="nightly")
+    kind: Mapped[str] = mapped_column(String(16), default=RunKind.NIGHTLY)
     parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     torch_spec: Mapped[str] = mapped_column(String(255), default="current")
     torch_version: Mapped[str | None] = mapped_column(String(64))
     torch_git_commit: Mapped[str | None] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.QUEUED, index=True)
     expected_jobs: Mapped[int] = mapped_column(Integer, default=0)
     previous_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     commit_range: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
@@ -110,7 +110,7 @@ class Job(Base):
     compiler: Mapped[str] = mapped_column(String(16), default="eager")
     batch_size: Mapped[int | None] = mapped_column(Integer)
     queue: Mapped[str] = mapped_column(String(64), default="cpu")
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(255))
     # Why it did not end ``done``: its error, the deadline it missed, or why it was skipped.

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.errors import DetectionInputError
+from service.errors import DetectionInputError, UnknownMetric
 from service.mann_whitney import Ties, mann_whitney_p
-from service.metrics import UnknownMetric, alerting
+from service.metrics import alerting
 from service.regressions.baseline import band, has_baseline, window_nights, window_noise
 from service.regressions.document import detect_document
 from service.regressions.robust import envelope

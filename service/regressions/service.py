@@ -120,7 +120,7 @@ def _history(session: Session, *, result: Result, limit: int) -> tuple[list[Nigh
             r,
             i,
             r.id in expected,
-            kinds.get(r.run_id) == "confirm",
+            kinds.get(r.run_id) == RunKind.CONFIRM,
             rounds.get((r.run_id, result.series_key), ()),
         )
         for i, r in enumerate(history)
@@ -297,9 +297,9 @@ def record_regressions(
             first_night=first.night,
             state="improvement" if a.verdict == "improvement" else "untriaged",
             # A step the detector saw persist over earlier nights needs no re-run.
-            confirmation=("reproduced" if a.confirmed else "pending")
+            confirmation=(Confirmation.REPRODUCED if a.confirmed else Confirmation.PENDING)
             if a.alertable
-            else "not_possible",
+            else Confirmation.NOT_POSSIBLE,
         )
         if a.alertable:
             if alert is None:
@@ -382,7 +382,7 @@ def apply_confirmation(
             )
         )
         if original is None or rerun is None or rerun.error is not None or not rerun.samples:
-            regression.confirmation = "not_possible"
+            regression.confirmation = Confirmation.NOT_POSSIBLE
             regression.reason += " Confirmation re-run failed; waiting for the next night."
             continue
         nights, history = _history(session, result=original, limit=baseline_nights)
@@ -405,14 +405,14 @@ def apply_confirmation(
         )
         regression.reason += _processes_words(processes, "Confirmation re-run") + paired_words
         if verdict.verdict == "regression":
-            regression.confirmation = "reproduced"
+            regression.confirmation = Confirmation.REPRODUCED
             # With its re-run the step may reach back to earlier nights (a week-long run).
             first = _first_result(verdict, [*nights, tonight, again], [*history, original, rerun])
             if first is not None:
                 regression.first_result_id, regression.first_night = first.id, first.night
             reproduced.append(regression)
         else:
-            regression.confirmation = "not_reproduced"
+            regression.confirmation = Confirmation.NOT_REPRODUCED
             regression.alertable = False
             # A blip is kept (reported, queryable) but is no longer part of the run's alert.
             regression.alert_id = None

@@ -28,9 +28,9 @@ import numpy as np
 from sqlalchemy import Select, and_, bindparam, select
 from sqlalchemy.orm import Session
 
-from service.models import POINT_BYTES, POINT_FIELDS, Result, Run, SeriesMonth
+from service.models import POINT_BYTES, POINT_FIELDS, Result, Run, RunKind, SeriesMonth
 
-HISTORY_KINDS = ("nightly", "ingest")
+HISTORY_KINDS = (RunKind.NIGHTLY, RunKind.INGEST)
 _POINT = np.dtype(list(POINT_FIELDS))
 assert _POINT.itemsize == POINT_BYTES
 _EPOCH = date(2000, 1, 1)  # a packed night counts days from it (Postgres' own date epoch)

@@ -48,7 +48,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.metrics import ALERT_METRICS, exact_levels
 from service.metrics import order as metric_order
-from service.models import Alert, Confirmation, Job, JobStatus, Regression, Result, Run
+from service.models import Alert, Confirmation, Job, JobStatus, Regression, Result, Run, RunKind
 from service.regressions.rules import DEFAULT_PARAMS
 from service.regressions.sensitivity import series_smallest_change
 from service.regressions.service import assess_run, history_nights, unstable_spreads
@@ -60,7 +60,7 @@ from service.series import night_processes, round_results
 from service.stability.recheck import stability_changes
 
 
-def latest_run_id(session: Session, *, kind: str = "nightly") -> int | None:
+def latest_run_id(session: Session, *, kind: str = RunKind.NIGHTLY) -> int | None:
     """The newest run of ``kind`` (``nightly``, ``confirmation``, ...), or None if there is none."""
     return session.scalar(select(Run.id).where(Run.kind == kind).order_by(Run.id.desc()).limit(1))
 

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from service.api import Cursor, FilterText, Id, Limit, Night, errors, url
 from service.deps import SessionDep, SettingsDep, TokenDep
-from service.models import Alert, Job, Run
+from service.models import Alert, Job, JobStatus, Run
 from service.runs import ingest, processes
 from service.runs.compare import compare_runs
 from service.runs.schemas import (
@@ -102,7 +102,7 @@ def read_run(run_id: Id, session: SessionDep) -> dict[str, Any]:
     results = run_results(session, run_id=run_id)
     failed_jobs = session.scalars(
         select(Job)
-        .where(Job.run_id == run_id, Job.status.in_(("error", "missing")))
+        .where(Job.run_id == run_id, Job.status.in_((JobStatus.ERROR, JobStatus.MISSING)))
         .order_by(Job.id)
     )
     errs = [

@@ -16,6 +16,8 @@ from service.errors import InvalidInput, NotFound
 from service.models import (
     JOB_ENDED,
     Alert,
+    AlertKind,
+    AlertStatus,
     FilingState,
     Job,
     JobStatus,
@@ -361,7 +363,7 @@ def mark_missing(session: Session, *, run_id: int, now: datetime | None = None) 
     if jobs:
         names = ", ".join(j.benchmark for j in jobs)
         alert = session.scalar(
-            select(Alert).where(Alert.run_id == run_id, Alert.kind == "missing_data")
+            select(Alert).where(Alert.run_id == run_id, Alert.kind == AlertKind.MISSING_DATA)
         )
         if alert is None:
             # Stored with its filing pending, in the transaction that marks the jobs: whatever
@@ -371,8 +373,8 @@ def mark_missing(session: Session, *, run_id: int, now: datetime | None = None) 
             session.add(
                 Alert(
                     run_id=run_id,
-                    kind="missing_data",
-                    status="open",
+                    kind=AlertKind.MISSING_DATA,
+                    status=AlertStatus.OPEN,
                     summary=f"{len(jobs)} benchmark(s) never reported: {names}",
                     filing_state=FilingState.PENDING if filed else None,
                     filing_pending_since=now if filed else None,

@@ -42,7 +42,7 @@ from service.models.stability import BenchmarkStability
 from service.results.history_queries import StoredVerdict, stored_regressions
 from service.series import is_night_round
 
-RECHECK_KINDS = ("nightly", "ingest", "confirm")
+RECHECK_KINDS = (RunKind.NIGHTLY, RunKind.INGEST, RunKind.CONFIRM)
 SOURCE_MEASURED = "measured"
 SOURCE_NIGHTLY = "nightly"
 

@@ -27,6 +27,7 @@ from service.models import (
     ABStatus,
     ABTest,
     Alert,
+    AlertKind,
     Bisection,
     BisectionStatus,
     FilingState,
@@ -107,7 +108,7 @@ class PendingFiling:
     pending_since: datetime | None
     age_s: float
     next_attempt_at: datetime | None
-    kind: str = "regression"
+    kind: str = AlertKind.REGRESSION
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.config import Settings, get_settings
+from service.config import Settings, get_settings, settings_with, use_settings
 from service.errors import InvalidSettings
 
 
@@ -154,3 +154,26 @@ def test_a_local_clone_links_to_the_github_repository_of_its_origin(
     assert settings.source_code_url == (f"https://github.com/{repository}" if repository else None)
     # An explicit setting wins over the clone's origin.
     assert Settings(source_repo_path=clone, source_github_repository="").source_repository is None
+
+
+def test_settings_in_use_stand_over_the_environment_until_their_block_ends(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NIGHTBENCH_THRESHOLD", "0.1")
+    outer = get_settings()
+    changed = settings_with(data_dir=tmp_path, count_instructions=False)
+    # What the environment set stays set; the changes are validated as the variables are.
+    assert (changed.threshold, changed.data_dir, changed.count_instructions) == (
+        0.1,
+        tmp_path,
+        False,
+    )
+    with pytest.raises(ValidationError):
+        settings_with(threshold=-1)
+    with use_settings(changed):
+        get_settings.cache_clear()  # as tests and the demo do: the block's settings still stand
+        assert get_settings() is changed
+        with use_settings(settings_with(count_instructions=True)) as inner:
+            assert get_settings() is inner and inner.data_dir == tmp_path
+        assert get_settings() is changed
+    assert get_settings() == outer

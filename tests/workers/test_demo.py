@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_demo_runs_end_to_end(database_url: str, tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
-    # Its own process: the demo sets NIGHTBENCH_* variables and PYTHONPATH while it runs.
+    # Its own process: the demo installs its settings and the suite's variables while it runs.
     proc = subprocess.run(
         [sys.executable, "-m", "workers.cli", "demo", "--dir", str(workdir), "--json"],
         cwd=ROOT,
@@ -259,3 +259,27 @@ def test_only_the_last_nights_count_instructions(
     # A reproduced count regression settles the bad night, as a latency one does.
     assert len(runs) == 7
     assert counting == [False, False, True, True, True, True, True]
+
+
+def test_the_demo_installs_its_settings_without_writing_them_to_the_environment(
+    tmp_path: Path,
+) -> None:
+    # The demo's deployment is a Settings object (service.config.use_settings); only what its
+    # suite processes read from their environment is set there, and everything is put back.
+    from service.config import get_settings
+    from workers.demo import run as demo
+
+    before = dict(os.environ)
+    outer = get_settings()
+    settings = demo._demo_settings(tmp_path, tmp_path / "minitok", counting=True)
+    with demo._deployment(settings), demo._environment(demo._suite_variables()):
+        inside = get_settings()
+        assert inside.data_dir == tmp_path / "data" and inside.embedded
+        assert inside.source_repo_path == tmp_path / "minitok" and inside.source_repository is None
+        assert (inside.count_models, inside.count_batch_size) == (["tokbag"], 2)
+        assert not inside.count_instructions and not inside.stability_recheck
+        changed = {k for k, v in os.environ.items() if before.get(k) != v}
+        assert changed <= {"NIGHTBENCH_SUITE_EXTRA_MODELS", "OMP_NUM_THREADS"}
+        assert os.environ["NIGHTBENCH_SUITE_EXTRA_MODELS"].endswith("demo_models")
+    assert dict(os.environ) == before
+    assert get_settings() == outer

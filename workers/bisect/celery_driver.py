@@ -43,6 +43,7 @@ from service.metrics import BISECT_METRICS, INSTRUCTIONS, bisect_once
 from service.models import (
     PROBE_ENDED,
     Alert,
+    AlertKind,
     Bisection,
     BisectionStatus,
     Confirmation,
@@ -131,7 +132,7 @@ def create_bisection(
     bisection = Bisection(
         run_id=run_id,
         alert_id=alert_id,
-        status="running",
+        status=BisectionStatus.RUNNING,
         repo=repo,
         good=rows[0]["sha"],
         bad=rows[-1]["sha"],
@@ -268,7 +269,7 @@ def advance(session: Session, *, bisection_id: int) -> Advance:
         bisection.result = outcome_json(state, final, info)
         bisection.outcome = final.kind
         bisection.builds, bisection.rounds = final.builds, final.rounds
-        bisection.status = "done"
+        bisection.status = BisectionStatus.DONE
         bisection.finished_at = utcnow()
         session.flush()
         return Advance(finished=True)
@@ -287,7 +288,7 @@ def _probe_row(bisection_id: int, round_: int, request: ProbeRequest) -> Probe:
         purpose=request.purpose,
         benchmarks=list(request.benchmarks),
         samples_wanted=request.samples,
-        status="queued",
+        status=ProbeStatus.QUEUED,
         attempts=0,
     )
 
@@ -307,7 +308,7 @@ def fail_probe(probe_id: int, *, reason: str) -> int | None:
         session.refresh(probe, with_for_update=True)
         if probe.status in PROBE_ENDED:
             return None
-        probe.status, probe.reason, probe.finished_at = "skipped", reason, utcnow()
+        probe.status, probe.reason, probe.finished_at = ProbeStatus.SKIPPED, reason, utcnow()
         session.flush()
         return _round_ended(session, probe)
 
@@ -452,7 +453,7 @@ def measure_probe(probe_id: int, *, worker: str) -> int | None:
         if probe.status in PROBE_ENDED:
             log.info("probe %s already %s; nothing to do", probe_id, probe.status)
             return None
-        probe.status, probe.worker = "running", worker
+        probe.status, probe.worker = ProbeStatus.RUNNING, worker
         probe.attempts += 1
         probe.started_at = utcnow()
         bisection = session.get(Bisection, probe.bisection_id)
@@ -474,7 +475,7 @@ def measure_probe(probe_id: int, *, worker: str) -> int | None:
         assert probe is not None
         if probe.status in PROBE_ENDED:
             return None  # a second delivery finished first
-        probe.status = "skipped" if result.skipped is not None else "done"
+        probe.status = ProbeStatus.SKIPPED if result.skipped is not None else ProbeStatus.DONE
         probe.reason = result.skipped
         probe.build_seconds = result.build_seconds
         probe.samples = {k: list(v) for k, v in result.samples.items()}
@@ -529,7 +530,7 @@ def bisect_for_night(run_id: int, *, settings: Settings | None = None) -> NightB
                 .join(Alert, Regression.alert_id == Alert.id)
                 .where(
                     Regression.run_id == run_id,
-                    Alert.kind == "regression",
+                    Alert.kind == AlertKind.REGRESSION,
                     Regression.direction == "regression",
                     Regression.confirmation == Confirmation.REPRODUCED,
                     Regression.metric.in_(BISECT_METRICS),

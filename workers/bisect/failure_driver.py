@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.errors import InvalidInput
-from service.models import PROBE_ENDED, Bisection, Probe, ProbeStatus
+from service.models import PROBE_ENDED, Bisection, BisectionStatus, Probe, ProbeStatus
 from service.models.base import utcnow
 from workers.bisect.failures import (
     FAILED,
@@ -95,7 +95,7 @@ def create_failure_bisection(
     bisection = Bisection(
         run_id=None,
         alert_id=alert_id,
-        status="running",
+        status=BisectionStatus.RUNNING,
         repo=repo,
         good=rows[0]["sha"],
         bad=rows[-1]["sha"],
@@ -224,7 +224,7 @@ def advance_failures(
                 purpose=p.purpose,
                 benchmarks=[state.benchmark],
                 samples_wanted=RUNS,
-                status="queued",
+                status=ProbeStatus.QUEUED,
                 attempts=0,
             )
             for p in planned
@@ -237,7 +237,7 @@ def advance_failures(
     bisection.result = failure_outcome_json(state, final, {c["sha"]: c for c in bisection.commits})
     bisection.outcome = final.kind
     bisection.builds, bisection.rounds = final.builds, final.rounds
-    bisection.status = "done"
+    bisection.status = BisectionStatus.DONE
     bisection.finished_at = utcnow()
     session.flush()
     return [], True

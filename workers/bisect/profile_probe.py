@@ -42,7 +42,7 @@ from service.config import Settings, get_settings
 from service.db import session_scope
 from service.errors import BuildError, InvalidInput, MeasureError, NotFound
 from service.metrics import MetricKind, metric
-from service.models import Bisection, BisectionProfile, ProfileStatus
+from service.models import Bisection, BisectionOutcome, BisectionProfile, ProfileStatus
 from service.profiles import diff_json
 from workers.bisect.celery_driver import provider_for, work_dir
 from workers.bisect.profiles import diff_builds, profile_commit
@@ -96,7 +96,7 @@ def profile_targets(
     targets: list[ProfileTarget] = []
     for answer in answers:
         culprit, span = answer.get("culprit"), [s for s in answer.get("range") or [] if s in index]
-        if answer.get("status") == "culprit" and index.get(culprit, 0) > 0:
+        if answer.get("status") == BisectionOutcome.CULPRIT and index.get(culprit, 0) > 0:
             target = ProfileTarget(answer["benchmark"], order[index[culprit] - 1], culprit, True)
         elif span and index[span[0]] > 0:
             target = ProfileTarget(answer["benchmark"], order[index[span[0]] - 1], span[-1], False)

@@ -11,15 +11,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from service.errors import InvalidInput
+from service.models import BisectionOutcome
 from workers.bisect.verdicts import Batch
 
 CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED = (
-    "culprit",
-    "culprits",
-    "inconclusive",
-    "not_reproduced",
+    BisectionOutcome.CULPRIT,
+    BisectionOutcome.CULPRITS,
+    BisectionOutcome.INCONCLUSIVE,
+    BisectionOutcome.NOT_REPRODUCED,
 )
-OUTCOMES = (CULPRIT, CULPRITS, INCONCLUSIVE, NOT_REPRODUCED)
+OUTCOMES = tuple(BisectionOutcome)
 
 ENDPOINT, SEARCH, REFINE, VERIFY, REFERENCE, RECHECK = (
     "endpoint",

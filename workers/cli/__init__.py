@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from datetime import date
 from pathlib import Path
@@ -13,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from service.config import get_settings
+from service.config import Settings, get_settings, settings_with, use_settings
 from service.errors import NightbenchError
 from service.metrics import ALERT_METRICS
 from suite.model_info import TORCHBENCH_PREFIX
@@ -134,24 +133,27 @@ TorchbenchOpt = Annotated[
 SUITE_MODELS = {"own": None, "torchbench": "torchbench.*", "all": "*"}
 
 
-def _suite_models(suite: str, torchbench: str | None, models: str | None) -> str | None:
-    """The --models a --suite stands for; --torchbench configures the checkout for this run.
+def _suite_models(
+    suite: str, torchbench: str | None, models: str | None
+) -> tuple[str | None, Settings]:
+    """The --models a --suite stands for, and the settings of this run: --torchbench over
+    ``torchbench_path`` (for :func:`~service.config.use_settings`; the suite processes get it
+    from :func:`workers.night.jobs.suite_environment`).
 
     With ``--suite torchbench``, names and patterns given without the ``torchbench.`` prefix
     are TorchBench's (``alexnet`` is ``torchbench.alexnet``), not the own suite's namesakes.
     """
     if suite not in SUITE_MODELS:
         _fail(f"--suite must be one of {', '.join(SUITE_MODELS)}, got {suite!r}")
+    settings = get_settings()
     if torchbench is not None:
         if not (Path(torchbench) / "torchbenchmark" / "models").is_dir():
             _fail(
                 f"--torchbench {torchbench} is not a pytorch/benchmark checkout "
                 f"(no torchbenchmark/models under it)"
             )
-        # Stays: the night's listing (workers/night/jobs.py) and its suite processes read it.
-        os.environ["NIGHTBENCH_TORCHBENCH_PATH"] = str(Path(torchbench).resolve())
-        get_settings.cache_clear()
-    if suite != "own" and get_settings().torchbench_path is None:
+        settings = settings_with(torchbench_path=Path(torchbench).resolve())
+    if suite != "own" and settings.torchbench_path is None:
         _fail(
             f"--suite {suite} needs a TorchBench checkout: --torchbench PATH or "
             f"NIGHTBENCH_TORCHBENCH_PATH"
@@ -162,7 +164,7 @@ def _suite_models(suite: str, torchbench: str | None, models: str | None) -> str
             for m in (x.strip() for x in models.split(","))
             if m
         )
-    return models or SUITE_MODELS[suite]
+    return models or SUITE_MODELS[suite], settings
 
 
 @app.command()
@@ -179,22 +181,23 @@ def nightly(
     """Run tonight's check: measure, detect, confirm, report (embedded by default)."""
     if device not in ("cpu", "cuda"):
         _fail(f"--device must be cpu or cuda, got {device!r}")
-    models = _suite_models(suite, torchbench, models)
-    created = _create_runs(
-        the_night=_parse_night(night),
-        torch_spec=torch_spec,
-        models=models,
-        modes=modes,
-        compilers=compilers,
-        device_classes=["cpu" if device == "cpu" else "default"],
-    )
+    models, settings = _suite_models(suite, torchbench, models)
     from workers.night import plan as night_mod
 
-    for run_id, total in created:
-        if not get_settings().embedded:
-            night_mod.enqueue_jobs(run_id)
-        measure(run_id, total)
-        _print_report(run_id)
+    with use_settings(settings):
+        created = _create_runs(
+            the_night=_parse_night(night),
+            torch_spec=torch_spec,
+            models=models,
+            modes=modes,
+            compilers=compilers,
+            device_classes=["cpu" if device == "cpu" else "default"],
+        )
+        for run_id, total in created:
+            if not settings.embedded:
+                night_mod.enqueue_jobs(run_id)
+            measure(run_id, total)
+            _print_report(run_id)
 
 
 @app.command()
@@ -218,27 +221,27 @@ def dispatch(
     """
     from workers.night import plan as night_mod
 
-    models = _suite_models(suite, torchbench, models)
-    settings = get_settings()
-    created = _create_runs(
-        the_night=_parse_night(night),
-        torch_spec=torch_spec,
-        models=models,
-        modes=modes,
-        compilers=compilers,
-        device_classes=device_class,
-    )
-    for run_id, total in created:
-        if settings.embedded:
-            measure(run_id, total)
-        else:
-            night_mod.enqueue_jobs(run_id)
-            if wait:
+    models, settings = _suite_models(suite, torchbench, models)
+    with use_settings(settings):
+        created = _create_runs(
+            the_night=_parse_night(night),
+            torch_spec=torch_spec,
+            models=models,
+            modes=modes,
+            compilers=compilers,
+            device_classes=device_class,
+        )
+        for run_id, total in created:
+            if settings.embedded:
                 measure(run_id, total)
-        if settings.embedded or wait:
-            _print_report(run_id)
-    if not settings.embedded and not wait:
-        _warn_unheard()
+            else:
+                night_mod.enqueue_jobs(run_id)
+                if wait:
+                    measure(run_id, total)
+            if settings.embedded or wait:
+                _print_report(run_id)
+        if not settings.embedded and not wait:
+            _warn_unheard()
     print(json.dumps({"runs": [run_id for run_id, _ in created]}))
 
 

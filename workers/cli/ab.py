@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from service.errors import NightbenchError
+from service.models import ABStatus
 from workers.cli.common import (
     BaseShaOption,
     BuildOptions,
@@ -208,7 +209,7 @@ def _local(
         row = store.create_ab(
             session, request, provider_spec=spec, requested_by="cli", queue="local"
         )
-        row.status, row.started_at = "running", utcnow()
+        row.status, row.started_at = ABStatus.RUNNING, utcnow()
         ab_id = row.id
     with progress:
         bar = progress.add_task("building", total=names * request.processes * 2)

@@ -24,6 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from service.errors import NightbenchError
+from service.models import BisectionOutcome, ProbeStatus
 from workers.cli.common import (
     BaseShaOption,
     BuildOptions,
@@ -276,7 +277,7 @@ def _print_bisection(data: dict) -> None:
     for p in data["probes"]:
         build = "-" if p["build_seconds"] is None else f"{p['build_seconds']:.1f}"
         head = [str(p["round"]), p["sha"][:8], p["purpose"], build]
-        if p["status"] == "skipped":
+        if p["status"] == ProbeStatus.SKIPPED:
             table.add_row(*head, *(["-"] if several else []), "-", "-", "-", "[yellow]skipped")
             continue
         for r in p["results"]:
@@ -303,7 +304,7 @@ def _print_bisection(data: dict) -> None:
             f"<{c['author_email']}>; {changes}"
         )
     for b in data["benchmarks"]:
-        if b["status"] != "culprit":
+        if b["status"] != BisectionOutcome.CULPRIT:
             rng = f" in {b['range'][0][:10]}..{b['range'][-1][:10]}" if b["range"] else ""
             console.print(f"[yellow]{b['status']}[/] {b['benchmark']}{rng}: {b['reason']}")
     for s in data["skipped"]:

@@ -8,6 +8,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from service.models import ReportState
+
 
 def retry(
     all_now: Annotated[
@@ -32,7 +34,7 @@ def retry(
     reports = retry_due(settings=settings, force=all_now)
     if not attempts and not reports:
         console.print("no filing pending")
-    failed = sum(1 for state in reports.values() if state == "failed_retrying")
+    failed = sum(1 for state in reports.values() if state == ReportState.FAILED_RETRYING)
     for ab_id, state in reports.items():
         console.print(f"A/B {ab_id}: {state}", highlight=False)
     for attempt in attempts:

@@ -14,6 +14,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from service.config import get_settings
+from service.models import RunStatus
 from workers.cli.common import console
 from workers.enqueue import Step
 
@@ -79,6 +80,6 @@ def _wait_for_run(run_id: int, progress: Progress, bar: Any) -> None:
         progress.update(
             bar, completed=ended, total=max(total, jobs), description=f"run {run_id}: {status}"
         )
-        if status in ("complete", "incomplete", "failed"):
+        if status in (RunStatus.COMPLETE, RunStatus.INCOMPLETE, RunStatus.FAILED):
             return
         time.sleep(2)

@@ -30,9 +30,11 @@ def status(
     """
     from service.config import get_settings
     from service.db import session_scope
+    from service.migrate import upgrade_embedded_store
     from service.status.service import system_status
 
     settings = get_settings()
+    upgrade_embedded_store()  # a fresh embedded store is an empty one, not a missing table
     with session_scope() as session:
         state = system_status(
             session,

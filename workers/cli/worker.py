@@ -36,6 +36,7 @@ def worker(
     if settings.embedded:
         _fail("nightbench worker needs NIGHTBENCH_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
     if gpu is not None:
+        # Stays: CUDA reads it only from the environment, in the suite processes that inherit it.
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
         concurrency = 1
     if cpus:

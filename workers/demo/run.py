@@ -43,7 +43,6 @@ project's threshold.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,6 +54,7 @@ from typing import Any
 from service.config import Settings
 from service.errors import InvalidInput
 from service.metrics import BISECT_METRICS, INSTRUCTIONS
+from service.models import Confirmation
 from workers.demo.minitok import ENCODE, POOL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -164,17 +164,12 @@ class DemoResult:
 
 
 @contextmanager
-def _environment(values: dict[str, str | None]) -> Iterator[None]:
-    """Set (or, with None, unset) environment variables for the block, then restore them."""
-    # Stays: the demo reconfigures the whole in-process stack (store, Celery app, filing).
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block, then restore them."""
+    # Stays: the suite processes of the in-process tasks inherit these (suite_environment).
     saved = {key: os.environ.get(key) for key in values}
     try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        _reload_settings()
+        os.environ.update(values)
         yield
     finally:
         for key, value in saved.items():
@@ -182,15 +177,28 @@ def _environment(values: dict[str, str | None]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextmanager
+def _deployment(settings: Settings) -> Iterator[None]:
+    """Run the block with ``settings`` as the process's (the store, the Celery app and filing
+    read them), then put back those it ran with before."""
+    from service.config import use_settings
+
+    try:
+        with use_settings(settings):
+            _reload_settings()
+            yield
+    finally:
         _reload_settings()
 
 
 def _reload_settings() -> None:
+    """Rebuild what is built from the settings: the engine, the Celery app's configuration."""
     from service.config import get_settings
     from service.db import get_engine
     from workers import app as celery_app
 
-    get_settings.cache_clear()
     get_engine.cache_clear()
     celery_app.configure(celery_app.app, get_settings())
 
@@ -282,12 +290,12 @@ def run_demo(
         worktree(repo.path, repo.good, root / "installed-good"),
         worktree(repo.path, repo.bad, root / "installed-bad"),
     )
-    settings_env = _settings_environment(
+    settings = _demo_settings(
         root, repo.path, counting=counted_nights > 0, threshold=kind.threshold
     )
     outer_path = os.environ.get("PYTHONPATH")
     commit_range = [c.as_json() for c in local_commit_range(repo.path, repo.good, repo.bad)]
-    with _environment(settings_env):
+    with _deployment(settings), _environment(_suite_variables()):
         _prepare_database()
         runs = _play_nights(
             repo,
@@ -313,56 +321,57 @@ def run_demo(
     )
 
 
-def _settings_environment(
+def _demo_settings(
     root: Path, repo: Path, *, counting: bool = False, threshold: float = DEMO_THRESHOLD
-) -> dict[str, str | None]:
-    """The demo's settings, as the environment variables :func:`_environment` sets; with
-    ``counting``, what the count pass counts (tokbag only, at :data:`DEMO_COUNT_BATCH_SIZE`),
-    each night then turning it on or off (:func:`_play_nights`)."""
+) -> Settings:
+    """The demo's settings, over the process's, for :func:`_deployment`; with ``counting``,
+    what the count pass counts (tokbag only, at :data:`DEMO_COUNT_BATCH_SIZE`), each night
+    then turning it on or off (:func:`_play_nights`)."""
+    from service.config import get_settings, settings_with
     from workers.demo.minitok import INSTALL_COMMAND
 
-    extra = os.pathsep.join(
-        p for p in (os.environ.get("NIGHTBENCH_SUITE_EXTRA_MODELS"), str(DEMO_MODELS)) if p
-    )
-    return {
-        "NIGHTBENCH_DATA_DIR": str(root / "data"),
-        "NIGHTBENCH_OUTBOX_DIR": str(root / "outbox"),
-        "NIGHTBENCH_BROKER_URL": None,
-        "NIGHTBENCH_GITHUB_REPOSITORY": None,
-        "NIGHTBENCH_GITHUB_TOKEN": None,
-        "NIGHTBENCH_SOURCE_REPO_PATH": str(repo),
-        "NIGHTBENCH_SOURCE_GITHUB_REPOSITORY": "",  # a local package: no commit links
-        "NIGHTBENCH_BISECT_PROVIDER": "checkout",
-        "NIGHTBENCH_BISECT_INSTALL_COMMAND": INSTALL_COMMAND,
-        "NIGHTBENCH_BISECT_WORK_DIR": str(root / "builds"),
-        "NIGHTBENCH_SUITE_EXTRA_MODELS": extra,
+    given = get_settings().model_fields_set
+    return settings_with(
+        data_dir=root / "data",
+        outbox_dir=root / "outbox",
+        broker_url=None,
+        github_repository=None,
+        github_token=None,
+        source_repo_path=repo,
+        source_github_repository="",  # a local package: no commit links
+        bisect_provider="checkout",
+        bisect_install_command=INSTALL_COMMAND,
+        bisect_work_dir=root / "builds",
         # Nights seconds apart on a machine others may be busy on swing far more than real
         # nights on a dedicated runner: a high bar for this benchmark, under the planted step.
         # Counts do not swing with the host: the project's threshold.
-        "NIGHTBENCH_THRESHOLDS": json.dumps(
-            {
-                DEMO_MODEL: threshold,
-                f"{DEMO_MODEL}:{INSTRUCTIONS}": Settings.model_fields["threshold"].default,
-            }
-        ),
-        "NIGHTBENCH_SUITE_MIN_SECONDS": os.environ.get("NIGHTBENCH_SUITE_MIN_SECONDS", "0.5"),
+        thresholds={
+            DEMO_MODEL: threshold,
+            f"{DEMO_MODEL}:{INSTRUCTIONS}": Settings.model_fields["threshold"].default,
+        },
+        **({} if "suite_min_seconds" in given else {"suite_min_seconds": 0.5}),
         # For the same reason the nightly stability re-check is off: those nights' spread would
         # darken the benchmark (then it alerts only beyond 3 times their spread) before the
         # planted change is reached.
-        "NIGHTBENCH_STABILITY_RECHECK": "false",
+        stability_recheck=False,
         # The demo's story is latency, found and bisected in minutes; a count pass under
         # valgrind adds a minute or more to each night it counts (``counted_nights``).
-        "NIGHTBENCH_COUNT_INSTRUCTIONS": "false",
-        "OMP_NUM_THREADS": "1",
+        count_instructions=False,
         **(
-            {
-                "NIGHTBENCH_COUNT_MODELS": json.dumps([DEMO_MODEL]),
-                "NIGHTBENCH_COUNT_BATCH_SIZE": str(DEMO_COUNT_BATCH_SIZE),
-            }
+            {"count_models": [DEMO_MODEL], "count_batch_size": DEMO_COUNT_BATCH_SIZE}
             if counting
             else {}
         ),
-    }
+    )
+
+
+def _suite_variables() -> dict[str, str]:
+    """What the demo's suite processes read from their environment: the demo models' folder
+    (``NIGHTBENCH_SUITE_EXTRA_MODELS``, after any given) and one thread."""
+    extra = os.pathsep.join(
+        p for p in (os.environ.get("NIGHTBENCH_SUITE_EXTRA_MODELS"), str(DEMO_MODELS)) if p
+    )
+    return {"NIGHTBENCH_SUITE_EXTRA_MODELS": extra, "OMP_NUM_THREADS": "1"}
 
 
 def _play_nights(
@@ -378,6 +387,7 @@ def _play_nights(
     """The baseline nights at the good commit, then the bad night over the range; their run ids.
 
     Nights from the ``count_from``-th on (0-based; None: none) have the count pass."""
+    from service.config import settings_with
     from service.runs.service import BenchmarkSpec
     from workers.night import plan as nightly
 
@@ -407,11 +417,9 @@ def _play_nights(
         )
         # The night measures the package as installed at its commit: its checkout first on
         # the suite's path. Bisection probes build their own and drop this path.
-        with _environment(
-            {
-                "PYTHONPATH": os.pathsep.join(p for p in (str(tree), outer_path) if p),
-                "NIGHTBENCH_COUNT_INSTRUCTIONS": "true" if counted else "false",
-            }
+        with (
+            _environment({"PYTHONPATH": os.pathsep.join(p for p in (str(tree), outer_path) if p)}),
+            _deployment(settings_with(count_instructions=counted)),
         ):
             run_id = nightly.create_night(
                 night=night, benchmarks=spec, commit_range=commit_range if bad_night else None
@@ -429,7 +437,7 @@ def _reproduced(run_id: int) -> bool:
     return any(
         r["benchmark"] == DEMO_BENCHMARK
         and r["metric"] in BISECT_METRICS
-        and r["confirmation"] == "reproduced"
+        and r["confirmation"] == Confirmation.REPRODUCED
         for r in regressions
     )
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from service.benchmarks import benchmark_name
 from service.errors import InvalidInput
+from service.models import BisectionOutcome
 
 _VERDICTS = ("different", "same", "unknown")
 _SIDES = ("good", "bad", "undecided")
@@ -225,7 +226,7 @@ class Bisection:
             raise InvalidInput(
                 f"bisection outcome must be one of {_OUTCOMES}, got {self.outcome!r}"
             )
-        if self.outcome == "culprit" and self.culprit is None:
+        if self.outcome == BisectionOutcome.CULPRIT and self.culprit is None:
             raise InvalidInput("a bisection with outcome 'culprit' needs its culprit commit")
         if self.outcome != "not_bisected" and (self.good is None or self.bad is None):
             raise InvalidInput(

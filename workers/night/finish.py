@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from service.benchmarks import benchmark_name
 from service.config import Settings, get_settings
 from service.db import session_scope
-from service.models import RUN_OPEN, Alert, Run, RunKind
+from service.models import RUN_OPEN, Alert, Confirmation, Run, RunKind
 from service.regressions import back
 from service.regressions import service as regressions
 from service.runs import rounds
@@ -182,7 +182,7 @@ def _detect(run_id: int, settings: Settings) -> list[Step]:
         if run.kind == RunKind.INGEST:
             # Results posted by runners: no re-run here; the next night confirms instead.
             for r in pending:
-                r.confirmation = "not_possible"
+                r.confirmation = Confirmation.NOT_POSSIBLE
                 r.reason += " No confirmation re-run for posted results; the next night decides."
             pending = []
         benchmarks = sorted({(r.model, r.mode, r.device, r.compiler) for r in pending})

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.config import Settings, get_settings
+from service.config import ENV_PREFIX, Settings, get_settings
 from service.db import session_scope
 from service.metrics import INSTRUCTIONS
 from service.models import JOB_ENDED, Job, JobStatus
@@ -31,6 +31,8 @@ from workers.night import heartbeat
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
+# The variable of Settings.torchbench_path, which the suite (suite/torchbench_checkout.py) reads.
+TORCHBENCH_PATH_ENV = f"{ENV_PREFIX}TORCHBENCH_PATH"
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,15 @@ def command_for(env: environments.Environment) -> SuiteCommand:
 
 
 def suite_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The subprocess environment: ours, with the repository root on PYTHONPATH."""
+    """The subprocess environment: ours, with the repository root on PYTHONPATH and the
+    settings' TorchBench checkout (``torchbench_path``) in ``NIGHTBENCH_TORCHBENCH_PATH``, where
+    the suite, which has no settings object, reads it."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     env.setdefault("OMP_NUM_THREADS", "1")
+    checkout = get_settings().torchbench_path
+    if checkout is not None:
+        env[TORCHBENCH_PATH_ENV] = str(checkout)
     env.update(extra or {})
     return env
 

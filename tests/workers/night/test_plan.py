@@ -208,26 +208,25 @@ def test_status_command_lists_a_failing_filing_and_exits_1(database_url: str) ->
 def test_nightly_suite_torchbench_from_a_checkout_flag(configure: Callable[..., None]) -> None:
     import os
 
-    runner = CliRunner()
-    try:
-        out = runner.invoke(
-            app,
-            [
-                "nightly",
-                "--suite",
-                "torchbench",
-                "--torchbench",
-                str(CHECKOUT),
-                "--modes",
-                "eval",
-                "--date",
-                "2026-11-03",
-            ],
-        )
-        assert out.exit_code == 0, out.output
-    finally:
-        os.environ.pop("NIGHTBENCH_TORCHBENCH_PATH", None)
-        configure()  # the settings read the environment afresh
+    out = CliRunner().invoke(
+        app,
+        [
+            "nightly",
+            "--suite",
+            "torchbench",
+            "--torchbench",
+            str(CHECKOUT),
+            "--modes",
+            "eval",
+            "--date",
+            "2026-11-03",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    # The flag is a setting of that command alone: the environment is not written, and the
+    # settings after it are the environment's again.
+    assert "NIGHTBENCH_TORCHBENCH_PATH" not in os.environ
+    assert get_settings().torchbench_path is None
     with session_scope() as session:
         measured = {r.model for r in session.scalars(select(Result))}
     # Unavailable (a missing requirement) and CPU-not-implemented models are left out.
@@ -237,29 +236,23 @@ def test_nightly_suite_torchbench_from_a_checkout_flag(configure: Callable[..., 
 def test_with_suite_torchbench_bare_model_names_are_torchbench_s(
     configure: Callable[..., None],
 ) -> None:
-    import os
-
-    try:
-        out = CliRunner().invoke(
-            app,
-            [
-                "nightly",
-                "--suite",
-                "torchbench",
-                "--torchbench",
-                str(CHECKOUT),
-                "--models",
-                "tiny_mlp",
-                "--modes",
-                "eval",
-                "--date",
-                "2026-11-03",
-            ],
-        )
-        assert out.exit_code == 0, out.output
-    finally:
-        os.environ.pop("NIGHTBENCH_TORCHBENCH_PATH", None)
-        configure()
+    out = CliRunner().invoke(
+        app,
+        [
+            "nightly",
+            "--suite",
+            "torchbench",
+            "--torchbench",
+            str(CHECKOUT),
+            "--models",
+            "tiny_mlp",
+            "--modes",
+            "eval",
+            "--date",
+            "2026-11-03",
+        ],
+    )
+    assert out.exit_code == 0, out.output
     with session_scope() as session:
         assert {r.model for r in session.scalars(select(Result))} == {"torchbench.tiny_mlp"}
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.metrics import format_change
-from service.profiles import format_profile_value
+from service.profiles import RowStatus, format_profile_value
 from workers.issues.model import IssueReport, WhatChanged
 from workers.issues.render.markdown import cell
 
@@ -70,9 +70,9 @@ def diff_table(rows: list[Mapping[str, Any]], unit: str) -> str:
         status = r.get("status")
         relative = (
             " (new)"
-            if status == "new"
+            if status == RowStatus.NEW
             else " (gone)"
-            if status == "gone"
+            if status == RowStatus.GONE
             else f" ({format_change(r['change'] / r['before'])})"
             if r.get("before")
             else ""

@@ -16,6 +16,7 @@ import math
 import shlex
 from collections.abc import Sequence
 
+from service.models import BisectionOutcome
 from workers.issues.model import Bisection, Change, IssueReport, Probe, RenderedIssue
 from workers.issues.render.markdown import (
     cell,
@@ -47,7 +48,7 @@ def report_fingerprint(report: IssueReport) -> str:
     bisection = report.bisection
     benchmarks = [c.benchmark_id for c in report.regressions]
     metrics = [c.metric for c in report.regressions]
-    if bisection.outcome == "culprit" and bisection.culprit is not None:
+    if bisection.outcome == BisectionOutcome.CULPRIT and bisection.culprit is not None:
         return fingerprint(benchmarks, metrics, culprit=bisection.culprit.sha)
     # Without a known commit, the torch builds stand for the ends of the range.
     good = bisection.good.sha if bisection.good else f"torch:{version(report.baseline)}"
@@ -115,12 +116,12 @@ def _title(report: IssueReport, ordered: Sequence[Change]) -> str:
     if len(ordered) > 1:
         what += f" and {len(ordered) - 1} more"
     bisection = report.bisection
-    if bisection.outcome == "culprit" and bisection.culprit is not None:
+    if bisection.outcome == BisectionOutcome.CULPRIT and bisection.culprit is not None:
         tail = f"since {bisection.culprit.short}"
         commit_title = shorten(bisection.culprit.title, 80)
         if commit_title:
             tail += f" ({commit_title})"
-    elif bisection.outcome == "inconclusive" and bisection.known_range is not None:
+    elif bisection.outcome == BisectionOutcome.INCONCLUSIVE and bisection.known_range is not None:
         good, bad = bisection.known_range
         tail = f"in {good.short}..{bad.short}"
         if bisection.commits:
@@ -150,7 +151,7 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
         sentence += f"; {len(ordered) - 1} more series regressed with it"
     sentence += "."
     lines = [sentence]
-    if bisection.outcome == "culprit" and bisection.culprit is not None:
+    if bisection.outcome == BisectionOutcome.CULPRIT and bisection.culprit is not None:
         c = bisection.culprit
         who = person(c)
         text = f"The bisection names {commit_link(report, c)}"
@@ -161,7 +162,7 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
         if c.pr_number is not None:
             text += f", {pr_link(report, c.pr_number)}"
         lines.append(text + " as the first bad commit.")
-    elif bisection.outcome == "inconclusive":
+    elif bisection.outcome == BisectionOutcome.INCONCLUSIVE:
         lines.append(
             f"The bisection left the cause in the range {range_link(report, bisection)} "
             "without singling out one commit: "
@@ -171,7 +172,7 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
                 else "the measurements there were too close to call."
             )
         )
-    elif bisection.outcome == "not_reproduced":
+    elif bisection.outcome == BisectionOutcome.NOT_REPRODUCED:
         lines.append(
             "Bisection did not reproduce the change between "
             f"{range_link(report, bisection)}: "
@@ -186,7 +187,7 @@ def _lead(report: IssueReport, ordered: Sequence[Change]) -> str:
             f"The night's commit range is {range_link(report, bisection)}; "
             "it has not been bisected."
         )
-    culprit = bisection.culprit if bisection.outcome == "culprit" else None
+    culprit = bisection.culprit if bisection.outcome == BisectionOutcome.CULPRIT else None
     if culprit is not None and culprit.author_login:
         lines.append(f"cc @{culprit.author_login}")
     return "\n\n".join(lines)
@@ -225,7 +226,7 @@ def _summary_section(ordered: Sequence[Change]) -> str:
 def _culprit_section(report: IssueReport) -> str:
     bisection = report.bisection
     parts: list[str] = []
-    if bisection.outcome == "culprit" and bisection.culprit is not None:
+    if bisection.outcome == BisectionOutcome.CULPRIT and bisection.culprit is not None:
         c = bisection.culprit
         rows = [
             "| | |",
@@ -238,7 +239,7 @@ def _culprit_section(report: IssueReport) -> str:
         if bisection.culprit_parent is not None:
             rows.append(f"| parent | {commit_link(report, bisection.culprit_parent)} |")
         parts.append("## Culprit\n\n" + "\n".join(rows))
-    elif bisection.outcome == "inconclusive":
+    elif bisection.outcome == BisectionOutcome.INCONCLUSIVE:
         text = (
             "## Commit range\n\n"
             f"No single culprit: the cause lies in {range_link(report, bisection)}"
@@ -384,7 +385,11 @@ def _reproduce_section(report: IssueReport, ordered: Sequence[Change]) -> str:
         lines.append(command + f" --out {slug(c.benchmark_id)}.json")
     bisection = report.bisection
     pair: tuple[str, str] | None = None
-    if bisection.outcome == "culprit" and bisection.culprit and bisection.culprit_parent:
+    if (
+        bisection.outcome == BisectionOutcome.CULPRIT
+        and bisection.culprit
+        and bisection.culprit_parent
+    ):
         # The culprit and its parent are the narrowest pair that shows the change.
         pair = (bisection.culprit_parent.sha, bisection.culprit.sha)
     elif bisection.known_range is not None and bisection.good != bisection.bad:
@@ -414,7 +419,7 @@ def _checks_section(report: IssueReport) -> str:
     else:
         items.append("- Confirmation re-run: not run.")
     bisection = report.bisection
-    if bisection.outcome == "culprit":
+    if bisection.outcome == BisectionOutcome.CULPRIT:
         if bisection.verified is True:
             parent = bisection.culprit_parent
             parent_text = f" ({commit_link(report, parent)})" if parent is not None else ""
@@ -429,7 +434,7 @@ def _checks_section(report: IssueReport) -> str:
             )
         else:
             items.append("- Culprit verification: not run.")
-    elif bisection.outcome == "inconclusive":
+    elif bisection.outcome == BisectionOutcome.INCONCLUSIVE:
         items.append("- Culprit verification: not applicable, no single culprit was named.")
     skipped = [p for p in bisection.probes if p.skipped is not None]
     if skipped:

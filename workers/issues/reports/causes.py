@@ -247,14 +247,14 @@ def cause_groups(
             key: tuple[str, ...] = ("not_bisected",)
             group = CauseGroup("not_bisected", [], good=night_good, bad=night_bad)
         elif found.status == CULPRIT and found.culprit:
-            key = ("culprit", found.culprit)
-            group = CauseGroup("culprit", [], culprit=found.culprit)
+            key = (CULPRIT, found.culprit)
+            group = CauseGroup(CULPRIT, [], culprit=found.culprit)
         elif found.status == INCONCLUSIVE and found.range:
             first = shas.index(found.range[0]) if found.range[0] in shas else 1
             good = shas[first - 1] if first >= 1 else shas[0]
-            key = ("inconclusive", good, found.range[-1])
+            key = (INCONCLUSIVE, good, found.range[-1])
             group = CauseGroup(
-                "inconclusive",
+                INCONCLUSIVE,
                 [],
                 good=good,
                 bad=found.range[-1],
@@ -333,7 +333,7 @@ def issue_bisection(
     shas = [c["sha"] for c in commit_dicts(bisection.commits)]
     names = {g.benchmark for g in group.regressions}
     probes = tuple(_probes(bisection.probes, names, commits))
-    if group.outcome == "culprit" and group.culprit:
+    if group.outcome == CULPRIT and group.culprit:
         culprit = commit(group.culprit)
         index = shas.index(group.culprit) if group.culprit in shas else -1
         parent_sha = shas[index - 1] if index >= 1 else commits.get(group.culprit, {}).get("parent")
@@ -342,7 +342,7 @@ def issue_bisection(
             for p in bisection.probes
         )
         return Bisection(
-            outcome="culprit",
+            outcome=CULPRIT,
             good=commit(shas[0]),
             bad=commit(shas[-1]),
             commits=len(shas) - 1,
