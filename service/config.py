@@ -245,8 +245,9 @@ class Settings(BaseSettings):
     profile_windows: int = Field(default=5, ge=1, description="profiled windows per build")
     profile_python_functions: bool = Field(
         default=True,
-        description="operator tables also have a row per Python function ("
-        "cProfile), so a Python-level change is named",
+        description="profiles also have a row per Python function (its self time by "
+        "cProfile in an operator table, its bytecodes per step beside a function profile), so a "
+        "Python-level change is named",
     )
     profile_timeout_s: float = Field(
         default=1200, gt=0, description="one profiling process of one build (s)"

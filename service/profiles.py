@@ -4,8 +4,11 @@ A *profile* is a table of one benchmark's step on one build, written by ``python
 profile`` (``suite/profiling.py``): for latency, one row per aten operator (``torch.profiler``'s
 ``key_averages()``: calls per step, self CPU time per step in µs); for ``cpu_instructions``, one
 row per function (callgrind, self instructions per step, paths standardised and the noisy
-interpreter functions dropped). Each row holds one value per profiled *window* (a few steps
-profiled together), and the profile holds the step's total per window.
+interpreter functions dropped), and beside it one row per Python function (bytecodes each ran
+itself per step, ``sys.settrace``: callgrind does not see Python functions on CPython 3.11),
+diffed on its own (:data:`BYTECODE_RULE`; :func:`diff_json`'s ``python``). Each row holds one
+value per profiled *window* (a few steps profiled together), and the profile holds the step's
+total per window.
 
 Method (the diff ``torch.utils.benchmark``'s ``CallgrindStats.delta`` prints, with a noise
 rule): a row's value on each side is the *least* of its windows, as ``timeit`` takes the least
@@ -80,6 +83,12 @@ NOISE_RULES: dict[MetricKind, NoiseRule] = {
     MetricKind.COUNT: NoiseRule(noise_share=0.001, k=3.0, floor=1000.0),
 }
 """The noise rule of each metric kind a profile is made for."""
+BYTECODE_UNIT = "bytecodes"
+"""The unit of a count profile's Python-level rows (``suite.profiling.BYTECODES``)."""
+BYTECODE_RULE = NoiseRule(noise_share=0.001, k=3.0, floor=20.0)
+"""The noise rule of a count profile's Python-level rows (bytecodes per step, a deterministic
+count: what strays is set iteration order, fixed by the caller's ``PYTHONHASHSEED``); the floor
+is about two calls of a small function."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +228,11 @@ class ProfileDiff:
         return f"the rows explain {part} ({self.total_change:+,.1f} {self.unit})"
 
 
-UNIT_FORMATS: dict[str, str] = {"us": "{:,.1f} µs", "instructions": "{:,.0f} instr"}
+UNIT_FORMATS: dict[str, str] = {
+    "us": "{:,.1f} µs",
+    "instructions": "{:,.0f} instr",
+    "bytecodes": "{:,.0f} bytecodes",
+}
 """How a profile's values print, per unit (a unit not listed: ``{:,.4g} unit``)."""
 
 
@@ -264,7 +277,8 @@ def diff_profiles(
         after: the second build's (the culprit, tonight's).
         repeat: a second profile of the first build, to measure the noise from
             (:func:`measured_noise`); None: the rule's ``noise_share`` alone.
-        rule: the noise rule (default: the metric kind's, :data:`NOISE_RULES`).
+        rule: the noise rule (default: :data:`BYTECODE_RULE` for Python-level rows in
+            bytecodes, else the metric kind's, :data:`NOISE_RULES`).
         top: keep at most this many rows (None: all above the noise).
 
     Returns:
@@ -280,6 +294,8 @@ def diff_profiles(
                 f"profiles differ: {before.metric} ({before.unit}) against "
                 f"{other.metric} ({other.unit})"
             )
+    if rule is None and before.unit == BYTECODE_UNIT:
+        rule = BYTECODE_RULE
     if rule is None:
         kind = metric(before.metric).kind
         if kind not in NOISE_RULES:
@@ -361,8 +377,22 @@ def profile_from_json(doc: Mapping[str, Any], *, inclusive: bool = False) -> Pro
         raise InvalidInput(f"not a profile document: {exc}") from exc
 
 
-def diff_json(diff: ProfileDiff) -> dict[str, Any]:
-    """The diff as JSON (for ``nightbench profile --json`` and the API)."""
+def python_profile_of(doc: Mapping[str, Any]) -> Profile | None:
+    """The Python-level profile in a function profile's document (its ``python`` section, in
+    bytecodes), or None when it has none or its section holds an error.
+
+    Raises:
+        InvalidInput: the section is there but is not a profile document.
+    """
+    section = doc.get("python")
+    if not isinstance(section, Mapping) or section.get("error"):
+        return None
+    return profile_from_json(section)
+
+
+def diff_json(diff: ProfileDiff, *, python: ProfileDiff | None = None) -> dict[str, Any]:
+    """The diff as JSON (for ``nightbench profile --json`` and the API); ``python``, the diff
+    of the Python-level rows of a count profile, is its ``python`` member (null without)."""
     return {
         "metric": diff.metric,
         "unit": diff.unit,
@@ -394,4 +424,5 @@ def diff_json(diff: ProfileDiff) -> dict[str, Any]:
             }
             for r in diff.rows
         ],
+        "python": diff_json(python) if python is not None else None,
     }

@@ -390,7 +390,8 @@ def _parser() -> argparse.ArgumentParser:
     p_prof.add_argument(
         "--python-functions",
         action="store_true",
-        help="a row per Python function too (cProfile's self time)",
+        help="a row per Python function too: cProfile's self time in an operator table, "
+        "with --callgrind its bytecodes per step (sys.settrace, outside valgrind)",
     )
     p_prof.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds for the valgrind process"

@@ -24,11 +24,24 @@ docs/profile.md):
   inclusive), its names standardised and denoised with ``torch.utils.benchmark``'s own
   ``CallgrindStats.as_standardized()`` and ``FunctionCounts.denoise()`` (build prefixes and
   library names stripped; CPython's ``lookdict_unicode`` dropped), divided by ``steps``.
+  Callgrind splits a C function over rows by the source file of its inlined code (CPython's
+  ``_PyEval_EvalFrameDefault`` over ``ceval.c`` and a dozen headers, each under the build's own
+  path): the header rows are folded into the function's row (:func:`fold_inlined`).
+  Callgrind does not see Python functions on CPython 3.11 (their bytecode is ``ceval.c``'s
+  work), so with ``--python-functions`` the same benchmark is also run outside valgrind, in the
+  profiling process itself, under ``sys.settrace`` with opcode events
+  (:func:`count_bytecodes`): each Python function is a row of the document's ``python``
+  section, its value the bytecode instructions it executed itself per step (unit
+  ``bytecodes``). Like instructions, and unlike time, bytecodes do not depend on the host: a
+  Python-level check that now runs on every call is named (``minitok/__init__.py:
+  _check_piece``) with its share of the step's Python-level change.
 
 Either way the document written is ``{"model", "mode", "device", "batch_size", "metric",
 "unit", "warmup_steps", "steps", "windows", "torch", "totals": [per step, per window], "rows":
 [{"name", "calls", "self": [...], "inclusive": [...] | null, "self_device": [...] | null}],
-"wall_ms": [...], "trace", "error"}``; ``service/profiles.py`` diffs two of them. A benchmark's
+"wall_ms": [...], "trace", "error"}`` (and, for functions with ``--python-functions``, a
+``"python"`` document of the same shape in ``bytecodes``); ``service/profiles.py`` diffs two of
+them. A benchmark's
 injected work (``NIGHTBENCH_SUITE_INJECT_WORK``, :func:`suite.harness.injection`) runs after
 each step, inside the profiled window, as it does in a timed run.
 """
@@ -48,9 +61,10 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType, FrameType
 from typing import Any
 
 from suite import counting
@@ -63,6 +77,8 @@ _TOTAL_LINE = re.compile(r"^\s*([0-9,]+)\s+PROGRAM TOTALS")
 _HEADER_LINE = re.compile(r"^\s*Ir\s+file:function")
 _FUNCTION_LINE = re.compile(r"^\s*([0-9,]+)\s+(.+:.+)$")
 _UNNAMED_CODE = re.compile(r"^\?\?\?:0x[0-9a-fA-F]+$")
+BYTECODES = "bytecodes"
+"""The unit of the Python-level rows of a function profile (:func:`count_bytecodes`)."""
 UNNAMED_CODE = "???:0x… (code without a symbol: JIT kernels)"
 """The one row every address without a symbol is summed into: oneDNN's JIT kernels land at
 addresses that differ between processes, so each would otherwise read as gone and new."""
@@ -78,7 +94,8 @@ class ProfileConfig:
         windows: profiled windows; their spread is the profile's own noise.
         threads: torch threads on CPU.
         timeout_s: the valgrind process's limit (s), for a function profile.
-        python_functions: an operator table also has a row per Python function (cProfile).
+        python_functions: a row per Python function too: in an operator table its self time
+            (cProfile), in a function profile its bytecodes (:func:`count_bytecodes`).
     """
 
     warmup_steps: int = 3
@@ -196,6 +213,97 @@ def _python_rows(profiler: cProfile.Profile) -> Iterator[tuple[str, int, float]]
     ) in stats.items():
         if path != "~":
             yield python_function_key(path, function), int(calls), float(self_s) * 1e6
+
+
+def count_bytecodes(step: Callable[[], None], steps: int) -> dict[str, tuple[float, float]]:
+    """The Python functions ``steps`` calls of ``step`` run, and the bytecode instructions each
+    executes itself, by ``sys.settrace`` with opcode events (``frame.f_trace_opcodes``, the
+    interpreter's own per-instruction trace hook).
+
+    A deterministic Python-level count: the same code on the same inputs executes the same
+    bytecodes on any host, under any load (set iteration order aside, hence
+    ``PYTHONHASHSEED`` fixed by the caller). A generator's every resumption is one call. Code
+    run by C (the operators, built-ins) is not in it: that is callgrind's part. Tracing makes
+    Python code some 10 to 50 times slower; the count does not move with it.
+
+    Args:
+        step: the benchmark's step, warmed up.
+        steps: calls of ``step`` counted.
+
+    Returns:
+        ``{row name (:func:`python_function_key`): (calls per step, bytecodes per step)}``.
+
+    Raises:
+        ValueError: ``steps`` below 1.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    seen: dict[CodeType, list[int]] = {}
+
+    def local(frame: FrameType, event: str, _arg: Any) -> Any:
+        if event == "opcode":
+            seen[frame.f_code][1] += 1
+        return local
+
+    def on_call(frame: FrameType, event: str, _arg: Any) -> Any:
+        if event != "call":
+            return None
+        frame.f_trace_opcodes = True
+        entry = seen.get(frame.f_code)
+        if entry is None:
+            seen[frame.f_code] = entry = [0, 0]
+        entry[0] += 1
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        sys.settrace(previous)
+    out: dict[str, tuple[float, float]] = {}
+    for code, (calls, executed) in seen.items():
+        name = python_function_key(code.co_filename, code.co_name)
+        had_calls, had = out.get(name, (0.0, 0.0))
+        out[name] = (had_calls + calls / steps, had + executed / steps)
+    return out
+
+
+def profile_bytecodes(
+    model: str, mode: str, batch_size: int | None, cfg: ProfileConfig
+) -> dict[str, Any]:
+    """The Python-level section of a function profile: ``cfg.windows`` windows of
+    ``cfg.steps`` steps on the CPU, each counted by :func:`count_bytecodes`.
+
+    Returns:
+        A profile document (metric ``cpu_instructions``, unit :data:`BYTECODES`): per Python
+        function its calls and self bytecodes per step in each window, the totals the windows'
+        sums; a failure of the benchmark is its ``error`` (nothing is raised).
+    """
+    doc = _document(model, mode, "cpu", batch_size, cfg, counting.METRIC, BYTECODES)
+    try:
+        with _built(model, mode, "cpu", batch_size, cfg) as (step, batch):
+            doc["batch_size"] = batch
+            windows = [count_bytecodes(step, cfg.steps) for _ in range(cfg.windows)]
+    except Exception as exc:  # noqa: BLE001 - a benchmark's failure is its document's error
+        from suite.harness import describe_failure
+
+        doc["error"] = describe_failure(exc)
+        return doc
+    for name in sorted({n for win in windows for n in win}):
+        seen = [win.get(name, (0.0, 0.0)) for win in windows]
+        doc["rows"].append(
+            {
+                "name": name,
+                "calls": max(c for c, _ in seen),
+                "self": [b for _, b in seen],
+                "inclusive": None,
+                "self_device": None,
+            }
+        )
+    doc["totals"] = [sum(b for _, b in win.values()) for win in windows]
+    return doc
 
 
 def _device_time(event: Any) -> float:
@@ -405,10 +513,46 @@ def standardise(
         out: dict[str, float] = {}
         named = fc.transform(lambda f: UNNAMED_CODE if _UNNAMED_CODE.match(f) else f)
         for c, f in named.denoise():
-            out[f] = out.get(f, 0.0) + c / steps
+            name = _BUILD_TREE.sub("", f)
+            out[name] = out.get(name, 0.0) + c / steps
         return out
 
-    return per_step(stats.stats(inclusive=False)), per_step(stats.stats(inclusive=True))
+    return fold_inlined(per_step(stats.stats(inclusive=False))), per_step(
+        stats.stats(inclusive=True)
+    )
+
+
+_BUILD_TREE = re.compile(r"^/\S*?/\./")
+"""A header's path in the build tree (``/tmp/python-build.2026…/Python-3.11.7/./Include/…``),
+which ``as_standardized()`` leaves: stripped to the part after the build's ``/./``."""
+_HEADER = re.compile(r"\.(h|hh|hpp|cuh)$")
+
+
+def fold_inlined(counts: Mapping[str, float]) -> dict[str, float]:
+    """Self counts with each function's inlined header rows folded into its own row.
+
+    Callgrind attributes an inlined line to the file it came from, so one C function reads as
+    several ``file:function`` rows (``Python/ceval.c:_PyEval_EvalFrameDefault`` and
+    ``Include/internal/pycore_frame.h:_PyEval_EvalFrameDefault``). A row whose file is a
+    header is added to the row of the same function in a source file, when there is exactly
+    one such row; otherwise it stays as it is.
+
+    Example:
+        >>> fold_inlined({"Python/ceval.c:f": 10.0, "Include/a.h:f": 5.0, "x.h:g": 1.0})
+        {'Python/ceval.c:f': 15.0, 'x.h:g': 1.0}
+    """
+    homes: dict[str, list[str]] = {}
+    for name in counts:
+        path, sep, function = name.partition(":")
+        if sep and not _HEADER.search(path):
+            homes.setdefault(function, []).append(name)
+    out: dict[str, float] = {}
+    for name, value in counts.items():
+        path, sep, function = name.partition(":")
+        home = homes.get(function, []) if sep and _HEADER.search(path) else []
+        target = home[0] if len(home) == 1 else name
+        out[target] = out.get(target, 0.0) + value
+    return out
 
 
 def _annotate(path: Path, inclusive: bool) -> list[tuple[int, str]]:
@@ -447,8 +591,9 @@ def profile_functions(
     Returns:
         The profile document (metric ``cpu_instructions``, unit ``instructions``): per
         standardised function its self and inclusive instructions per step in each window, the
-        totals being callgrind's per window. A benchmark that failed, a process that crashed or
-        timed out: the document's ``error``.
+        totals being callgrind's per window; with ``config.python_functions``, its ``python``
+        section (:func:`profile_bytecodes`, run in this process after the valgrind one). A
+        benchmark that failed, a process that crashed or timed out: the document's ``error``.
 
     Raises:
         counting.CountUnavailable: valgrind (or ``callgrind_annotate``) is not installed.
@@ -515,6 +660,8 @@ def profile_functions(
         )
         return doc
     doc["totals"] = [t for t, _, _ in windows]
+    if cfg.python_functions:
+        doc["python"] = profile_bytecodes(model, mode, doc["batch_size"], cfg)
     for name in sorted({n for _, s, i in windows for n in (*s, *i)}):
         doc["rows"].append(
             {

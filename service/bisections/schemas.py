@@ -100,7 +100,9 @@ class ProfileRowRead(BaseModel):
     """One operator or function whose change is above the noise."""
 
     name: str = Field(description="aten operator, Python function (file: name) or C function")
-    before: float = Field(description="per step on the first build (µs, or instructions)")
+    before: float = Field(
+        description="per step on the first build (µs, instructions, or bytecodes)"
+    )
     after: float = Field(description="per step on the second build")
     change: float = Field(description="after − before")
     share: float | None = Field(description="change over the step's change (null: step unmoved)")
@@ -113,7 +115,9 @@ class ProfileDiffRead(BaseModel):
     """The diff of two builds' profiles (docs/profile.md for the noise rule)."""
 
     metric: str
-    unit: str = Field(description="us (self CPU time) or instructions")
+    unit: str = Field(
+        description="us (self CPU time), instructions, or bytecodes (Python functions)"
+    )
     total_before: float = Field(description="the step's total on the first build")
     total_after: float
     total_change: float
@@ -128,6 +132,11 @@ class ProfileDiffRead(BaseModel):
     appeared: list[str]
     vanished: list[str]
     rows: list[ProfileRowRead]
+    python: ProfileDiffRead | None = Field(
+        default=None,
+        description="a cpu_instructions profile's Python functions, by bytecodes each ran "
+        "itself per step (callgrind sees only the interpreter's C functions)",
+    )
 
 
 class ProfileRead(BaseModel):

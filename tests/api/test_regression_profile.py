@@ -113,6 +113,47 @@ def test_the_profile_of_a_regression_and_of_another_with_the_same_culprit(
     assert other["benchmark"] == "vit:eval:cpu" and other["regression_id"] == unet
 
 
+def test_a_count_profile_serves_its_python_functions(client: TestClient, db: Session) -> None:
+    vit, _, bisection = _seed(db, profiled=False)
+
+    def functions(rows: dict[str, float], unit: str) -> Profile:
+        return Profile(
+            metric="cpu_instructions",
+            unit=unit,
+            rows={n: ProfileRow(name=n, values=(v,)) for n, v in rows.items()},
+        )
+
+    c_diff = diff_profiles(
+        functions({"Python/ceval.c:_PyEval_EvalFrameDefault": 4e6}, "instructions"),
+        functions({"Python/ceval.c:_PyEval_EvalFrameDefault": 9e6}, "instructions"),
+    )
+    py_diff = diff_profiles(
+        functions({"m/a.py: f": 100.0}, "bytecodes"),
+        functions({"m/a.py: f": 100.0, "m/a.py: check": 5000.0}, "bytecodes"),
+    )
+    db.add(
+        BisectionProfile(
+            bisection_id=bisection.id,
+            benchmark="vit:eval:cpu",
+            metric="cpu_instructions",
+            before=PARENT,
+            after=CULPRIT,
+            culprit=True,
+            status="done",
+            diff=diff_json(c_diff, python=py_diff),
+        )
+    )
+    db.flush()
+    body = client.get(f"/api/regressions/{vit}/profile").json()
+    python = body["diff"]["python"]
+    assert python["unit"] == "bytecodes"
+    assert [(r["name"], r["change"], r["status"]) for r in python["rows"]] == [
+        ("m/a.py: check", 5000.0, "new")
+    ]
+    assert body["diff"]["rows"][0]["name"] == "Python/ceval.c:_PyEval_EvalFrameDefault"
+    assert body["traces"] == []  # callgrind keeps no Chrome trace
+
+
 def test_a_trace_downloads_as_gzip_json(client: TestClient, db: Session) -> None:
     vit, _, _ = _seed(db)
     response = client.get(f"/api/regressions/{vit}/profile/trace/after")

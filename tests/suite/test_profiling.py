@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.profiles import Profile, ProfileRow, RowStatus, diff_profiles
+from service.profiles import Profile, ProfileRow, RowStatus, diff_profiles, profile_from_json
 from suite import profiling
 
 # callgrind_annotate --inclusive=no --threshold=100 --show-percs=no (valgrind 3.19), trimmed:
@@ -114,3 +114,99 @@ def test_an_operator_table_of_a_real_step_with_planted_work(
     assert rows["aten::mm"]["calls"] >= 1.0 and all(v > 0 for v in rows["aten::mm"]["self"])
     assert len(doc["totals"]) == 2 and all(t > 0 for t in doc["totals"])
     assert "traceEvents" in json.loads(trace.read_text())
+
+
+# A step's callgrind rows of CPython's interpreter loop, split over its inlined headers, the
+# headers under the build's own tree (valgrind 3.19, CPython 3.11.7 built by pyenv).
+ANNOTATE_INLINED = """\
+--------------------------------------------------------------------------------
+Ir
+--------------------------------------------------------------------------------
+700,000  PROGRAM TOTALS
+
+--------------------------------------------------------------------------------
+Ir      file:function
+--------------------------------------------------------------------------------
+  400,000  /usr/src/python3.11/Python/ceval.c:_PyEval_EvalFrameDefault'2 [/usr/bin/python3.11]
+  200,000  /tmp/python-build.20260509/Python-3.11.7/./Include/internal/pycore_frame.h:_PyEval_EvalFrameDefault'2 [/usr/bin/python3.11]
+   60,000  /tmp/python-build.20260509/Python-3.11.7/./Include/object.h:_Py_DECREF [/usr/bin/python3.11]
+   40,000  /tmp/python-build.20260509/Python-3.11.7/./Include/internal/pycore_ceval.h:_PyEval_EvalFrameDefault'2 [/usr/bin/python3.11]
+"""
+
+
+def test_inlined_header_rows_fold_into_their_function_without_the_build_tree() -> None:
+    self_counts, _ = profiling.standardise(
+        profiling.parse_annotate(ANNOTATE_INLINED)[1], [], steps=1
+    )
+    assert self_counts == {
+        "Python/ceval.c:_PyEval_EvalFrameDefault'2": 640_000.0,
+        # A header function with no source-file row of its own stays, its path stripped.
+        "Include/object.h:_Py_DECREF": 60_000.0,
+    }
+    # Two source files with the same function: a header row is not guessed into either.
+    ambiguous = {"a.c:f": 1.0, "b.c:f": 2.0, "x.h:f": 3.0}
+    assert profiling.fold_inlined(ambiguous) == ambiguous
+
+
+def _planted_check(piece: object) -> None:
+    if not isinstance(piece, str) or not piece.isidentifier():
+        raise ValueError(piece)
+
+
+def test_bytecodes_count_each_python_function_the_same_every_time() -> None:
+    def encode(words: list[str], check: bool) -> int:
+        total = 0
+        for w in words:
+            if check:
+                _planted_check(w)
+            total += len(w)
+        return total
+
+    words = ["alpha", "beta", "gamma"] * 10
+    plain = profiling.count_bytecodes(lambda: encode(words, False), steps=3)
+    again = profiling.count_bytecodes(lambda: encode(words, False), steps=3)
+    checked = profiling.count_bytecodes(lambda: encode(words, True), steps=3)
+    assert plain == again  # deterministic
+    name = "suite/test_profiling.py: _planted_check"
+    assert name not in plain
+    calls, executed = checked[name]
+    assert calls == 30.0 and executed > 30 * 5  # per step: one call a word, several bytecodes
+    encoded = "suite/test_profiling.py: encode"
+    assert checked[encoded][1] > plain[encoded][1]  # the call and the branch cost encode too
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        profiling.count_bytecodes(lambda: None, steps=0)
+
+
+def _python(doc: dict[str, object]) -> Profile:
+    return profile_from_json(doc)
+
+
+def test_a_python_check_in_a_real_model_is_named_by_its_bytecodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch.nn.functional as F
+
+    cfg = profiling.ProfileConfig(warmup_steps=1, steps=2, windows=2)
+    before = profiling.profile_bytecodes("dqn", "eval", 2, cfg)
+    repeat = profiling.profile_bytecodes("dqn", "eval", 2, cfg)
+    linear = F.linear
+
+    def checked_linear(x, weight, bias=None):  # type: ignore[no-untyped-def]
+        _planted_check(str(weight.dtype).replace("torch.", "t_"))
+        return linear(x, weight, bias)
+
+    monkeypatch.setattr(F, "linear", checked_linear)
+    after = profiling.profile_bytecodes("dqn", "eval", 2, cfg)
+    for doc in (before, after):
+        assert doc["error"] is None and doc["unit"] == "bytecodes" and doc["batch_size"] == 2
+    assert before["totals"][0] == before["totals"][1] == repeat["totals"][0]
+    assert "modules/module.py: _call_impl" in {r["name"] for r in before["rows"]}
+    assert diff_profiles(_python(before), _python(repeat)).rows == ()
+    diff = diff_profiles(_python(before), _python(after))
+    assert diff.rule.floor == 20.0  # the bytecode rule, chosen by the unit
+    names = [r.name for r in diff.rows]
+    assert set(names[:2]) == {
+        "suite/test_profiling.py: checked_linear",
+        "suite/test_profiling.py: _planted_check",
+    }
+    assert diff.explained == pytest.approx(1.0)

@@ -15,7 +15,9 @@ One benchmark per pair of builds is profiled (a culprit of several benchmarks on
 the first build a second one, interleaved (first, second, first again), whose spread is the
 noise the diff's rows must clear (:func:`service.profiles.diff_profiles`); the Chrome trace of
 each build is kept. A ``cpu_instructions`` regression (a bisection by counts) gets the
-function-level instruction counts under callgrind instead, once per build (near-deterministic).
+function-level instruction counts under callgrind instead, once per build (near-deterministic),
+and with ``profile_python_functions`` each Python function's bytecodes per step beside them
+(callgrind does not see Python functions on CPython 3.11; ``suite/profiling.py``).
 
 Each benchmark's answer is one :class:`~service.models.BisectionProfile` row: the diff as JSON,
 or the reason the probe failed in one line. A failed probe never holds the issue back: the task
@@ -43,9 +45,8 @@ from service.db import session_scope
 from service.errors import BuildError, InvalidInput, MeasureError, NotFound
 from service.metrics import MetricKind, metric
 from service.models import Bisection, BisectionOutcome, BisectionProfile, ProfileStatus
-from service.profiles import diff_json
 from workers.bisect.celery_driver import provider_for, work_dir
-from workers.bisect.profiles import diff_builds, profile_commit
+from workers.bisect.profiles import diff_document, profile_commit
 from workers.builds.base import BuildProvider
 from workers.enqueue import Step
 
@@ -169,6 +170,7 @@ def profile_target(
             "steps": 1,
             "windows": 2,
             "batch_size": settings.count_batch_size,
+            "python_functions": settings.profile_python_functions,
             "timeout_s": settings.count_process_timeout_s,
         }
         if counted
@@ -188,7 +190,7 @@ def profile_target(
             before = profile_commit(before_env, bench, name, trace=traces[0], **options)
             after = profile_commit(after_env, bench, name, trace=traces[1], **options)
             repeat = None if counted else profile_commit(before_env, bench, name, **options)
-            diff = diff_builds(before, after, repeat=repeat)
+            diff = diff_document(before, after, repeat=repeat)
             stored = [gzip.compress(t.read_bytes()) if t.is_file() else None for t in traces]
     except (BuildError, MeasureError, InvalidInput) as exc:
         log.warning("profile probe of %s failed: %s", target.benchmark, exc)
@@ -200,7 +202,7 @@ def profile_target(
         after=target.after,
         culprit=target.culprit,
         status=ProfileStatus.DONE,
-        diff=diff_json(diff),
+        diff=diff,
         trace_before=stored[0],
         trace_after=stored[1],
     )

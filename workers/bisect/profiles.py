@@ -20,7 +20,14 @@ from typing import Any
 
 from service.errors import InvalidInput, MeasureError
 from service.metrics import MetricKind, metric
-from service.profiles import Profile, ProfileDiff, diff_profiles, profile_from_json
+from service.profiles import (
+    Profile,
+    ProfileDiff,
+    diff_json,
+    diff_profiles,
+    profile_from_json,
+    python_profile_of,
+)
 from workers.bisect.measure import REPO_ROOT, parse_benchmark, quiet_env
 from workers.builds.base import BuildEnvironment, log_tail
 from workers.builds.torch_envs import use_environment
@@ -57,12 +64,14 @@ class BuildProfile:
         torch: the torch version the suite reported.
         profile: the rows.
         document: the suite's whole document (rows per window, trace path).
+        python: a count profile's Python-level rows (bytecodes per step), None without.
     """
 
     spec: str
     torch: str
     profile: Profile
     document: Mapping[str, Any]
+    python: Profile | None = None
 
 
 def profile_args(
@@ -128,7 +137,8 @@ def profile_with(
         windows: profiled windows.
         batch_size: overrides the model's default batch size.
         trace: where to keep the Chrome trace (operator tables only; ignored otherwise).
-        python_functions: operator tables also get a row per Python function (cProfile).
+        python_functions: a row per Python function too: its self time in an operator table
+            (cProfile), its bytecodes beside a function profile (``sys.settrace``).
         timeout_s: seconds the suite process may take.
 
     Returns:
@@ -141,9 +151,12 @@ def profile_with(
     args = profile_args(
         benchmark, metric_name, steps=steps, windows=windows, batch_size=batch_size, trace=trace
     )
-    if python_functions and metric(metric_name).kind == MetricKind.TIMED:
+    if python_functions:
         args.append("--python-functions")
     environ = dict(environ)
+    if metric(metric_name).kind == MetricKind.COUNT:
+        # Set iteration order moves a Python-level count: the same seed on every build.
+        environ.setdefault("PYTHONHASHSEED", "0")
     environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (environ.get("PYTHONPATH", ""), str(REPO_ROOT)) if p
     )
@@ -160,7 +173,11 @@ def profile_with(
     if outcome.returncode != 0:
         raise MeasureError(f"{benchmark} on {label}: {log_tail(outcome.stderr)}")
     return BuildProfile(
-        spec=label, torch=str(doc.get("torch", "")), profile=profile_from_json(doc), document=doc
+        spec=label,
+        torch=str(doc.get("torch", "")),
+        profile=profile_from_json(doc),
+        document=doc,
+        python=python_profile_of(doc),
     )
 
 
@@ -187,7 +204,8 @@ def profile_build(
         windows: profiled windows.
         batch_size: overrides the model's default batch size.
         trace: where to keep the Chrome trace (operator tables only; ignored otherwise).
-        python_functions: operator tables also get a row per Python function (cProfile).
+        python_functions: a row per Python function too: its self time in an operator table
+            (cProfile), its bytecodes beside a function profile (``sys.settrace``).
         timeout_s: seconds the suite process may take.
         extra_env: variables added to the process's environment (a planted regression's
             ``NIGHTBENCH_SUITE_INJECT_WORK``).
@@ -259,4 +277,29 @@ def diff_builds(
         after.profile,
         repeat=repeat.profile if repeat is not None else None,
         top=top,
+    )
+
+
+def diff_python(
+    before: BuildProfile, after: BuildProfile, *, top: int | None = None
+) -> ProfileDiff | None:
+    """The diff of two count profiles' Python-level rows (bytecodes per step), None when either
+    build has none (a latency profile, or the section failed)."""
+    if before.python is None or after.python is None:
+        return None
+    return diff_profiles(before.python, after.python, top=top)
+
+
+def diff_document(
+    before: BuildProfile,
+    after: BuildProfile,
+    *,
+    repeat: BuildProfile | None = None,
+    top: int | None = None,
+) -> dict[str, Any]:
+    """Both diffs of two builds as the JSON the API serves and the issue renders
+    (:func:`service.profiles.diff_json`, with the Python-level diff as its ``python``)."""
+    return diff_json(
+        diff_builds(before, after, repeat=repeat, top=top),
+        python=diff_python(before, after, top=top),
     )

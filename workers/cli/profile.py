@@ -65,7 +65,11 @@ def profile(
         typer.Option(help="profile the first build twice and measure the noise between the two"),
     ] = True,
     python_functions: Annotated[
-        bool, typer.Option(help="a row per Python function too (cProfile), for latency")
+        bool,
+        typer.Option(
+            help="a row per Python function too: its self time (cProfile) for latency, its "
+            "bytecodes per step (sys.settrace) for cpu_instructions"
+        ),
     ] = True,
     top: Annotated[int, typer.Option(min=1, help="rows printed at most")] = 20,
     trace_dir: Annotated[
@@ -74,7 +78,7 @@ def profile(
     as_json: Annotated[bool, typer.Option("--json", help="print the diff as JSON")] = False,
 ) -> None:
     """Profile a benchmark on two builds and print what changed, above the noise."""
-    from workers.bisect.profiles import diff_builds, profile_build
+    from workers.bisect.profiles import diff_builds, diff_python, profile_build
 
     if len(build) != 2:
         _fail(f"--build: give two builds, got {len(build)}")
@@ -102,15 +106,20 @@ def profile(
             )
         a, b = profiles[0], profiles[-1]
         diff = diff_builds(a, b, repeat=profiles[1] if repeat else None, top=top)
+        python = diff_python(a, b, top=top)
     except NightbenchError as exc:
         _fail(exc.message, code=1)
         return
     if as_json:
-        doc = diff_json(diff)
+        doc = diff_json(diff, python=python)
         doc["builds"] = [{"spec": p.spec, "torch": p.torch} for p in (a, b)]
         print(json.dumps(doc, indent=1))
         return
     title = f"{benchmark} {metric}: {a.spec} ({a.torch}) → {b.spec} ({b.torch}), per step"
+    if python is not None:  # the Python-level rows first: the C rows are the interpreter's
+        if python.rows:
+            console.print(diff_table(python, f"{title}: Python functions, bytecodes"))
+        console.print(f"Python functions: {python.summary()}")
     if diff.rows:
         console.print(diff_table(diff, title))
     console.print(diff.summary())

@@ -102,6 +102,49 @@ def test_instruction_counts_print_in_instructions() -> None:
     assert "callgrind: self instructions per step" in text
 
 
+def test_a_count_profile_names_the_python_function_first_then_the_interpreter() -> None:
+    c_before = _ops(
+        {"Python/ceval.c:_PyEval_EvalFrameDefault": 4_000_000.0, "gemm": 9_000_000.0},
+        "instructions",
+        "cpu_instructions",
+    )
+    c_after = _ops(
+        {
+            "Python/ceval.c:_PyEval_EvalFrameDefault": 48_000_000.0,
+            "Python/bltinmodule.c:builtin_all": 1_400_000.0,
+            "gemm": 9_000_000.0,
+        },
+        "instructions",
+        "cpu_instructions",
+    )
+    py_before = _ops({"minitok/__init__.py: encode": 90_000.0}, "bytecodes", "cpu_instructions")
+    py_after = _ops(
+        {"minitok/__init__.py: encode": 91_000.0, "minitok/__init__.py: _check_piece": 600_000.0},
+        "bytecodes",
+        "cpu_instructions",
+    )
+    diff = diff_json(diff_profiles(c_before, c_after), python=diff_profiles(py_before, py_after))
+    counted = answer(metric="cpu_instructions", diff=diff, trace_urls=())
+    text = section(render_issue(report(what_changed=(counted,))).body)
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows[0].startswith(
+        "| `minitok/__init__.py: _check_piece` | 0 bytecodes | 600,000 bytecodes | "
+        "+600,000 bytecodes (new) | 100% |"
+    )
+    assert rows[1].startswith("| `minitok/__init__.py: encode` | 90,000 bytecodes")
+    assert rows[2].startswith("| `Python/ceval.c:_PyEval_EvalFrameDefault` | 4,000,000 instr")
+    assert "These rows explain 100% of the profiled step's change (+601,000 bytecodes" in text
+    assert text.index("Python functions, by the bytecodes") < text.index(
+        "C functions, by instructions"
+    )
+    # Without a Python section: the C table alone, as before.
+    alone = answer(
+        metric="cpu_instructions", diff=diff_json(diff_profiles(c_before, c_after)), trace_urls=()
+    )
+    text = section(render_issue(report(what_changed=(alone,))).body)
+    assert "bytecodes" not in text and "Python/ceval.c" in text
+
+
 COMMITS = [{"sha": s} for s in ("g", "c1", "c2", "c3", "c4", "b")]
 
 

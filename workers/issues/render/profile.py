@@ -24,6 +24,10 @@ _WHAT = {
     "latency": "`torch.profiler`: self CPU time per step of each aten operator and Python function",
     "cpu_instructions": "callgrind: self instructions per step of each function",
 }
+_PYTHON_WHAT = (
+    "Python functions, by the bytecodes each ran itself per step (`sys.settrace`; callgrind "
+    "sees the interpreter's C functions, below, not Python's)"
+)
 
 
 def what_changed_section(report: IssueReport) -> str:
@@ -46,10 +50,11 @@ def _answer(report: IssueReport, answer: WhatChanged) -> str:
         return f"{head}: not profiled: {cell(answer.failed) or 'no reason was recorded'}."
     diff = answer.diff
     lines = [f"{head}; {_WHAT.get(answer.metric, answer.metric)}."]
-    rows = list(diff.get("rows") or [])[:TOP_ROWS]
-    if rows:
-        lines += ["", diff_table(rows, str(diff["unit"]))]
-    lines += ["", explained_line(diff, shown=len(rows))]
+    python = diff.get("python")
+    if isinstance(python, Mapping) and python.get("rows"):
+        # A Python-level change reads first: its C rows are the interpreter running it.
+        lines += ["", f"{_PYTHON_WHAT}:", *_block(python), "", "C functions, by instructions:"]
+    lines += _block(diff)
     links = []
     if answer.diff_url:
         links.append(f"Full diff: {answer.diff_url}")
@@ -58,6 +63,13 @@ def _answer(report: IssueReport, answer: WhatChanged) -> str:
     if links:
         lines += ["", ". ".join(links)]
     return "\n".join(lines)
+
+
+def _block(diff: Mapping[str, Any]) -> list[str]:
+    """The top rows of one diff and the line saying how much they explain."""
+    rows = list(diff.get("rows") or [])[:TOP_ROWS]
+    table = ["", diff_table(rows, str(diff["unit"]))] if rows else []
+    return [*table, "", explained_line(diff, shown=len(rows))]
 
 
 def diff_table(rows: list[Mapping[str, Any]], unit: str) -> str:
