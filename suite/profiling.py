@@ -231,7 +231,9 @@ def count_bytecodes(step: Callable[[], None], steps: int) -> dict[str, tuple[flo
         steps: calls of ``step`` counted.
 
     Returns:
-        ``{row name (:func:`python_function_key`): (calls per step, bytecodes per step)}``.
+        ``{row name: (calls per step, bytecodes per step)}``, the row named by
+        :func:`python_function_key` with the function's qualified name
+        (``minitok/tokenizer.py: _check_piece.<locals>.<genexpr>``).
 
     Raises:
         ValueError: ``steps`` below 1.
@@ -264,7 +266,8 @@ def count_bytecodes(step: Callable[[], None], steps: int) -> dict[str, tuple[flo
         sys.settrace(previous)
     out: dict[str, tuple[float, float]] = {}
     for code, (calls, executed) in seen.items():
-        name = python_function_key(code.co_filename, code.co_name)
+        # The qualified name: a generator expression is its function's, not one `<genexpr>`.
+        name = python_function_key(code.co_filename, code.co_qualname)
         had_calls, had = out.get(name, (0.0, 0.0))
         out[name] = (had_calls + calls / steps, had + executed / steps)
     return out

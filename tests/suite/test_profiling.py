@@ -171,7 +171,10 @@ def test_bytecodes_count_each_python_function_the_same_every_time() -> None:
     assert name not in plain
     calls, executed = checked[name]
     assert calls == 30.0 and executed > 30 * 5  # per step: one call a word, several bytecodes
-    encoded = "suite/test_profiling.py: encode"
+    encoded = (
+        "suite/test_profiling.py: "
+        "test_bytecodes_count_each_python_function_the_same_every_time.<locals>.encode"
+    )
     assert checked[encoded][1] > plain[encoded][1]  # the call and the branch cost encode too
     with pytest.raises(ValueError, match="steps must be at least 1"):
         profiling.count_bytecodes(lambda: None, steps=0)
@@ -200,13 +203,14 @@ def test_a_python_check_in_a_real_model_is_named_by_its_bytecodes(
     for doc in (before, after):
         assert doc["error"] is None and doc["unit"] == "bytecodes" and doc["batch_size"] == 2
     assert before["totals"][0] == before["totals"][1] == repeat["totals"][0]
-    assert "modules/module.py: _call_impl" in {r["name"] for r in before["rows"]}
+    assert "modules/module.py: Module._call_impl" in {r["name"] for r in before["rows"]}
     assert diff_profiles(_python(before), _python(repeat)).rows == ()
     diff = diff_profiles(_python(before), _python(after))
     assert diff.rule.floor == 20.0  # the bytecode rule, chosen by the unit
     names = [r.name for r in diff.rows]
     assert set(names[:2]) == {
-        "suite/test_profiling.py: checked_linear",
+        "suite/test_profiling.py: test_a_python_check_in_a_real_model_is_named_by_its_bytecodes"
+        ".<locals>.checked_linear",
         "suite/test_profiling.py: _planted_check",
     }
     assert diff.explained == pytest.approx(1.0)

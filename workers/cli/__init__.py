@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
@@ -167,6 +169,36 @@ def _suite_models(
     return models or SUITE_MODELS[suite], settings
 
 
+@contextlib.contextmanager
+def _night_runs(
+    *,
+    suite: str,
+    torchbench: str | None,
+    models: str | None,
+    night: str | None,
+    torch_spec: str,
+    modes: str,
+    compilers: str,
+    device_classes: list[str],
+) -> Iterator[tuple[Settings, list[tuple[int, int]]]]:
+    """Tonight's runs, one per device class (:func:`_create_runs`), under this command's
+    settings (``--torchbench`` over the configured checkout): ``(settings, [(run_id,
+    benchmarks measured), ...])``, the settings in force until the block ends."""
+    picked, settings = _suite_models(suite, torchbench, models)
+    with use_settings(settings):
+        yield (
+            settings,
+            _create_runs(
+                the_night=_parse_night(night),
+                torch_spec=torch_spec,
+                models=picked,
+                modes=modes,
+                compilers=compilers,
+                device_classes=device_classes,
+            ),
+        )
+
+
 @app.command()
 def nightly(
     models: ModelsOpt = None,
@@ -181,18 +213,18 @@ def nightly(
     """Run tonight's check: measure, detect, confirm, report (embedded by default)."""
     if device not in ("cpu", "cuda"):
         _fail(f"--device must be cpu or cuda, got {device!r}")
-    models, settings = _suite_models(suite, torchbench, models)
     from workers.night import plan as night_mod
 
-    with use_settings(settings):
-        created = _create_runs(
-            the_night=_parse_night(night),
-            torch_spec=torch_spec,
-            models=models,
-            modes=modes,
-            compilers=compilers,
-            device_classes=["cpu" if device == "cpu" else "default"],
-        )
+    with _night_runs(
+        suite=suite,
+        torchbench=torchbench,
+        models=models,
+        night=night,
+        torch_spec=torch_spec,
+        modes=modes,
+        compilers=compilers,
+        device_classes=["cpu" if device == "cpu" else "default"],
+    ) as (settings, created):
         for run_id, total in created:
             if not settings.embedded:
                 night_mod.enqueue_jobs(run_id)
@@ -221,16 +253,16 @@ def dispatch(
     """
     from workers.night import plan as night_mod
 
-    models, settings = _suite_models(suite, torchbench, models)
-    with use_settings(settings):
-        created = _create_runs(
-            the_night=_parse_night(night),
-            torch_spec=torch_spec,
-            models=models,
-            modes=modes,
-            compilers=compilers,
-            device_classes=device_class,
-        )
+    with _night_runs(
+        suite=suite,
+        torchbench=torchbench,
+        models=models,
+        night=night,
+        torch_spec=torch_spec,
+        modes=modes,
+        compilers=compilers,
+        device_classes=device_class,
+    ) as (settings, created):
         for run_id, total in created:
             if settings.embedded:
                 measure(run_id, total)

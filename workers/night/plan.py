@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import date
 
 from service.config import Settings, get_settings
@@ -60,6 +61,106 @@ def _selected(by_name: dict[str, dict], models: Sequence[str] | None) -> list[st
     return names
 
 
+@dataclass(frozen=True)
+class NightPlan:
+    """What a night measures, and what it skips with the reason.
+
+    Attributes:
+        benchmarks: the benchmarks to measure.
+        skipped: ``(benchmark, reason)`` of each benchmark of a model the listing marks
+            unavailable (a missing requirement, data that was never downloaded): stored as a
+            ``skipped`` job with its reason, so that the night's report says what was not
+            measured and why.
+    """
+
+    benchmarks: list[BenchmarkSpec]
+    skipped: list[tuple[BenchmarkSpec, str]] = field(default_factory=list)
+
+
+def _expand(
+    name: str,
+    info: dict,
+    *,
+    modes: Sequence[str],
+    devices: Sequence[str],
+    compilers: Sequence[str],
+    device_class: str | None,
+) -> list[BenchmarkSpec]:
+    """The benchmarks of model ``name`` the night asks for and the model offers."""
+    specs = []
+    for device in devices:
+        if device not in info.get("devices", ["cpu"]):
+            continue
+        for mode in modes:
+            if mode not in info.get("modes", ["train", "eval"]):
+                continue
+            if f"{mode}:{device}" in info.get("not_implemented", []):
+                continue  # offered on another device only (TorchBench's metadata, sizes)
+            for compiler in compilers:
+                if compiler not in info.get("compilers", ["eager", "inductor"]):
+                    continue  # e.g. an eager-only TorchScript or quantized model
+                specs.append(
+                    BenchmarkSpec(
+                        model=name,
+                        mode=mode,
+                        device=device,
+                        compiler=compiler,
+                        queue=queue_for(device, device_class),
+                    )
+                )
+    return specs
+
+
+def plan_night(
+    catalog: Sequence[dict],
+    *,
+    models: Sequence[str] | None = None,
+    modes: Sequence[str] = ("train", "eval"),
+    devices: Sequence[str] = ("cpu",),
+    compilers: Sequence[str] = ("eager",),
+    device_class: str | None = None,
+) -> NightPlan:
+    """The benchmarks of a night from the suite catalogue (``python -m suite list --json``),
+    and those it skips.
+
+    ``models`` are names or shell-style patterns (``torchbench.hf_*``); without them, the
+    suite's own models (TorchBench's are run when named). A model the listing marks
+    unavailable (a missing requirement) is not measured into an error: its benchmarks are
+    :attr:`NightPlan.skipped` with the listing's reason (and the reason is logged).
+
+    Raises:
+        service.errors.InvalidInput: a requested name or pattern matches no model, or nothing
+            is left to measure.
+    """
+    from service.errors import InvalidInput
+
+    by_name = {m["name"]: m for m in catalog}
+    shape = {
+        "modes": modes,
+        "devices": devices,
+        "compilers": compilers,
+        "device_class": device_class,
+    }
+    benchmarks, skipped = [], []
+    for name in _selected(by_name, models):
+        info = by_name[name]
+        if info.get("available", True):
+            benchmarks += _expand(name, info, **shape)  # type: ignore[arg-type]
+            continue
+        # A model that did not import offers nothing it could tell: what the night asked for.
+        known = info.get("modes") and info.get("devices")
+        asked = {"modes": modes, "devices": devices, "compilers": compilers}
+        specs = _expand(name, info if known else asked, **shape)  # type: ignore[arg-type]
+        reason = str(info.get("reason") or "unavailable (no reason given by the listing)")
+        log.warning("%s skipped: %s", name, reason)
+        skipped += [(spec, reason) for spec in specs]
+    if not benchmarks:
+        raise InvalidInput(
+            "no benchmark matches the requested models, modes, devices and compilers"
+        )
+    return NightPlan(benchmarks=benchmarks, skipped=skipped)
+
+
 def plan(
     catalog: Sequence[dict],
     *,
@@ -69,51 +170,19 @@ def plan(
     compilers: Sequence[str] = ("eager",),
     device_class: str | None = None,
 ) -> list[BenchmarkSpec]:
-    """The benchmarks of a night from the suite catalogue (``python -m suite list --json``).
-
-    ``models`` are names or shell-style patterns (``torchbench.hf_*``); without them, the
-    suite's own models (TorchBench's are run when named). A model the listing marks
-    unavailable (a missing requirement) is skipped with its reason logged, not measured into
-    an error.
+    """The benchmarks a night measures (:func:`plan_night`'s, without the skipped).
 
     Raises:
-        service.errors.InvalidInput: a requested name or pattern matches no model.
+        service.errors.InvalidInput: as :func:`plan_night`.
     """
-    from service.errors import InvalidInput
-
-    by_name = {m["name"]: m for m in catalog}
-    names = _selected(by_name, models)
-    for name in [n for n in names if not by_name[n].get("available", True)]:
-        log.warning("%s skipped: %s", name, by_name[name].get("reason"))
-        names.remove(name)
-    specs = []
-    for name in names:
-        info = by_name[name]
-        for device in devices:
-            if device not in info.get("devices", ["cpu"]):
-                continue
-            for mode in modes:
-                if mode not in info.get("modes", ["train", "eval"]):
-                    continue
-                if f"{mode}:{device}" in info.get("not_implemented", []):
-                    continue  # offered on another device only (TorchBench's metadata, sizes)
-                for compiler in compilers:
-                    if compiler not in info.get("compilers", ["eager", "inductor"]):
-                        continue  # e.g. an eager-only TorchScript or quantized model
-                    specs.append(
-                        BenchmarkSpec(
-                            model=name,
-                            mode=mode,
-                            device=device,
-                            compiler=compiler,
-                            queue=queue_for(device, device_class),
-                        )
-                    )
-    if not specs:
-        raise InvalidInput(
-            "no benchmark matches the requested models, modes, devices and compilers"
-        )
-    return specs
+    return plan_night(
+        catalog,
+        models=models,
+        modes=modes,
+        devices=devices,
+        compilers=compilers,
+        device_class=device_class,
+    ).benchmarks
 
 
 def create_night(
@@ -122,19 +191,29 @@ def create_night(
     benchmarks: Sequence[BenchmarkSpec],
     torch_spec: str = "current",
     commit_range: list[dict] | None = None,
+    skipped: Sequence[tuple[BenchmarkSpec, str]] = (),
     settings: Settings | None = None,
 ) -> int:
-    """Create the night's run and its jobs (committed); returns the run id."""
+    """Create the night's run and its jobs (committed); returns the run id.
+
+    ``skipped`` benchmarks get a job too, ended ``skipped`` with their reason at once (never
+    sent to a worker, not missing data): the night's report lists them.
+    """
     settings = settings or get_settings()
     with session_scope() as session:
         run = runs.create_run(
             session,
             night=night,
-            benchmarks=benchmarks,
+            benchmarks=[*benchmarks, *(spec for spec, _ in skipped)],
             torch_spec=torch_spec,
             deadline_s=settings.night_deadline_s,
             commit_range=commit_range,
         )
+        reasons = {spec.name: reason for spec, reason in skipped}
+        for job in runs.list_jobs(session, run_id=run.id) if reasons else ():
+            if job.benchmark in reasons:
+                job.status, job.error = JobStatus.SKIPPED, reasons[job.benchmark]
+                job.finished_at = utcnow()
         return run.id
 
 
@@ -150,7 +229,8 @@ def create_nights(
     """Create one run per device class (``cpu`` or a GPU class such as ``h100``).
 
     Returns:
-        ``(run_id, job_count)`` per device class, in order.
+        ``(run_id, benchmarks measured)`` per device class, in order (a run's benchmarks
+        skipped at planning have ended jobs of their own: :func:`create_night`).
 
     Raises:
         service.errors.InvalidInput: a bad torch spec, model or device class.
@@ -163,7 +243,7 @@ def create_nights(
     created = []
     for device_class in device_classes:
         device = "cpu" if device_class == "cpu" else "cuda"
-        specs = plan(
+        planned = plan_night(
             catalog,
             models=models,
             modes=modes,
@@ -171,7 +251,10 @@ def create_nights(
             compilers=compilers,
             device_class=None if device == "cpu" else device_class,
         )
-        created.append((create_night(night=night, benchmarks=specs, torch_spec=spec), len(specs)))
+        run_id = create_night(
+            night=night, benchmarks=planned.benchmarks, torch_spec=spec, skipped=planned.skipped
+        )
+        created.append((run_id, len(planned.benchmarks)))
     return created
 
 

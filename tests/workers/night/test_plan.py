@@ -16,7 +16,7 @@ from service.models import Result, Run
 from service.runs.report import run_report
 from tests.suite.helpers import FIXTURES
 from workers.cli import app
-from workers.night.plan import plan
+from workers.night.plan import plan, plan_night
 
 CATALOG = [
     {"name": "resnet18", "suite": "nightbench", "modes": ["train", "eval"], "devices": ["cpu"]},
@@ -132,6 +132,47 @@ def test_a_torchbench_night_twice_compares_with_the_first(configure: Callable[..
         report = run_report(session, run_id=runs[1].id, settings=get_settings())
         latency = next(r for r in report["results"] if r["metric"] == "latency")
         assert latency["baseline"] is not None  # the second night is compared with the first
+
+
+def test_a_model_skipped_at_planning_is_in_the_nights_report_with_its_reason(
+    configure: Callable[..., None],
+) -> None:
+    configure(torchbench_path=CHECKOUT)
+    out = CliRunner().invoke(
+        app,
+        [
+            "nightly",
+            "--models",
+            "torchbench.tiny_mlp,torchbench.needs_tensorboardx",
+            "--modes",
+            "eval",
+            "--date",
+            "2026-11-03",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    assert "skipped torchbench.needs_tensorboardx:eval:cpu: " in " ".join(out.output.split())
+    with session_scope() as session:
+        run = session.scalars(select(Run).where(Run.kind == "nightly")).one()
+        assert run.status == "complete"  # a skip is not missing data
+        report = run_report(session, run_id=run.id, settings=get_settings())
+    assert report["run"]["jobs"]["skipped"] == 1 and report["run"]["jobs"]["done"] == 1
+    [skip] = report["skipped"]
+    assert skip["benchmark"] == "torchbench.needs_tensorboardx:eval:cpu"
+    assert "missing requirement(s): nightbench-fixture-tensorboardx-not-installed" in skip["reason"]
+
+
+def test_the_plan_keeps_each_skipped_benchmark_with_the_listings_reason() -> None:
+    planned = plan_night(CATALOG, models=["torchbench.*"], modes=["eval"])
+    assert "torchbench.Background_Matting" not in _names(planned.benchmarks)
+    assert [(s.name, reason) for s, reason in planned.skipped] == [
+        (
+            "torchbench.Background_Matting:eval:cpu",
+            "missing requirement(s): tensorboardX",
+        )
+    ]
+    with pytest.raises(InvalidInput, match="no benchmark matches"):
+        plan_night(CATALOG, models=["torchbench.Background_Matting"])
 
 
 def test_status_command_exits_1_and_names_an_overdue_run(database_url: str) -> None:
