@@ -3,6 +3,7 @@ identical builds give no row above the noise, a planted operator is named in the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,57 @@ def test_the_table_shows_before_after_change_and_share() -> None:
     cells = [c.strip() for c in line.split("│") if c.strip()]
     assert cells == ["aten::clone", "0.0 µs", "400.0 µs", "+400.0", "98%", "new"]
     assert diff.summary() == "the rows explain 98% of the step's change (+410.0 us)"
+
+
+def _table(metric: str, unit: str, rows: dict[str, float]) -> Profile:
+    return Profile(metric=metric, unit=unit, rows={n: ProfileRow(n, (v,)) for n, v in rows.items()})
+
+
+def test_a_count_profile_prints_its_python_functions_before_the_c_functions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from workers.bisect import profiles
+
+    c_rows = {"Python/ceval.c:_PyEval_EvalFrameDefault": 4e6, "gemm": 9e6}
+    py_rows = {"tok/__init__.py: encode": 90_000.0}
+    builds = {
+        "torch==2.12.0": (c_rows, py_rows),
+        "torch==2.13.0": (
+            {**c_rows, "Python/ceval.c:_PyEval_EvalFrameDefault": 9e6},
+            {**py_rows, "tok/__init__.py: _check_piece": 500_000.0},
+        ),
+    }
+    calls = []
+
+    def fake_profile_build(spec: str, benchmark: str, metric: str, **kw: object) -> object:
+        calls.append((spec, metric, kw["python_functions"]))
+        c, py = builds[spec]
+        return profiles.BuildProfile(
+            spec=spec,
+            torch=spec.split("==")[1],
+            profile=_table(metric, "instructions", c),
+            document={},
+            python=_table(metric, "bytecodes", py),
+        )
+
+    monkeypatch.setattr(profiles, "profile_build", fake_profile_build)
+    args = ["profile", "--benchmark", "dqn:eval:cpu", "--metric", "cpu_instructions"]
+    builds_args = ["--build", "torch==2.12.0", "--build", "torch==2.13.0", "--no-repeat"]
+    out = CliRunner().invoke(app, [*args, *builds_args], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert calls == [
+        ("torch==2.12.0", "cpu_instructions", True),
+        ("torch==2.13.0", "cpu_instructions", True),
+    ]
+    text = " ".join(out.output.split())
+    assert text.index("_check_piece") < text.index("_PyEval_EvalFrameDefault")
+    assert (
+        "Python functions: the rows explain 100% of the step's change (+500,000.0 bytecodes)"
+        in text
+    )
+    assert "Python functions, bytecodes" in text
+    assert "the rows explain 100% of the step's change (+5,000,000.0 instructions)" in text
+    as_json = CliRunner().invoke(app, [*args, *builds_args, "--json"])
+    doc = json.loads(as_json.output[as_json.output.index("{") :])
+    assert [r["name"] for r in doc["python"]["rows"]] == ["tok/__init__.py: _check_piece"]
+    assert doc["python"]["unit"] == "bytecodes" and doc["unit"] == "instructions"
