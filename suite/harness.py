@@ -8,7 +8,10 @@ Method (after pyperf and TorchBench's ``torchbenchmark/util/experiment/metrics.p
   kernel's peak-RSS counter (``/proc/self/clear_refs`` with ``5``), so that ``cpu_peak_mem`` is
   the peak *above* the library's own footprint (a torch wheel's ~220-510 MB, which would otherwise
   turn a change of wheel into a false memory regression); ``cpu_peak_mem_total`` keeps the whole
-  peak. Both are this process's own figures (``VmHWM``), never machine-wide ones;
+  peak. Both are this process's own figures (``VmHWM``), never machine-wide ones, read after
+  a fixed number of steps (the minimum warm-up and timed iterations together,
+  :class:`PeakAfterSteps`), not after however many the host's speed let run, so that a model
+  whose memory grows every step reads the same peak on a quiet night and a busy one;
 - with ``NIGHTBENCH_SUITE_DEVICE_LOCK`` set, hold an exclusive lock on that file from here to
   the end of the timed iterations (:mod:`suite.device_lock`: processes prepare at once and
   measure one at a time);
@@ -21,7 +24,8 @@ Method (after pyperf and TorchBench's ``torchbenchmark/util/experiment/metrics.p
   beside the wall-clock latency: a step that waited for a core (another job on a shared machine)
   shows in ``latency`` but not in ``cpu_time``, which tells contention from a slower build;
 - on CUDA, ``torch.cuda.reset_peak_memory_stats`` before warm-up and
-  ``torch.cuda.max_memory_allocated`` after the timed iterations (this process's allocator);
+  ``torch.cuda.max_memory_allocated`` after the same fixed number of steps (this process's
+  allocator);
 - a leak check: memory after each timed iteration (RSS on CPU, ``memory_allocated`` on CUDA),
   read outside the timed region, against memory after warm-up;
 - the page faults of the timed iterations (``getrusage``), kept beside the warm-up in
@@ -302,6 +306,44 @@ def run_benchmark(
     return record
 
 
+class PeakAfterSteps:
+    """A peak-memory reading taken once, after a fixed number of steps since the "ready" point
+    (warm-up and timed steps counted together), whatever the number of steps run in all.
+
+    The warm-up and the timed loop run for a minimum time as well as a minimum count, so how
+    many steps a process runs depends on how fast the host is that evening. A benchmark whose
+    memory grows a little every step (sac eval under torch 2.13: about 0.35 MiB a step with
+    jemalloc, 0.55 MiB with glibc) would then read a higher peak on a quiet night than on a
+    busy one: measured, 32.9 MiB at 51 steps, 60.7 MiB at 123 and 99.8 MiB at 225, the same
+    build; and five `make nightly` nights of one build filed a +30% peak-memory regression.
+    Read after the same number of steps in every process, the peak is the same work's peak
+    (the minimum warm-up and timed iterations together, 18 by default: every process runs
+    at least that many; docs/benchmarks.md, "Peak memory after a fixed number of steps").
+
+    Args:
+        steps: the step after which to read (1 or more).
+        read: returns the peak(s) then (bytes).
+    """
+
+    def __init__(self, steps: int, read: Callable[[], tuple[int, int]]) -> None:
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, got {steps}")
+        self.steps = steps
+        self._read = read
+        self._seen = 0
+        self.value: tuple[int, int] | None = None
+
+    def after_step(self) -> None:
+        """Count one step; read the peak after the :attr:`steps`-th."""
+        self._seen += 1
+        if self._seen == self.steps:
+            self.value = self._read()
+
+    def result(self) -> tuple[int, int]:
+        """The reading, or one taken now when fewer than :attr:`steps` steps ran."""
+        return self.value if self.value is not None else self._read()
+
+
 def _measure(
     *,
     step: Callable[[], object],
@@ -321,8 +363,16 @@ def _measure(
         if cuda:
             sync()
             torch.cuda.reset_peak_memory_stats()
+        # The peaks after a fixed number of steps, the fewest any process runs (the minimums).
+        peaks = PeakAfterSteps(
+            cfg.warmup_iterations + cfg.min_iterations,
+            lambda: (
+                peak_rss() if reset_ok else rss(),
+                torch.cuda.max_memory_allocated() if cuda else 0,
+            ),
+        )
         steady = cfg.steady_warmup if cfg.steady_warmup is not None else cuda
-        warm_ms, reached = _warm_up(step, sync, cfg, steady=steady)
+        warm_ms, reached = _warm_up(step, sync, cfg, steady=steady, after_step=peaks.after_step)
         record.environment["warmup"] = {
             "iterations": len(warm_ms),
             "steady": reached,
@@ -338,12 +388,14 @@ def _measure(
         readings: list[int] = []
         cpu_times: list[float] = []
         faults = resource.getrusage(resource.RUSAGE_SELF)
-        samples = _timed_loop(step, extra, cfg, cuda, sync, memory, readings, cpu_times)
+        samples = _timed_loop(
+            step, extra, cfg, cuda, sync, memory, readings, cpu_times, after_step=peaks.after_step
+        )
         record.environment["page_faults"] = page_faults_since(faults, len(samples))
-        if reset_ok:
-            peak_total = peak_rss()
-        else:  # no kernel peak counter: the highest reading taken is the best lower bound
-            peak_total = max(ready_rss, rss(), *([] if cuda else readings))
+        peak_total, gpu_peak = peaks.result()
+        if not reset_ok:  # no kernel peak counter: RSS then is the best lower bound
+            peak_total = max(ready_rss, peak_total)
+        record.environment["peak_memory_steps"] = peaks.steps
     finally:
         rss.close()
 
@@ -361,7 +413,7 @@ def _measure(
     add("cpu_peak_mem", [float(max(peak_total - ready_rss, 0))])
     add("cpu_peak_mem_total", [float(peak_total)])
     if cuda:
-        add("gpu_peak_mem", [float(torch.cuda.max_memory_allocated())])
+        add("gpu_peak_mem", [float(gpu_peak)])
     leak = leak_check(after_warmup, readings, LEAK_MIN_BYTES_CUDA if cuda else LEAK_MIN_BYTES)
     add("mem_growth", [float(leak["growth_bytes"])])  # type: ignore[arg-type]
     record.leak = leak
@@ -374,6 +426,7 @@ def _warm_up(
     cfg: HarnessConfig,
     *,
     steady: bool = False,
+    after_step: Callable[[], None] = lambda: None,
 ) -> tuple[list[float], bool | None]:
     """Run the warm-up steps; return each step's latency (ms) and whether it became steady.
 
@@ -382,6 +435,8 @@ def _warm_up(
     iteration time is steady (:func:`suite.gpu_setup.is_steady`), at most
     ``cfg.warmup_max_iterations`` iterations or ``cfg.warmup_max_seconds`` in all.
 
+    ``after_step`` is called after each step (outside its time).
+
     Returns ``(times, reached)``: ``reached`` is None without ``steady``, else whether the time
     became steady before a cap.
     """
@@ -389,6 +444,7 @@ def _warm_up(
     start = time.perf_counter()
     while len(warm_ms) < cfg.warmup_iterations or time.perf_counter() - start < cfg.warmup_seconds:
         warm_ms.append(_timed_step(step, sync))
+        after_step()
         if len(warm_ms) >= 10 * max(cfg.warmup_iterations, 1):
             break
     if not steady:
@@ -400,6 +456,7 @@ def _warm_up(
         ):
             return warm_ms, False
         warm_ms.append(_timed_step(step, sync))
+        after_step()
     return warm_ms, True
 
 
@@ -419,12 +476,15 @@ def _timed_loop(
     memory: Callable[[], int],
     readings: list[int],
     cpu_times: list[float] | None = None,
+    *,
+    after_step: Callable[[], None] = lambda: None,
 ) -> list[float]:
     """Run the timed iterations; return their latencies (ms).
 
     Also fills ``readings`` (memory after each iteration, bytes) and, on CPU, ``cpu_times``
     (this process's CPU time per iteration, ms; read just outside the wall-clock window, so
-    the latency samples do not include the extra clock reads).
+    the latency samples do not include the extra clock reads); ``after_step`` is called after
+    each iteration, outside its time.
     """
     perf_counter = time.perf_counter
     process_time = time.process_time
@@ -446,6 +506,7 @@ def _timed_loop(
                 end.record()
                 events.append((begin, end))
                 readings.append(memory())
+                after_step()
                 if len(events) % 10 == 0:
                     sync()  # bounds the queue so wall-time checks mean something
             sync()
@@ -463,6 +524,7 @@ def _timed_loop(
             samples.append((t1 - t0) * 1e3)
             cpu_ms.append((c1 - c0) * 1e3)
             readings.append(memory())
+            after_step()
         return samples
     finally:
         if gc_was_enabled:

@@ -17,6 +17,7 @@ import torch
 from suite.environment import build_variant
 from suite.harness import (
     HarnessConfig,
+    PeakAfterSteps,
     _prepare_injection,
     describe_failure,
     run_benchmark,
@@ -342,3 +343,40 @@ def test_cuda_leak_and_out_of_memory() -> None:
     proc, record = run_record("out_of_memory", "eval", "--device", "cuda", fixtures=True)
     assert proc.returncode == 1
     assert record["error"].startswith("OutOfMemoryError")
+
+
+# --- peak memory after a fixed number of steps ------------------------------------------------
+
+
+def test_the_peak_is_read_once_after_its_step() -> None:
+    reads = iter(range(100))
+    peak = PeakAfterSteps(3, lambda: (next(reads), 0))
+    for _ in range(2):
+        peak.after_step()
+    assert peak.value is None
+    peak.after_step()
+    assert peak.value == (0, 0)
+    for _ in range(5):
+        peak.after_step()  # later steps do not move it
+    assert peak.result() == (0, 0)
+    assert PeakAfterSteps(9, lambda: (7, 1)).result() == (7, 1)  # fewer steps: read at the end
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        PeakAfterSteps(0, lambda: (0, 0))
+
+
+def test_a_growing_model_reads_the_same_peak_however_many_steps_the_host_allowed() -> None:
+    # planted_leak keeps 1 MiB a step. The timed loop runs for a minimum time as well as a
+    # minimum count, so a fast host runs more steps than a slow one: the peak must not follow.
+    short = ("--iterations", "15", "--min-seconds", "0")
+    long = ("--iterations", "15", "--min-seconds", "1", "--max-iterations", "120")
+    _, few = run_record("planted_leak", "eval", *short, fixtures=True)
+    _, many = run_record("planted_leak", "eval", *long, fixtures=True)
+    assert many["leak"]["iterations"] >= few["leak"]["iterations"] + 30, "the long run ran longer"
+    # The minimum warm-up and timed iterations together: the same in both processes.
+    assert few["environment"]["peak_memory_steps"] == many["environment"]["peak_memory_steps"]
+    assert few["environment"]["peak_memory_steps"] >= 15
+    peaks = [metric(r, "cpu_peak_mem")["median"] for r in (few, many)]
+    assert abs(peaks[0] - peaks[1]) < 2 * MIB, peaks
+    assert 12 * MIB < peaks[0] < 30 * MIB  # about 16 steps' MiB, not the long run's 45 or more
+    # The growth over the timed steps still tells the longer run's story.
+    assert metric(many, "mem_growth")["median"] > metric(few, "mem_growth")["median"] + 20 * MIB
