@@ -364,8 +364,9 @@ def _baselines(
         s.outlier = ~np.isnan(base) & (dist > cut) & ~(s.regression | s.improvement)
         s.baseline, s.baseline_lower, s.baseline_upper = base, track.lower, track.upper
         s.change = change
-        # The next night's, judged against the nights since the series' last reset.
-        since = max((start for _, start in resets[i]), default=0)
+        # The next night's, judged as the detector judges it: against the nights of the
+        # series' last segment, which starts at a raised step's first night at its new level.
+        since = max((first for first, _ in resets[i]), default=0)
         s.smallest_change = series_smallest_change(
             s.median[since:], s.threshold, memory=memory, params=params
         )

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from service.models import BenchmarkStability, Result
 from service.regressions.baseline import baseline_track
 from service.regressions.detection import DEFAULT_PARAMS, Night, assess_night
+from service.regressions.sensitivity import series_smallest_change
 from tests.api.conftest import add_night, flag, latency_series, make_record, night, rows
 
 N = 24
@@ -309,3 +310,12 @@ def test_a_step_raised_after_it_persisted_restarts_the_baseline_at_its_first_nig
     nights = [Night(i, tuple(s)) for i, s in enumerate(train)]
     a = assess_night(nights[: STEP + k], nights[STEP + k], metric="latency")
     assert a.baseline == pytest.approx(pts[STEP + k]["baseline"], rel=1e-9)
+    # The smallest change the next night could see is judged on the same segment: its noise
+    # over the nights from the step's first night, not from the night after it was raised.
+    series = _series(client.get("/api/models/vit/history").json(), "train", "latency")
+    since_step = series_smallest_change(levels[STEP:], 0.07, memory=False)
+    assert since_step is not None
+    assert series["smallest_change"] == pytest.approx(since_step)
+    assert since_step != pytest.approx(
+        series_smallest_change(levels[STEP + 2 :], 0.07, memory=False)
+    )
