@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -664,6 +665,16 @@ def test_an_unbisected_memory_regression_links_its_commits_only_to_the_source_re
     if repository != "pytorch/pytorch":
         assert "github.com/pytorch/pytorch/compare/" not in body
         assert not any(f"github.com/pytorch/pytorch/commit/{s}" in body for s in shas)
+    # Not bisected: the Reproduce bisects the night's range on the maintainer's clone of the
+    # source repository, built as the deployment builds it.
+    clone = (
+        f"~/{repository.split('/')[1]}"
+        if repository
+        else ("~/minitok" if "source_repo_path" in source else "PATH/TO/CLONE")
+    )
+    install = shlex.quote(deployment.bisect_install_command)
+    assert f"nightbench bisect --repo {clone} --good {good} --bad {bad} " in body, body
+    assert f"--install {install}" in body
 
 
 def test_nothing_reproduced_files_nothing(

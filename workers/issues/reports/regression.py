@@ -159,7 +159,10 @@ def build_report(
     # Links follow the source repository only (Settings.source_repository): a bisection's as
     # its provider recorded it, else the settings'; without one the shas stand bare.
     code_url = bisection.code_url if bisection is not None else settings.source_code_url
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {
+        "bisect_repo": _clone_placeholder(settings),
+        "install_command": settings.bisect_install_command,
+    }
     if bisection is not None and bisection.repo:
         options["bisect_repo"] = bisection.repo
     if bisection is not None and bisection.install_command:
@@ -180,6 +183,18 @@ def build_report(
         what_changed=what_changed(group, bisection, settings),
         **options,
     )
+
+
+def _clone_placeholder(settings: Settings) -> str:
+    """Where a maintainer's own clone of the source repository is, for a Reproduce without a
+    bisection of its own: ``~/<name>`` of the source repository on GitHub (``~/pytorch``) or
+    of the deployment's local clone (``source_repo_path``), else ``PATH/TO/CLONE``."""
+    repository = settings.source_repository
+    if repository:
+        return f"~/{repository.rsplit('/', 1)[-1]}"
+    if settings.source_repo_path is not None:
+        return f"~/{settings.source_repo_path.name}"
+    return "PATH/TO/CLONE"
 
 
 def what_changed(
