@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TEST_WORKERS_MAX ?= 4
 
 .PHONY: nightly test lint venv clean
 
@@ -30,7 +31,13 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check service workers suite tests benchmarks migrations
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(PY) -m pytest
+	# Two parts. The bulk on every core (pytest-xdist, one file to a worker, at most
+	# $(TEST_WORKERS_MAX)); then the tests marked `measured`, one at a time with nothing beside
+	# them: they assert verdicts on real latency, which a neighbour moves (tests/conftest.py).
+	# Both parts run whatever the first gives; either failing fails the target.
+	$(PY) -m pytest -m "not measured" -n auto --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile; \
+	bulk=$$?; $(PY) -m pytest -m measured; measured=$$?; \
+	test $$bulk -eq 0 && test $$measured -eq 0
 
 clean:
 	rm -rf $(VENV) .nightbench

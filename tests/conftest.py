@@ -46,6 +46,12 @@ _SESSION_TAG = f"nbt_{os.getpid()}_{uuid.uuid4().hex[:6]}"
 
 # Tests measure real models on a shared 2-core machine: one thread each keeps them comparable.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# pytest-xdist's workers (`make test`) start with COLUMNS=80 and LINES=24 in their environment,
+# which the command line takes as a terminal's width (workers/cli/common.py): its tables would
+# then be cut at 80 columns there and nowhere else. Tests read the output as a log's.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 MEASURED_RERUNS = 1

@@ -75,8 +75,9 @@ def _install(*args: str) -> tuple[int, str]:
 
 
 def test_names_failed_setups_and_models_that_do_not_import_and_exits_1(
-    record: Path, tmp_path: Path
+    record: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("NIGHTBENCH_TORCHBENCH_PATH", raising=False)
     copy = _checkout(tmp_path)
     code, output = _install(
         "--torchbench",
@@ -85,6 +86,8 @@ def test_names_failed_setups_and_models_that_do_not_import_and_exits_1(
         "torchbench.tiny_mlp,torchbench.needs_*,torchbench.broken_*,resnet18",
     )
     assert code == 1, output
+    # --torchbench is the command's own: the environment of its caller is not written.
+    assert "NIGHTBENCH_TORCHBENCH_PATH" not in os.environ
     asked = json.loads(record.read_text())
     assert asked["models"] == ["broken_setup", "needs_tensorboardx", "tiny_mlp"]
     assert asked["continue_on_fail"] is True and asked["torch"] is False

@@ -17,6 +17,7 @@ import sys
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
+from unittest.mock import patch
 
 import typer
 
@@ -277,16 +278,19 @@ def install_torchbench(
         code, output = tb_install.run_installer_captured(
             root, command, env=tb_install.constrained_environment(held)
         )
-        # Stays: suite has no settings object; the check's checkout_root() reads it in-process.
-        os.environ[ENV_VAR] = str(root)
         # Checked again whatever the cache holds: the install may have fetched what a model
-        # needed (a HuggingFace config) without changing the environment's packages.
-        identity, found = torchbench_check.checks(chosen.torchbench, python=python, refresh=True)
+        # needed (a HuggingFace config) without changing the environment's packages. The
+        # check's checkout_root() reads the checkout from the environment (suite has no
+        # settings object): set for the check alone, and the caller's environment after it.
         setups = tb_install.parse_setup_output(output)
-        torchbench_check.store_setups(
-            identity,
-            {n: (o.status, o.error) for n, o in setups.items() if n in chosen.torchbench},
-        )
+        with patch.dict(os.environ, {ENV_VAR: str(root)}):
+            identity, found = torchbench_check.checks(
+                chosen.torchbench, python=python, refresh=True
+            )
+            torchbench_check.store_setups(
+                identity,
+                {n: (o.status, o.error) for n, o in setups.items() if n in chosen.torchbench},
+            )
     except typer.Exit:
         raise  # a refusal already explained (click's Exit is a RuntimeError)
     except (tb_install.InstallInputError, RuntimeError, OSError) as exc:
