@@ -16,8 +16,8 @@ real store holds (``make nightly`` after a few nights), so the numbers a person 
    absolute successive difference of the last ``window`` log levels; ``k`` = nights in that
    window), its smallest detectable change the formula at its threshold
    (``Settings.threshold_for``: 7% unless the settings give the series one). Where the history
-   API gives the series another value (``SeriesHistory.smallest_change``: it cuts a raised step
-   at the night after the one it was raised on, not at its first night), a line says so.
+   API gives the series another value (``SeriesHistory.smallest_change``, which cuts the
+   series where the detector does too), a line says so: the two reads disagree.
 2. **The flow at the same noise.** Series whose noise agrees to ``--noise-step`` (0.05%) are
    one group, simulated once: ``--trials`` series of ``k`` baseline nights at level 1, each
    night one value ``exp(e)``, ``e ~ N(0, noise)`` (``Noise(process_cv=noise, processes=1)``:
@@ -535,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         ):
             console.print(
                 f"[yellow]{s.benchmark}: the history API gives {_pct(s.api_smallest)} "
-                f"(its cut of a raised step), the detector's baseline since its last reset "
+                f"but the detector's baseline since its last reset gives "
                 f"{_pct(mine)} ({s.levels.size} nights)[/]"
             )
     rows = compare(series, trials=args.trials, seed=args.seed, noise_step=args.noise_step)
