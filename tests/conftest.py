@@ -13,7 +13,8 @@ night flagged, a step confirmed or not, a culprit named). This host's latency mo
 from process to process and far more while a neighbour loads it (a whole CI run has taken twice
 its usual time), so such a verdict can flip with the code unchanged: they get one more try
 (pytest-rerunfailures), and a try that needed it shows as ``RERUN`` in the summary. A failure
-the code causes fails both.
+the code causes fails both. ``make test`` runs them after the rest, one at a time with nothing
+beside them; the rest run on every core (pytest-xdist, one file to a worker).
 """
 
 from __future__ import annotations
