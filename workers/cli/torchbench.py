@@ -278,11 +278,11 @@ def install_torchbench(
         code, output = tb_install.run_installer_captured(
             root, command, env=tb_install.constrained_environment(held)
         )
+        setups = tb_install.parse_setup_output(output)
         # Checked again whatever the cache holds: the install may have fetched what a model
         # needed (a HuggingFace config) without changing the environment's packages. The
         # check's checkout_root() reads the checkout from the environment (suite has no
         # settings object): set for the check alone, and the caller's environment after it.
-        setups = tb_install.parse_setup_output(output)
         with patch.dict(os.environ, {ENV_VAR: str(root)}):
             identity, found = torchbench_check.checks(
                 chosen.torchbench, python=python, refresh=True
