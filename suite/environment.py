@@ -8,12 +8,16 @@ so that two runs on the same machine and build describe themselves identically.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
+import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,6 +85,84 @@ def build_variant(version: str | None = None) -> str:
     return "cpu"
 
 
+def _git(directory: Path, *args: str) -> str | None:
+    """``git -C directory ARGS``'s output, or None where git is missing or fails."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        return subprocess.run(
+            [git, "-C", str(directory), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def source_tree_state(directory: Path) -> dict[str, Any]:
+    """The state of the code in ``directory``: its path and, where it is tracked in a git work
+    tree (not ignored there, as a virtual environment inside a repository is), the tree's
+    ``HEAD`` commit and the SHA-256 of ``git diff HEAD`` (its uncommitted changes to tracked
+    files; ``None`` when there are none).
+
+    Returns:
+        ``{"path", "commit", "changes"}``; ``commit`` and ``changes`` are None outside a git
+        work tree or without git.
+    """
+    state: dict[str, Any] = {"path": str(directory), "commit": None, "changes": None}
+    if not directory.is_dir():
+        return state
+    top = _git(directory, "rev-parse", "--show-toplevel")
+    if not top or _git(directory, "check-ignore", "-q", ".") is not None:
+        return state  # outside a work tree, or ignored by the one it lies in
+    state["commit"] = (_git(directory, "rev-parse", "HEAD") or "").strip() or None
+    diff = _git(directory, "diff", "HEAD", "--", ".")
+    if diff:
+        state["changes"] = hashlib.sha256(diff.encode()).hexdigest()
+    return state
+
+
+def code_under_test() -> dict[str, Any]:
+    """What decides the code a benchmark runs besides its model: the build under test.
+
+    Two processes that give the same dict ran the same code, so a change between two nights
+    whose records agree on it is the host's or the process's, not the build's (the paired
+    confirmation measures the previous night's build beside a re-run on that ground:
+    :func:`workers.night.finish.paired_build`).
+
+    Returns:
+        ``torch_version``, ``torch_git_version``, ``torch_path`` (the directory torch was
+        imported from), ``distributions`` (every installed distribution as ``name==version``,
+        sorted: torchvision, the model's libraries, ...), and ``source_trees``: the
+        :func:`source_tree_state` of torch's directory and of each ``PYTHONPATH`` entry (a
+        checkout put first on the path, as ``nightbench demo`` puts its package's).
+    """
+    torch_dir = Path(torch.__file__).resolve().parent
+    path_entries = [
+        Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
+    distributions = sorted(
+        {f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()}
+    )
+    return {
+        "torch_version": torch.__version__,
+        "torch_git_version": getattr(torch.version, "git_version", None),
+        "torch_path": str(torch_dir),
+        "distributions": distributions,
+        "source_trees": [source_tree_state(p) for p in (torch_dir, *path_entries)],
+    }
+
+
+def build_fingerprint() -> str:
+    """The SHA-256 (hex, 16 characters) of :func:`code_under_test`: equal for two processes
+    that ran the same code, whatever machine or hour they ran at."""
+    text = json.dumps(code_under_test(), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @lru_cache(maxsize=1)
 def _static_environment() -> dict[str, Any]:
     """Facts that cannot change within one process (cached: nvidia-smi costs ~50 ms)."""
@@ -104,6 +186,7 @@ def _static_environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": platform.node(),
         "executable": sys.executable,
+        "build_fingerprint": build_fingerprint(),
     }
 
 
@@ -154,7 +237,8 @@ def collect_environment(device: str = "cpu") -> dict[str, Any]:
         ``gpu_capability``, ``gpu_memory_bytes`` (bytes), ``cpu_model``, ``cpu_count``,
         ``cpu_capability``, ``cpu_governor``, ``cpu_affinity``, ``threads``, ``interop_threads``,
         ``mkldnn``, ``openmp``, the fp32 precision flags of :func:`precision_flags`, ``python``,
-        ``platform``, ``hostname``, ``executable``, and ``measurement_setup``, the allocator,
+        ``platform``, ``hostname``, ``executable``, ``build_fingerprint`` (the code under test:
+        :func:`build_fingerprint`), and ``measurement_setup``, the allocator,
         tunables and kernel settings verified in force (:func:`suite.cpu_setup.setup_in_force`),
         with, for ``cuda``, the GPU setup under ``measurement_setup["gpu"]``
         (:func:`suite.gpu_setup.gpu_setup_in_force`: cuDNN autotuning, deterministic

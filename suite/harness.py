@@ -286,16 +286,13 @@ def run_benchmark(
         # What the model is, for the service's catalogue (not part of the machine fingerprint).
         record.environment["model_domain"] = model_domain(model)
         step = bench.train if mode == "train" else bench.eval
+        inject = _inject_fraction(model, mode, cfg.inject_work)
+        if inject:  # planted work is part of what was measured: the record says so
+            record.environment["injected_work"] = inject
         with device_lock() as waited:  # one warm-up and timing at a time, when asked
             if waited is not None:
                 record.environment["device_lock"] = {"waited_s": round(waited, 3)}
-            _measure(
-                step=step,
-                device=device,
-                cfg=cfg,
-                record=record,
-                inject=_inject_fraction(model, mode, cfg.inject_work),
-            )
+            _measure(step=step, device=device, cfg=cfg, record=record, inject=inject)
     except Exception as exc:  # noqa: BLE001 - every failure becomes an error record, by design
         record.error = describe_failure(exc)
         record.metrics = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import date
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -30,12 +31,15 @@ def store_latency(
     rng: random.Random,
     commit: str | None = None,
     spec: BenchmarkSpec = SPEC,
+    environment: dict[str, Any] | None = None,
 ) -> None:
-    """Store 20 latency samples around ``level_ms`` (1% noise) as ``run``'s only job's result,
-    measured on torch commit ``commit`` (default ``ENV``'s)."""
-    job = runs.list_jobs(session, run_id=run.id)[0]
+    """Store 20 latency samples around ``level_ms`` (1% noise) as the result of ``run``'s job of
+    ``spec``, measured on torch commit ``commit`` (default ``ENV``'s), in ``environment``
+    (default ``ENV``)."""
+    job = next(j for j in runs.list_jobs(session, run_id=run.id) if j.model == spec.model)
     samples = [level_ms * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
-    env = {**ENV, "torch_git_version": commit} if commit else ENV
+    env = environment if environment is not None else ENV
+    env = {**env, "torch_git_version": commit} if commit else env
     store_record(
         session,
         run=run,

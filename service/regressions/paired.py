@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -29,6 +31,64 @@ from service.metrics import host_bound
 from service.models import Regression, Result, Run, RunKind
 from service.regressions.detection import Night
 from service.series import is_paired_round
+
+
+def code_identity(environment: dict[str, Any]) -> tuple[str, float] | None:
+    """The code a result measured: ``(build_fingerprint, injected_work)``.
+
+    ``build_fingerprint`` is the suite's :func:`suite.environment.build_fingerprint` (torch's
+    version, commit and directory, the installed distributions, the source trees on the path);
+    ``injected_work`` the fraction of a step the harness planted (0.0: none). None when the
+    record has no fingerprint (records from before it, or from another tool): its code is
+    unknown.
+    """
+    fingerprint = environment.get("build_fingerprint")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        return None
+    return fingerprint, float(environment.get("injected_work") or 0.0)
+
+
+def same_code(
+    session: Session,
+    *,
+    previous: Run,
+    tonight: Run,
+    benchmarks: Iterable[tuple[str, str, str, str]],
+) -> str | None:
+    """The build fingerprint both nights measured ``benchmarks`` with, when they ran the same
+    code; None when they did not, or when either side's code is unknown.
+
+    Two nights on ``current`` (the worker's own interpreter) name no build in their spec; their
+    records do (:func:`code_identity`). They ran the same code when
+    every one of ``benchmarks`` (``(model, mode, device, compiler)``, at least one) has measured
+    results on both nights and all of them carry one identity, and tonight's run was not given a
+    commit range of its own (a night planned with its commits, as ``nightbench demo`` plans its
+    last, says its code changed).
+    """
+    if tonight.commit_range and len(tonight.commit_range) > 1:
+        return None
+    wanted = set(benchmarks)
+    if not wanted:
+        return None
+    identities: dict[int, dict[tuple[str, str, str, str], set[Any]]] = {
+        previous.id: {},
+        tonight.id: {},
+    }
+    stmt = select(
+        Result.run_id, Result.model, Result.mode, Result.device, Result.compiler, Result.environment
+    ).where(Result.run_id.in_(identities), Result.error.is_(None))
+    for run_id, model, mode, device, compiler, environment in session.execute(stmt):
+        key = (model, mode, device, compiler)
+        if key in wanted:
+            identities[run_id].setdefault(key, set()).add(code_identity(environment or {}))
+    seen = set()
+    for key in wanted:
+        for run_id in identities:
+            seen |= identities[run_id].get(key, {None})
+    if len(seen) != 1 or None in seen:
+        return None
+    ((fingerprint, _injected),) = seen
+    return str(fingerprint)
 
 
 def paired_results(session: Session, *, confirm_run: Run, regression: Regression) -> list[Result]:
@@ -105,8 +165,10 @@ def judged_rerun(
     before, beside = previous
     tonight = float(statistics.median(rerun.samples))
     scale = regression.baseline / before
+    fingerprint = (confirm_run.options or {}).get("paired_fingerprint")
+    named = f"{spec}, the same code as tonight's: build {fingerprint}" if fingerprint else spec
     words = (
-        f" The previous night's build ({spec}) was measured beside the re-run, in turns: "
+        f" The previous night's build ({named}) was measured beside the re-run, in turns: "
         f"tonight's build {tonight:.2f} ms ({_count(processes)}) against {before:.2f} ms "
         f"({_count(beside)}), {tonight / before - 1:+.1%}; the re-run was judged at "
         f"the baseline's {regression.baseline:.2f} ms times that ratio, so what the host "

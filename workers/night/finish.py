@@ -16,7 +16,8 @@ benchmarks failing night after night (:mod:`workers.issues.failing`, filed as is
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -26,6 +27,7 @@ from service.db import session_scope
 from service.models import RUN_OPEN, Alert, Confirmation, Run, RunKind
 from service.regressions import back
 from service.regressions import service as regressions
+from service.regressions.paired import same_code
 from service.runs import rounds
 from service.runs import service as runs
 from service.runs.service import BenchmarkSpec
@@ -251,12 +253,14 @@ def _create_confirmation(
     """The confirmation run of ``run``'s candidates ``specs``, and its first paired round (None
     when unpaired: :func:`paired_build`). A paired one is measured in at least
     ``settings.paired_confirmation_processes`` rounds a build (``options["processes"]``)."""
-    paired_spec = paired_build(session, run=run, settings=settings)
-    options = None
+    paired_spec, fingerprint = paired_build(session, run=run, settings=settings, benchmarks=specs)
+    options: dict[str, Any] | None = None
     processes = settings.processes_for(specs[0].queue)
     if paired_spec:
         processes = max(processes, settings.paired_confirmation_processes)
         options = {"paired_spec": paired_spec, "processes": processes}
+        if fingerprint:
+            options["paired_fingerprint"] = fingerprint
     confirm = runs.create_run(
         session,
         night=run.night,
@@ -279,20 +283,44 @@ def _create_confirmation(
     return confirm.id, paired.id
 
 
-def paired_build(session: Session, *, run: Run, settings: Settings) -> str | None:
+def paired_build(
+    session: Session,
+    *,
+    run: Run,
+    settings: Settings,
+    benchmarks: Sequence[BenchmarkSpec] = (),
+) -> tuple[str | None, str | None]:
     """The torch spec of the previous night's build, to measure beside ``run``'s confirmation
-    re-run (:mod:`service.regressions.paired`); None when the re-run goes unpaired.
+    re-run of ``benchmarks`` (:mod:`service.regressions.paired`), and, for a build on
+    ``current``, the fingerprint of its code; ``(None, None)`` when the re-run goes unpaired.
 
-    Unpaired when ``settings.paired_confirmation`` is off, when there is no previous night, or
-    when the previous night's spec is ``current`` (the worker's own interpreter: whatever it
-    holds now, not necessarily the build that night measured).
+    A pinned spec (``torch==X``, a wheel, a checkout) names its build. ``current`` (the worker's
+    own interpreter, as ``make nightly`` runs) names none: it is paired only when both nights are
+    on ``current`` and their records of ``benchmarks`` show the same code
+    (:func:`service.regressions.paired.same_code`: torch, the installed distributions, the source
+    trees on the path, the planted work). Then no step between the two nights can be the build's,
+    and the pair measures that build twice, as a pinned spec repeated night after night does.
+
+    Unpaired when ``settings.paired_confirmation`` is off, when there is no previous night, when
+    the previous night was on ``current`` and tonight's is pinned, or when the two nights on
+    ``current`` ran different or unknown code (the worker holds tonight's build only).
     """
     if not settings.paired_confirmation or run.previous_run_id is None:
-        return None
+        return None, None
     previous = session.get(Run, run.previous_run_id)
-    if previous is None or previous.torch_spec.strip() == CURRENT:
-        return None
-    return previous.torch_spec
+    if previous is None:
+        return None, None
+    if previous.torch_spec.strip() != CURRENT:
+        return previous.torch_spec, None
+    if run.torch_spec.strip() != CURRENT:
+        return None, None
+    fingerprint = same_code(
+        session,
+        previous=previous,
+        tonight=run,
+        benchmarks=[(b.model, b.mode, b.device, b.compiler) for b in benchmarks],
+    )
+    return (CURRENT, fingerprint) if fingerprint else (None, None)
 
 
 def interleaved(*step_lists: list[Step], swap: bool = False) -> list[Step]:

@@ -9,11 +9,19 @@ the previous night's build, measured beside the re-run in turns on the same work
 slow, so the step is not tonight's build's and is not reproduced. Each build gets three
 processes (``NIGHTBENCH_PAIRED_CONFIRMATION_PROCESSES``): with one a side, a ratio of two
 processes of one build on this host came out 22% apart.
+
+``make nightly`` runs on ``current`` (the worker's own interpreter), which names no build: there
+the pair is the same code twice, established from the nights' records (their build
+fingerprint). The second test keeps every night's code and slows the ninth evening from
+outside: the worker shares its CPU with a busy process all evening.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import date
 
@@ -28,13 +36,16 @@ from suite.harness import INJECT_ENV
 from tests.conftest import WorkerPool, wait_until
 from tests.workers.builds.test_environments import TORCH_SPEC, shared_env_cache
 from workers.builds import torch_envs as environments
+from workers.builds.torch_envs import CURRENT
 from workers.night import plan as nightly
 
 SPECS = [BenchmarkSpec(model="dqn", mode="eval")]  # a process measures it in about a second
 
 
-def _night(day: int) -> int:
-    run_id = nightly.create_night(night=date(2026, 8, day), benchmarks=SPECS, torch_spec=TORCH_SPEC)
+def _night(day: int, torch_spec: str = TORCH_SPEC, month: int = 8) -> int:
+    run_id = nightly.create_night(
+        night=date(2026, month, day), benchmarks=SPECS, torch_spec=torch_spec
+    )
     nightly.enqueue_jobs(run_id)
 
     def settled() -> bool:
@@ -51,6 +62,23 @@ def _latency_ms(session, run_id: int) -> float:  # type: ignore[no-untyped-def]
     )
     assert result is not None and result.error is None, result and result.error
     return float(statistics.median(result.samples))
+
+
+def _confirmation(session, run_id: int) -> tuple[Regression, Run, list[Run], list[Run]]:  # type: ignore[no-untyped-def]
+    """The night's latency regression, its confirmation run, that run's rounds of tonight's
+    build and its paired rounds of the previous night's, each in creation order."""
+    (regression,) = session.scalars(
+        select(Regression).where(Regression.run_id == run_id, Regression.metric == "latency")
+    )
+    confirm = session.scalars(
+        select(Run).where(Run.parent_run_id == run_id, Run.kind == "confirm")
+    ).one()
+    children = list(
+        session.scalars(select(Run).where(Run.parent_run_id == confirm.id).order_by(Run.id))
+    )
+    rounds_of = [c for c in children if c.options["origin"] == "night"]
+    beside = [c for c in children if c.options["origin"] == "paired"]
+    return regression, confirm, rounds_of, beside
 
 
 @pytest.mark.measured
@@ -74,20 +102,11 @@ def test_a_host_slow_for_the_whole_evening_does_not_confirm_its_own_step(
     run_id = _night(9)
 
     with session_scope() as session:
-        (regression,) = session.scalars(
-            select(Regression).where(Regression.run_id == run_id, Regression.metric == "latency")
-        )
-        confirm = session.scalars(
-            select(Run).where(Run.parent_run_id == run_id, Run.kind == "confirm")
-        ).one()
-        children = list(
-            session.scalars(select(Run).where(Run.parent_run_id == confirm.id).order_by(Run.id))
-        )
+        regression, confirm, rounds_of, beside = _confirmation(session, run_id)
+        children = [*rounds_of, *beside]
         # Three processes a build (NIGHTBENCH_PAIRED_CONFIRMATION_PROCESSES): the re-run and two
         # rounds of it on tonight's build, three paired rounds on the previous night's.
         assert confirm.options == {"paired_spec": TORCH_SPEC, "processes": 3}
-        rounds_of = [c for c in children if c.options["origin"] == "night"]
-        beside = [c for c in children if c.options["origin"] == "paired"]
         assert len(rounds_of) == 2 and len(beside) == 3
         assert {(c.kind, c.torch_spec, c.status) for c in beside} == {
             ("replicate", TORCH_SPEC, "complete")
@@ -134,3 +153,71 @@ def test_a_host_slow_for_the_whole_evening_does_not_confirm_its_own_step(
     assert f"The previous night's build ({TORCH_SPEC}) was measured beside the re-run" in reason
     assert "Not reproduced by the confirmation re-run" in reason
     assert parent_status == "complete"
+
+
+@pytest.mark.measured
+def test_on_current_a_host_busy_all_evening_does_not_confirm_its_own_step(
+    celery_workers: WorkerPool,
+    configure: Callable[..., None],
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    """The false alarm of five quiet nights of one build (docs/benchmarks.md): nights on
+    ``current``, the same code every night; on the ninth evening a busy process shares the
+    worker's CPU (both pinned to CPU 0), so every process that evening takes about twice as
+    long. The re-run alone reproduces that step; the same code measured beside it is as slow."""
+    configure(stability_recheck="false")
+    pinned = ["--cpus", "0"]
+    quiet = celery_workers.start("cpu", log_dir=tmp_path, name="w0", extra=pinned)
+    baseline = [_night(day, CURRENT, month=9) for day in range(1, 9)]
+    celery_workers.kill(quiet)
+    busy = subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"],
+        preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+    )
+    try:
+        celery_workers.start("cpu", log_dir=tmp_path, name="w1", extra=pinned)
+        run_id = _night(9, CURRENT, month=9)
+    finally:
+        busy.kill()
+        busy.wait(timeout=30)
+
+    with session_scope() as session:
+        regression, confirm, rounds_of, beside = _confirmation(session, run_id)
+        night_result = session.scalar(
+            select(Result).where(Result.run_id == run_id, Result.metric == "latency")
+        )
+        assert night_result is not None
+        fingerprint = night_result.environment["build_fingerprint"]
+        assert confirm.options == {
+            "paired_spec": CURRENT,
+            "processes": 3,
+            "paired_fingerprint": fingerprint,
+        }
+        assert len(rounds_of) == 2 and len(beside) == 3
+        assert {(c.torch_spec, c.status) for c in beside} == {(CURRENT, "complete")}
+        # Every process of the evening, on both sides, ran the nights' code.
+        fingerprints = set(
+            session.scalars(
+                select(Result.environment["build_fingerprint"].as_string()).where(
+                    Result.run_id.in_(
+                        [*baseline, confirm.id, *(c.id for c in (*rounds_of, *beside))]
+                    ),
+                    Result.metric == "latency",
+                )
+            )
+        )
+        assert fingerprints == {fingerprint}
+        before = statistics.median(_latency_ms(session, r) for r in baseline)
+        rerun = statistics.median(_latency_ms(session, r.id) for r in [confirm, *rounds_of])
+        previous = statistics.median(_latency_ms(session, r.id) for r in beside)
+        reason = " ".join(regression.reason.split())
+    # The re-run alone reproduced the step (unpaired, as every night on `current` was judged
+    # before, it would have been confirmed and filed) ...
+    assert rerun / before > 1.4, (rerun, before)
+    # ... and the same code measured beside it was as slow: the host, not the build.
+    assert previous / before > 1.4, (previous, before)
+    assert regression.confirmation == "not_reproduced" and not regression.alertable, reason
+    assert (
+        f"The previous night's build (current, the same code as tonight's: build {fingerprint}) "
+        "was measured beside the re-run" in reason
+    )
