@@ -205,10 +205,13 @@ class Settings(BaseSettings):
         description="glob patterns of the models counted (empty: every model of the night)",
     )
     count_batch: int = Field(
-        default=8,
+        default=1,
         ge=1,
-        description="benchmarks counted in turn by one valgrind process (import torch under "
-        "valgrind, about a minute, paid once per batch)",
+        description="benchmarks counted in turn by one valgrind process. The count process runs "
+        "uninstrumented until its first counted window, so its import torch, the first "
+        "benchmark's build and its warm-up cost about 15 CPU seconds instead of a minute or "
+        "more; the benchmarks after the first in a process are built and warmed up "
+        "instrumented (docs/benchmarks.md, 'The count process's instrumentation')",
     )
     count_batch_size: int = Field(
         default=2,

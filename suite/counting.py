@@ -2,7 +2,9 @@
 
 Method (as ``torch.utils.benchmark.Timer.collect_callgrind`` counts, and PyTorch's
 ``benchmarks/instruction_counts``): the process runs under ``valgrind --tool=callgrind
---collect-atstart=no``, so nothing is counted until the code asks; around each counted window
+--collect-atstart=no --instr-atstart=no``, so nothing is counted until the code asks, and
+nothing is instrumented before the first counted window (:func:`instrumentation_on`: ``import
+torch``, the build and the warm-up run at valgrind's bare speed); around each counted window
 of steps it calls ``torch._C._valgrind_toggle()`` (collection on) and
 ``torch._C._valgrind_toggle_and_dump_stats()`` (collection off, and one profile dumped), so a
 dump holds the instructions (callgrind's ``Ir``) of exactly those steps. The count is made in a
@@ -46,7 +48,13 @@ UNIT = "instructions"
 INSIDE_ENV = "NIGHTBENCH_COUNT_MANIFEST"
 """Set (to the manifest's path) in the process valgrind runs: count, do not start valgrind."""
 VALGRIND_FLAGS = ("--tool=callgrind", "--collect-atstart=no", "--dump-instr=no")
-"""The callgrind options every count uses; they are part of the series' machine fingerprint."""
+"""The callgrind options of every count and function-level profile (``suite/profiling.py``)."""
+COUNT_FLAGS = (*VALGRIND_FLAGS, "--instr-atstart=no")
+"""The options of a count: also no instrumentation until the first counted window
+(:func:`instrumentation_on`), so ``import torch``, the model's build and its warm-up run at
+valgrind's bare speed. Part of the count series' machine fingerprint."""
+CONTROL = "callgrind_control"
+"""Valgrind's tool that switches callgrind's instrumentation on in a running process."""
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
 
 
@@ -115,6 +123,51 @@ def dump_totals(path: Path) -> int:
 # ------------------------------------------------------------------------------------------
 # Inside valgrind
 
+_instrumented = False
+
+
+def instrumentation_on(timeout_s: float = 120.0) -> None:
+    """Switch callgrind's instrumentation on in this process, once (later calls return at once).
+
+    The count process starts with instrumentation off (``--instr-atstart=no``): until it is
+    on, callgrind neither counts nor tracks calls and the process runs at valgrind's bare
+    speed, several times faster (``import torch``: 9 s of CPU against 31 s, docs/benchmarks.md
+    "The count process's instrumentation"). It is switched on by ``callgrind_control -i on
+    PID``, through valgrind's gdbserver, which takes the command at its next poll: this process
+    keeps executing while it waits, so the poll comes without ``ptrace``. Once on it stays on:
+    switching it off and on again leaves callgrind's call stack stale, and the first window
+    after such a switch was measured wrong (2.3 M of sac train's 19.4 M instructions, or a
+    negative total).
+
+    Raises:
+        CountUnavailable: ``callgrind_control`` is missing, failed or did not answer within
+            ``timeout_s`` seconds.
+    """
+    global _instrumented
+    if _instrumented:
+        return
+    control = shutil.which(CONTROL)
+    if control is None:
+        raise CountUnavailable(f"{CONTROL} is not installed (it comes with valgrind)")
+    proc = subprocess.Popen(
+        [control, "-i", "on", str(os.getpid())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise CountUnavailable(f"{CONTROL} -i on did not answer within {timeout_s:.0f} s")
+        sum(range(1000))  # guest code running: valgrind polls for the command between blocks
+    answer = (proc.stdout.read() if proc.stdout else "").strip()
+    if proc.returncode != 0 or "OK" not in answer:
+        tail = " | ".join(answer.splitlines()[-2:])
+        raise CountUnavailable(f"{CONTROL} -i on failed (exit {proc.returncode}): {tail}")
+    _instrumented = True
+
 
 def _count_one(model: str, mode: str, batch_size: int | None, cfg: CountConfig) -> dict[str, Any]:
     """Build one benchmark and count ``cfg.repeats`` windows of its steps, each dumped.
@@ -138,6 +191,7 @@ def _count_one(model: str, mode: str, batch_size: int | None, cfg: CountConfig) 
         for _ in range(cfg.warmup_steps):
             step()
         out["warmup_cpu_s"] = round(time.process_time() - cpu - out["build_cpu_s"], 2)
+        instrumentation_on()
         gc.collect()
         gc.disable()
         try:
@@ -196,7 +250,7 @@ def _environment(version: str, cfg: CountConfig) -> dict[str, Any]:
     env["counter"] = {
         "tool": "callgrind",
         "valgrind": version,
-        "flags": list(VALGRIND_FLAGS),
+        "flags": list(COUNT_FLAGS),
         "warmup_steps": cfg.warmup_steps,
         "steps": cfg.steps,
     }
@@ -241,17 +295,22 @@ def count_records(
         timeout), has ``error`` set instead.
 
     Raises:
-        CountUnavailable: valgrind is missing or does not run (nothing was counted).
+        CountUnavailable: valgrind or its ``callgrind_control`` is missing, or valgrind does
+            not run (nothing was counted).
     """
     cfg = cfg or CountConfig()
     version = valgrind_version(valgrind)
+    if shutil.which(CONTROL) is None:
+        raise CountUnavailable(
+            f"{CONTROL} is not installed (it comes with valgrind): cpu_instructions not counted"
+        )
     environment = _environment(version, cfg)
     with tempfile.TemporaryDirectory(prefix="nightbench-count-") as tmp:
         work = Path(tmp)
         manifest = work / "manifest.json"
         cmd = [
             shutil.which(valgrind) or valgrind,
-            *VALGRIND_FLAGS,
+            *COUNT_FLAGS,
             f"--callgrind-out-file={work}/callgrind.out",
             python,
             "-m",

@@ -32,9 +32,11 @@ from service.metrics import INSTRUCTIONS
 from service.models import Job, Result
 from service.runs.service import BenchmarkSpec
 
-PROCESS_CPU_S = 65.0
-"""CPU seconds one valgrind count process spends before its first benchmark (``import torch``
-under valgrind: 58 to 64 s measured on the 2-core development host, docs/benchmarks.md)."""
+PROCESS_CPU_S = 15.0
+"""CPU seconds one valgrind count process spends besides its benchmarks (``import torch`` with
+instrumentation off, ``--instr-atstart=no``: 12 to 16 s measured on the 2-core development
+host, against 34 to 64 s instrumented; docs/benchmarks.md, "The count process's
+instrumentation")."""
 DEFAULT_COST_S = 120.0
 """CPU seconds assumed for a benchmark never counted on the queue, when no benchmark has been."""
 

@@ -26,7 +26,7 @@ def _names(specs: tuple[BenchmarkSpec, ...]) -> list[str]:
 def test_a_pass_within_its_budget_counts_every_benchmark_in_order() -> None:
     history = {s.name: CountHistory(date(2026, 1, 1), 100.0) for s in SPECS}
     # 6 x 100 s of steps + 2 valgrind processes of 3 benchmarks x 65 s = 730 s.
-    plan = plan_count_pass(SPECS, history, budget_s=730, batch=3)
+    plan = plan_count_pass(SPECS, history, budget_s=730, batch=3, process_cpu_s=65)
     assert _names(plan.counted) == ["a", "b", "c", "d", "e", "f"]
     assert plan.deferred == () and plan.note() is None
     assert plan.estimated_cpu_s == pytest.approx(730)
@@ -130,13 +130,13 @@ def _count_night(day: int, *, budget_s: float, cost: dict[str, float]) -> list[s
 
 def test_nights_in_rotation_count_every_benchmark_in_turn(database_url: str) -> None:
     cost = {"a": 200.0, "b": 200.0, "c": 200.0, "d": 200.0, "e": 200.0, "f": 200.0}
-    # The first night knows no cost: 120 s assumed each, 6 x 120 + 3 x 65 = 915 > 600, so
-    # 2 x 120 + 65 = 305, 3 x 120 + 2 x 65 = 490, 4 x 120 + 2 x 65 = 610 > 600: three counted.
+    # The first night knows no cost: 120 s assumed each, processes of 2 at 15 s
+    # (count_plan.PROCESS_CPU_S): 4 x 120 + 2 x 15 = 510, 5 x 120 + 3 x 15 = 645 > 600: four.
     first = _count_night(1, budget_s=600, cost=cost)
-    assert first == ["a", "b", "c"]
-    # Then the three never counted, then by the oldest count: each benchmark in turn.
+    assert first == ["a", "b", "c", "d"]
+    # Then the two never counted, then by the oldest count: each benchmark in turn.
     nights = [first] + [_count_night(day, budget_s=600, cost=cost) for day in range(2, 6)]
-    assert nights[1] == ["d", "e"]  # 2 x 200 + 65 = 465; a third: 600 + 130 > 600
+    assert nights[1] == ["e", "f"]  # 2 x 200 + 15 = 415; a third: 600 + 30 > 600
     seen = Counter(m for night in nights for m in night)
     assert set(seen) == set(cost)
     assert max(seen.values()) - min(seen.values()) <= 1

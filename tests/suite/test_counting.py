@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,15 +62,14 @@ def test_records_match_dumps_in_order_and_say_what_was_not_counted(tmp_path: Pat
     assert d["error"] == "not counted: timed out" and d["measures"] == ["cpu_instructions"]
 
 
-def test_without_valgrind_the_metric_is_skipped_with_its_reason(tmp_path: Path) -> None:
-    with pytest.raises(counting.CountUnavailable, match="valgrind is not installed"):
-        counting.valgrind_version(str(tmp_path / "no-valgrind"))
-    out = tmp_path / "out.json"
-    env = {"PATH": str(tmp_path), "PYTHONPATH": str(ROOT)}
+def _skipped_count(path: Path) -> str:
+    """``python -m suite count`` of dqn eval with only ``path`` on PATH: the reason the count
+    was skipped (the record must carry no error and no metric)."""
+    out = path / "out.json"
     proc = subprocess.run(
         [sys.executable, "-m", "suite", "count", "--benchmarks", "dqn:eval", "--out", str(out)],
         cwd=ROOT,
-        env=env,
+        env={"PATH": str(path), "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -77,4 +77,28 @@ def test_without_valgrind_the_metric_is_skipped_with_its_reason(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr
     (record,) = json.loads(out.read_text())["records"]
     assert record["error"] is None and record["metrics"] == []
-    assert "valgrind is not installed" in record["skipped"]["cpu_instructions"]
+    return str(record["skipped"]["cpu_instructions"])
+
+
+def test_without_valgrind_the_metric_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    with pytest.raises(counting.CountUnavailable, match="valgrind is not installed"):
+        counting.valgrind_version(str(tmp_path / "no-valgrind"))
+    assert "valgrind is not installed" in _skipped_count(tmp_path)
+
+
+def test_instrumentation_cannot_be_switched_on_outside_valgrind() -> None:
+    # This process is no valgrind process: callgrind_control finds no callgrind task in it.
+    with pytest.raises(counting.CountUnavailable, match="callgrind_control -i on failed"):
+        counting.instrumentation_on(timeout_s=60)
+
+
+def test_without_callgrind_control_the_metric_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        pytest.skip("valgrind is not installed here")
+    # valgrind (Debian's is a script that runs valgrind.bin beside it), no callgrind_control
+    for name in ("valgrind", "valgrind.bin"):
+        found = shutil.which(name) or str(Path(valgrind).with_name(name))
+        if Path(found).exists():
+            (tmp_path / name).symlink_to(found)
+    assert "callgrind_control is not installed" in _skipped_count(tmp_path)
