@@ -10,9 +10,10 @@ of steps it calls ``torch._C._valgrind_toggle()`` (collection on) and
 dump holds the instructions (callgrind's ``Ir``) of exactly those steps. The count is made in a
 process of its own, never the timed one: one thread, ``PYTHONHASHSEED=0``, the garbage
 collector off during the counted windows, after warm-up steps that are not counted. Several
-benchmarks may be counted in turn by one valgrind process, so that ``import torch`` under
-valgrind (about a minute here) is paid once; each benchmark is built after the previous one is
-released.
+benchmarks may be counted in turn by one valgrind process, each built after the previous one is
+released; with instrumentation off until the first window, ``import torch`` costs a process about
+12 CPU seconds here (a minute instrumented), and the benchmarks after the first are built
+instrumented, so one a process is the nightly's default (``NIGHTBENCH_COUNT_BATCH``).
 
 The count is exact for the code the process ran: it sees Python, the framework and the kernels
 it dispatched to, and is blind to threading, caches and memory layout (latency stays the metric

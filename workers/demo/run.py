@@ -25,8 +25,8 @@ With ``counted_nights``, the last of the good nights and the bad one(s) also cou
 instructions per step of ``tokbag`` under valgrind (``cpu_instructions``, at the count series'
 batch of :data:`DEMO_COUNT_BATCH_SIZE`): the night's count pass, confirmation and a bisection
 by counts then run as in the nightly, and the profile probe diffs callgrind's function tables.
-Each counted process pays ``import torch`` under valgrind (about a minute), so only the last
-nights are counted: enough for the detector's baseline, not fourteen.
+Each counted process pays valgrind's start and the counted steps (tens of seconds), so only the
+last nights are counted: enough for the detector's baseline, not fourteen.
 
 Everything runs in-process (Celery's eager mode) and writes under ``--dir``: the repository,
 the store (a SQLite file, unless ``NIGHTBENCH_DATABASE_URL`` names another database), the builds
