@@ -288,7 +288,7 @@ def paired_build(
     *,
     run: Run,
     settings: Settings,
-    benchmarks: Sequence[BenchmarkSpec] = (),
+    benchmarks: Sequence[BenchmarkSpec],
 ) -> tuple[str | None, str | None]:
     """The torch spec of the previous night's build, to measure beside ``run``'s confirmation
     re-run of ``benchmarks`` (:mod:`service.regressions.paired`), and, for a build on
