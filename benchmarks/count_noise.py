@@ -4,9 +4,9 @@ Runs ``python -m suite count`` (``suite/counting.py``: valgrind's callgrind, col
 around the counted steps) ``--processes`` times over the chosen benchmarks, each time as
 separate valgrind processes of ``--batch`` benchmarks (as the count pass of a night counts
 them), and reports per benchmark: the median count per step, the coefficient of variation and
-the spread ``(max - min) / min`` of the per-process medians, and the wall and CPU seconds one
-benchmark took under valgrind; then the suite's median CV, p90 and max spread, and the cost of
-the whole pass. The load average is printed beside the figures (``os.getloadavg``): a count
+the spread ``(max - min) / min`` of the per-process medians, the largest spread of one
+process's windows, and the wall and CPU seconds one benchmark took under valgrind; then the
+suite's median and p90 CV, p90 and max spread, and the cost of the whole pass. The load average is printed beside the figures (``os.getloadavg``): a count
 should not move with it, its cost does.
 
 Usage::
@@ -72,12 +72,15 @@ def measure(
     that a pass of hours stopped part-way keeps what it counted.
 
     Returns:
-        ``{"model:mode": {"medians": [...], "wall_s": [...], "cpu_s": [...], "errors": [...]}}``
+        ``{"model:mode": {"medians": [...], "windows": [[...], ...], "wall_s": [...],
+        "cpu_s": [...], "errors": [...]}}`` (``windows``: each process's counts per step, one
+        per counted window; ``medians`` their medians)
         and, under ``"_processes"``, each valgrind process's wall and CPU seconds.
     """
     out: dict[str, dict[str, Any]] = {
         f"{m}:{mo}": {
             "medians": [],
+            "windows": [],
             "wall_s": [],
             "cpu_s": [],
             "build_cpu_s": [],
@@ -108,6 +111,7 @@ def measure(
                         row["errors"].append(r["error"])
                     else:
                         row["medians"].append(r["metrics"][0]["median"])
+                        row["windows"].append(r["metrics"][0]["samples"])
                 progress.advance(task)
                 if checkpoint:
                     with open(checkpoint, "w") as fh:
@@ -116,7 +120,8 @@ def measure(
 
 
 def summarise(data: dict[str, dict[str, Any]], processes: int) -> dict[str, Any]:
-    """Per benchmark CV and spread, the suite's median CV, p90 and max spread, and the cost of
+    """Per benchmark CV, spread and window spread (the largest ``(max - min) / min`` of one
+    process's windows), the suite's median and p90 CV, p90 and max spread, and the cost of
     one pass (every benchmark counted once: the valgrind processes' seconds over ``processes``)."""
     rows = {}
     for name, row in data.items():
@@ -126,12 +131,17 @@ def summarise(data: dict[str, dict[str, Any]], processes: int) -> dict[str, Any]
             "median": statistics.median(row["medians"]),
             "cv": cv(row["medians"]),
             "spread": spread(row["medians"]),
+            "window_spread": max((spread(w) for w in row.get("windows", [])), default=0.0),
             "processes": len(row["medians"]),
             "wall_s": statistics.median([w for w in row["wall_s"] if w is not None] or [0]),
             "cpu_s": statistics.median([c for c in row["cpu_s"] if c is not None] or [0]),
         }
     cvs = sorted(r["cv"] for r in rows.values())
     spreads = sorted(r["spread"] for r in rows.values())
+
+    def p90(values: list[float]) -> float | None:
+        return values[min(len(values) - 1, int(0.9 * len(values)))] if values else None
+
     procs = data["_processes"]
     return {
         "benchmarks": rows,
@@ -139,7 +149,8 @@ def summarise(data: dict[str, dict[str, Any]], processes: int) -> dict[str, Any]
             k: v["errors"] for k, v in data.items() if not k.startswith("_") and v["errors"]
         },
         "median_cv": statistics.median(cvs) if cvs else None,
-        "p90_spread": spreads[min(len(spreads) - 1, int(0.9 * len(spreads)))] if spreads else None,
+        "p90_cv": p90(cvs),
+        "p90_spread": p90(spreads),
         "max_spread": max(spreads) if spreads else None,
         "pass_wall_s": sum(w or 0 for w in procs["wall_s"]) / processes,
         "pass_cpu_s": sum(c or 0 for c in procs["cpu_s"]) / processes,
@@ -153,7 +164,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--models", default=None, help="globs, comma-separated (default: all)")
     ap.add_argument("--modes", default="train,eval")
     ap.add_argument("--processes", type=int, default=5, help="separate counts of each")
-    ap.add_argument("--batch", type=int, default=8, help="benchmarks per valgrind process")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="benchmarks per valgrind process; the count pass's default is 1 "
+        "(NIGHTBENCH_COUNT_BATCH)",
+    )
     ap.add_argument(
         "--batch-size",
         type=int,
@@ -179,7 +196,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     summary = summarise(data, args.processes)
     summary["load_average_before"] = load_before
     table = Table(title=f"cpu_instructions over {args.processes} processes")
-    for col in ("benchmark", "M instr/step", "CV %", "spread %", "wall s", "CPU s"):
+    for col in (
+        "benchmark",
+        "M instr/step",
+        "CV %",
+        "spread %",
+        "window spread %",
+        "wall s",
+        "CPU s",
+    ):
         table.add_column(col, justify="left" if col == "benchmark" else "right")
     for name, r in sorted(summary["benchmarks"].items()):
         table.add_row(
@@ -187,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{r['median'] / 1e6:,.2f}",
             f"{r['cv'] * 100:.3f}",
             f"{r['spread'] * 100:.3f}",
+            f"{r['window_spread'] * 100:.3f}",
             f"{r['wall_s']:.0f}",
             f"{r['cpu_s']:.0f}",
         )
@@ -195,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for name, errors in summary["failed"].items():
         console.print(f"[magenta]failed[/] {name}: {errors[0]}")
     console.print(
-        f"median CV {summary['median_cv']:.4%}, p90 spread {summary['p90_spread']:.4%}, "
+        f"median CV {summary['median_cv']:.4%}, p90 CV {summary['p90_cv']:.4%}, p90 spread {summary['p90_spread']:.4%}, "
         f"max spread {summary['max_spread']:.4%}; one pass {summary['pass_wall_s']:.0f} s wall, "
         f"{summary['pass_cpu_s']:.0f} s CPU; load average {load_before} before, {summary['load_average']} after"
         if summary["median_cv"] is not None
