@@ -6,8 +6,9 @@ separate valgrind processes of ``--batch`` benchmarks (as the count pass of a ni
 them), and reports per benchmark: the median count per step, the coefficient of variation and
 the spread ``(max - min) / min`` of the per-process medians, the largest spread of one
 process's windows, and the wall and CPU seconds one benchmark took under valgrind; then the
-suite's median and p90 CV, p90 and max spread, and the cost of the whole pass. The load average is printed beside the figures (``os.getloadavg``): a count
-should not move with it, its cost does.
+suite's median and p90 CV, p90 and max spread, and the cost of the whole pass. The load average
+is printed beside the figures (``os.getloadavg``): a count should not move with it, its cost
+does.
 
 Usage::
 
