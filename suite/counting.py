@@ -173,9 +173,14 @@ def instrumentation_on(timeout_s: float = 120.0) -> None:
 def _count_one(model: str, mode: str, batch_size: int | None, cfg: CountConfig) -> dict[str, Any]:
     """Build one benchmark and count ``cfg.repeats`` windows of its steps, each dumped.
 
+    The model is built and stepped with its metadata's ``count_settings`` over its own
+    (:meth:`suite.model.BenchmarkModel.count_settings`: a smaller image where the full-size
+    step costs too long under valgrind).
+
     Returns:
-        ``{"model", "mode", "batch_size", "benchmark_version", "dumps": k, "error"}``: the
-        number of profiles dumped for it (in order after the previous benchmark's).
+        ``{"model", "mode", "batch_size", "benchmark_version", "settings", "dumps": k,
+        "error"}``: the settings overridden for the count (``{}``: none) and the number of
+        profiles dumped for it (in order after the previous benchmark's).
     """
     import torch
 
@@ -185,25 +190,28 @@ def _count_one(model: str, mode: str, batch_size: int | None, cfg: CountConfig) 
     wall, cpu = time.perf_counter(), time.process_time()
     try:
         out["benchmark_version"] = benchmark_version(model)
-        bench = load_model_class(model)(test=mode, device="cpu", batch_size=batch_size)
-        out["batch_size"] = bench.batch_size
-        out["build_cpu_s"] = round(time.process_time() - cpu, 2)
-        step = bench.train if mode == "train" else bench.eval
-        for _ in range(cfg.warmup_steps):
-            step()
-        out["warmup_cpu_s"] = round(time.process_time() - cpu - out["build_cpu_s"], 2)
-        instrumentation_on()
-        gc.collect()
-        gc.disable()
-        try:
-            for _ in range(cfg.repeats):
-                torch._C._valgrind_toggle()
-                for _ in range(cfg.steps):
-                    step()
-                torch._C._valgrind_toggle_and_dump_stats()
-                out["dumps"] += 1
-        finally:
-            gc.enable()
+        cls = load_model_class(model)
+        with cls.count_settings() as settings:
+            out["settings"] = settings
+            bench = cls(test=mode, device="cpu", batch_size=batch_size)
+            out["batch_size"] = bench.batch_size
+            out["build_cpu_s"] = round(time.process_time() - cpu, 2)
+            step = bench.train if mode == "train" else bench.eval
+            for _ in range(cfg.warmup_steps):
+                step()
+            out["warmup_cpu_s"] = round(time.process_time() - cpu - out["build_cpu_s"], 2)
+            instrumentation_on()
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(cfg.repeats):
+                    torch._C._valgrind_toggle()
+                    for _ in range(cfg.steps):
+                        step()
+                    torch._C._valgrind_toggle_and_dump_stats()
+                    out["dumps"] += 1
+            finally:
+                gc.enable()
         out["error"] = None
     except Exception as exc:  # noqa: BLE001 - a benchmark's failure is its record's error
         from suite.harness import describe_failure
@@ -388,6 +396,8 @@ def _records(
             "build_cpu_s": entry.get("build_cpu_s"),
             "warmup_cpu_s": entry.get("warmup_cpu_s"),
         }
+        if entry.get("settings"):
+            record["environment"]["counter"]["settings"] = entry["settings"]
         record["batch_size"] = entry.get("batch_size", batch_size)
         record["benchmark_version"] = entry.get("benchmark_version")
         mine = numbered[at : at + int(entry["dumps"])]

@@ -15,6 +15,9 @@ next to a ``metadata.yaml``. The contract follows pytorch/benchmark
 ``metadata.yaml`` keys read here: ``modes``, ``devices``, ``compilers`` (default: all),
 ``train_batch_size`` and ``eval_batch_size`` (``{cpu: n, cuda: n}``); model-specific sizes are read
 with :meth:`BenchmarkModel.setting`, which accepts a scalar or a ``{cpu: .., cuda: ..}`` mapping.
+``count_settings`` (optional) gives settings the instruction count builds the model with instead
+of its own (:meth:`BenchmarkModel.count_settings`): a smaller image for a model whose full-size
+step costs too long under valgrind.
 
 Precision: fp32 everywhere. On CUDA the TF32 switches are left at PyTorch's defaults (matmul
 ``torch.backends.cuda.matmul`` in full fp32, cuDNN convolutions allowed to use TF32); the harness
@@ -28,9 +31,13 @@ so that :meth:`BenchmarkModel.set_compiler` can wrap it with ``torch.compile``.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
+
+from suite.model_info import COUNT_SETTINGS
 
 SEED = 1337
 TESTS = ("train", "eval")
@@ -119,6 +126,34 @@ class BenchmarkModel:
         if isinstance(value, dict):
             return value.get(device, value.get("cpu", default))
         return value
+
+    @classmethod
+    @contextmanager
+    def count_settings(cls) -> Iterator[dict[str, Any]]:
+        """While open, :meth:`setting` reads the metadata's ``count_settings`` over the model's
+        own settings: what the instruction count (``suite/counting.py``) builds and steps the
+        model with.
+
+        A count runs each step under valgrind, about a thousand times slower than natively for
+        some kernels (style_transfer_jit's convolution backward: 441 s of CPU a step at its
+        96-pixel image, docs/benchmarks.md); the framework and Python work a count watches does
+        not grow with the input, so such a model counts a smaller one. The overrides are part
+        of the model's ``metadata.yaml``, so of its benchmark version, and the count record
+        carries them (``environment["counter"]["settings"]``).
+
+        Yields:
+            The settings overridden, ``{}`` when the metadata has none.
+        """
+        overrides = dict(cls.metadata.get(COUNT_SETTINGS) or {})
+        if not overrides:
+            yield {}
+            return
+        own = cls.metadata
+        cls.metadata = {**own, **overrides}
+        try:
+            yield overrides
+        finally:
+            cls.metadata = own
 
     def get_module(self) -> tuple[torch.nn.Module, tuple[Any, ...]]:
         """Return ``(module, example_inputs)`` as TorchBench does."""

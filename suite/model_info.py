@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 TORCHBENCH_PREFIX = "torchbench."
+COUNT_SETTINGS = "count_settings"
+"""The metadata key of the settings a count series builds a model with (``cpu_instructions``,
+:meth:`suite.model.BenchmarkModel.count_settings`)."""
 _SOURCE_SUFFIXES = {".py", ".yaml", ".yml", ".json"}
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from suite.model_info import TORCHBENCH_PREFIX, ModelInfo, hash_folder
+from suite.model_info import COUNT_SETTINGS, TORCHBENCH_PREFIX, ModelInfo, hash_folder
 from suite.records import MEASUREMENT_VERSION
 
 if TYPE_CHECKING:  # torch is imported only when a model is loaded: listing stays quick
@@ -96,7 +96,8 @@ def load_metadata(name: str, models_dir: Path = MODELS_DIR) -> dict[str, Any]:
 
     Raises:
         UnknownModelError: no such model.
-        ValueError: the metadata lacks a valid ``domain``.
+        ValueError: the metadata lacks a valid ``domain``, or its ``count_settings`` is not a
+            mapping of the model's own settings.
     """
     path = model_folder(name, models_dir) / "metadata.yaml"
     meta = yaml.safe_load(path.read_text()) or {}
@@ -104,7 +105,29 @@ def load_metadata(name: str, models_dir: Path = MODELS_DIR) -> dict[str, Any]:
         raise ValueError(f"{path}: expected a mapping, got {type(meta).__name__}")
     if meta.get("domain") not in DOMAINS:
         raise ValueError(f"{path}: domain must be one of {DOMAINS}, got {meta.get('domain')!r}")
+    _check_count_settings(path, meta)
     return meta
+
+
+_NOT_COUNT_SETTINGS = ("domain", "task", "description", "modes", "devices", "compilers")
+
+
+def _check_count_settings(path: Path, meta: dict[str, Any]) -> None:
+    """``count_settings`` overrides only settings the model has (a misspelt key would silently
+    count the full-size step), and never what the model is (its modes, devices, domain)."""
+    overrides = meta.get(COUNT_SETTINGS)
+    if overrides is None:
+        return
+    if not isinstance(overrides, dict) or not overrides:
+        raise ValueError(f"{path}: {COUNT_SETTINGS} must be a non-empty mapping of settings")
+    for key in overrides:
+        if key in _NOT_COUNT_SETTINGS or key == COUNT_SETTINGS:
+            raise ValueError(f"{path}: {COUNT_SETTINGS} cannot override {key!r}")
+        if key not in meta:
+            raise ValueError(
+                f"{path}: {COUNT_SETTINGS} overrides {key!r}, which is not one of the model's "
+                f"settings ({', '.join(k for k in meta if k not in _NOT_COUNT_SETTINGS)})"
+            )
 
 
 def benchmark_version(name: str, models_dir: Path = MODELS_DIR) -> str:

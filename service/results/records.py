@@ -57,7 +57,9 @@ def machine_fingerprint(environment: dict[str, Any], device: str) -> str:
     benchmark process (allocator, glibc tunables, ``MALLOC_CONF``, transparent huge pages, ASLR;
     on CUDA also cuDNN autotuning, deterministic algorithms, ``PYTORCH_CUDA_ALLOC_CONF`` and the
     allocator backend), so that a change of setup starts a new series instead of raising a
-    regression. A record
+    regression. An instruction count also fingerprints how it was counted (valgrind's version
+    and flags, warm-up and window steps, and the model's ``count_settings`` where it has any:
+    a count at a smaller image is another series). A record
     without ``measurement_setup`` (measured before the suite recorded one) fingerprints exactly
     as before, so stored series keep their keys. The torch build is *not* part of it: the build
     is what the series compares.
@@ -78,6 +80,8 @@ def machine_fingerprint(environment: dict[str, Any], device: str) -> str:
     counter = environment.get("counter")
     if isinstance(counter, dict):  # count records only (``suite/counting.py``): others unchanged
         parts.append({f: counter.get(f) for f in _COUNTER_FINGERPRINT_FIELDS})
+        if counter.get("settings"):  # a model counted at its count_settings (a smaller image)
+            parts.append({"count_settings": counter["settings"]})
     return _digest(*parts)
 
 

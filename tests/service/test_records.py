@@ -119,3 +119,23 @@ def test_the_library_path_and_thread_variables_do_not_split_a_machine() -> None:
     assert machine_fingerprint(
         {**CPU_ENV, "measurement_setup": JEMALLOC}, "cpu"
     ) == machine_fingerprint({**CPU_ENV, "measurement_setup": moved}, "cpu")
+
+
+def test_a_count_at_its_count_settings_is_another_series() -> None:
+    """A model counted at a smaller image (``count_settings``) counts other work: another
+    machine. A count without settings fingerprints as counts always did."""
+    counter = {"tool": "callgrind", "valgrind": "valgrind-3.19.0", "flags": ["--x"], "steps": 1}
+    plain = machine_fingerprint({**CPU_ENV, "counter": counter}, "cpu")
+    assert plain != machine_fingerprint(CPU_ENV, "cpu")
+    assert plain == machine_fingerprint({**CPU_ENV, "counter": {**counter, "cpu_s": 4.0}}, "cpu")
+    small = {**counter, "settings": {"image_size": 32}}
+    smaller = {**counter, "settings": {"image_size": 16}}
+    assert (
+        len(
+            {
+                plain,
+                *(machine_fingerprint({**CPU_ENV, "counter": c}, "cpu") for c in (small, smaller)),
+            }
+        )
+        == 3
+    )

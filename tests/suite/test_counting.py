@@ -51,10 +51,13 @@ def test_records_match_dumps_in_order_and_say_what_was_not_counted(tmp_path: Pat
         {"model": "b", "mode": "train", "batch_size": 2, "dumps": 0, "error": "RuntimeError: x"},
         {"model": "c", "mode": "eval", "batch_size": 1, "dumps": 1, "benchmark_version": "w"},
     ]
+    counted[0]["settings"] = {"image_size": 32}  # counted at its count_settings
     benchmarks = [("a", "eval", None), ("b", "train", None), ("c", "eval", None), ("d", "eval", 3)]
     records = counting._records(benchmarks, counted, dumps, {"cpu_model": "x"}, cfg, "timed out")
     a, b, c, d = records
     assert a["error"] is None and a["batch_size"] == 4
+    assert a["environment"]["counter"]["settings"] == {"image_size": 32}
+    assert "settings" not in c["environment"]["counter"]
     assert a["metrics"][0]["metric"] == "cpu_instructions"
     assert a["metrics"][0]["samples"] == [100.0, 101.0]  # per step: each window held 2 steps
     assert b["error"] == "RuntimeError: x" and b["metrics"] == []

@@ -80,3 +80,31 @@ def test_duplicate_model_name_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setenv(EXTRA_MODELS_ENV, str(tmp_path))
     with pytest.raises(ValueError, match="'ppo' is defined in both"):
         list_models()
+
+
+@pytest.mark.parametrize(
+    ("count_settings", "message"),
+    [
+        ("{image_sise: 32}", "overrides 'image_sise', which is not one of the model's settings"),
+        ("{modes: [eval]}", "cannot override 'modes'"),
+        ("32", "must be a non-empty mapping"),
+        ("{}", "must be a non-empty mapping"),
+    ],
+)
+def test_count_settings_override_only_the_models_own_settings(
+    tmp_path, count_settings: str, message: str
+) -> None:
+    """A misspelt count setting would count the full-size step without a word: it is refused,
+    naming the file and the key."""
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    (folder / "metadata.yaml").write_text(
+        f"domain: other\ntask: toy\nimage_size: 96\ncount_settings: {count_settings}\n"
+    )
+    with pytest.raises(ValueError, match=message) as err:
+        load_metadata("toy", tmp_path)
+    assert "toy/metadata.yaml" in str(err.value)
+    (folder / "metadata.yaml").write_text(
+        "domain: other\ntask: toy\nimage_size: 96\ncount_settings: {image_size: 32}\n"
+    )
+    assert load_metadata("toy", tmp_path)["count_settings"] == {"image_size": 32}

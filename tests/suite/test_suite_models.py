@@ -133,3 +133,26 @@ def test_unknown_compiler_is_not_implemented() -> None:
     bench = load_model_class("lstm_lm")("eval", "cpu", batch_size=1)
     with pytest.raises(NotImplementedError, match="compiler"):
         bench.set_compiler("tensorrt")
+
+
+def test_a_count_builds_style_transfer_jit_at_its_count_image_and_the_timed_run_keeps_its_own() -> (
+    None
+):
+    """style_transfer_jit's count steps a 32-pixel image (its metadata's ``count_settings``);
+    outside the count, and after a count that failed, the model is built at its own 96 pixels."""
+    cls = load_model_class("style_transfer_jit")
+    with cls.count_settings() as settings:
+        counted = cls("eval", "cpu", batch_size=2)
+    assert settings == {"image_size": {"cpu": 32, "cuda": 32}}
+    assert tuple(counted.example_inputs[0].shape) == (2, 3, 32, 32)
+    assert tuple(counted.eval()[0].shape) == (2, 3, 32, 32)
+    with pytest.raises(RuntimeError, match="the count failed"), cls.count_settings():
+        raise RuntimeError("the count failed")
+    assert tuple(cls("eval", "cpu", batch_size=2).example_inputs[0].shape) == (2, 3, 96, 96)
+
+
+def test_a_model_without_count_settings_counts_as_it_runs() -> None:
+    cls = load_model_class("dqn")
+    with cls.count_settings() as settings:
+        assert settings == {}
+        assert cls.metadata.get("count_settings") is None
