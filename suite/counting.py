@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,41 @@ COUNT_FLAGS = (*VALGRIND_FLAGS, "--instr-atstart=no")
 """The options of a count: also no instrumentation until the first counted window
 (:func:`instrumentation_on`), so ``import torch``, the model's build and its warm-up run at
 valgrind's bare speed. Part of the count series' machine fingerprint."""
+COUNT_ENV_BYTES = 16384
+"""The size the count process's environment is padded to: its ``NAME=value`` strings with their
+terminating NULs, plus 8 bytes of pointer each (:func:`count_environment`)."""
+COUNT_ENV_PAD = "NIGHTBENCH_COUNT_PAD"
+"""The variable that pads the count process's environment to :data:`COUNT_ENV_BYTES`."""
+_COUNT_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "TMPDIR",
+        "LD_LIBRARY_PATH",
+        "LD_PRELOAD",
+        "MALLOC_CONF",
+        "GLIBC_TUNABLES",
+        "XDG_CACHE_HOME",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+    }
+)
+_COUNT_ENV_PREFIXES = (
+    "PYTHON",
+    "LC_",
+    "NIGHTBENCH_SUITE_",
+    "NIGHTBENCH_TORCHBENCH_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "GOMP_",
+    "DNNL_",
+    "ONEDNN_",
+    "VALGRIND_",
+)
 CONTROL = "callgrind_control"
 """Valgrind's tool that switches callgrind's instrumentation on in a running process."""
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
@@ -251,6 +287,51 @@ def count_benchmarks(
 # Outside valgrind
 
 
+def count_environment(environ: Mapping[str, str], manifest: Path) -> dict[str, str]:
+    """The environment the valgrind count process starts with: fixed, whatever the worker's.
+
+    A count depends on everything the process starts with, not only on the code it runs: one
+    unrelated 3,000-byte variable more moved gcn eval's count by 0.31%, another shell's
+    variables by 0.39% (docs/benchmarks.md, "The count's noise over processes"); presumably the
+    environment's size moves the stack and with it the heap's layout, allocator paths and
+    hash-table probes. So the count process gets only the variables a build and the suite can
+    need (paths, Python's, the suite's and TorchBench's, torch's, the thread and allocator
+    settings, valgrind's), in name order, padded by :data:`COUNT_ENV_PAD` to
+    :data:`COUNT_ENV_BYTES`: another shell, a redeployed worker's settings or its secrets do
+    not reach it. A kept variable of another length (another ``PYTHONPATH``) still moves the
+    heap, and the interpreter's path and the arguments are the build's own.
+
+    Args:
+        environ: the worker's environment (``os.environ``).
+        manifest: the manifest the count process writes (:data:`INSIDE_ENV`).
+
+    Returns:
+        The count process's environment, with ``PYTHONHASHSEED=0`` and one OpenMP and MKL
+        thread; padded to :data:`COUNT_ENV_BYTES` unless the kept variables alone exceed it.
+    """
+    kept = {
+        name: value
+        for name, value in environ.items()
+        if name in _COUNT_ENV_NAMES or name.startswith(_COUNT_ENV_PREFIXES)
+    }
+    kept.update(
+        {
+            INSIDE_ENV: str(manifest),
+            "PYTHONHASHSEED": "0",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
+    )
+    kept.pop(COUNT_ENV_PAD, None)
+
+    def size(env: Mapping[str, str]) -> int:
+        return sum(len(f"{k}={v}".encode()) + 1 + 8 for k, v in env.items())
+
+    padding = COUNT_ENV_BYTES - size({**kept, COUNT_ENV_PAD: ""})
+    kept[COUNT_ENV_PAD] = "x" * max(0, padding)
+    return dict(sorted(kept.items()))
+
+
 def _environment(version: str, cfg: CountConfig) -> dict[str, Any]:
     from suite.environment import collect_environment
 
@@ -262,6 +343,7 @@ def _environment(version: str, cfg: CountConfig) -> dict[str, Any]:
         "flags": list(COUNT_FLAGS),
         "warmup_steps": cfg.warmup_steps,
         "steps": cfg.steps,
+        "process_environment": f"kept variables, {COUNT_ENV_BYTES} bytes",
     }
     return env
 
@@ -336,13 +418,7 @@ def count_records(
             "--out",
             str(work / "unused.json"),
         ]
-        env = {
-            **os.environ,
-            INSIDE_ENV: str(manifest),
-            "PYTHONHASHSEED": "0",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-        }
+        env = count_environment(os.environ, manifest)
         why = None
         started, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         try:

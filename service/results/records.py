@@ -58,8 +58,10 @@ def machine_fingerprint(environment: dict[str, Any], device: str) -> str:
     on CUDA also cuDNN autotuning, deterministic algorithms, ``PYTORCH_CUDA_ALLOC_CONF`` and the
     allocator backend), so that a change of setup starts a new series instead of raising a
     regression. An instruction count also fingerprints how it was counted (valgrind's version
-    and flags, warm-up and window steps, and the model's ``count_settings`` where it has any:
-    a count at a smaller image is another series). A record
+    and flags, warm-up and window steps, the count process's environment (fixed and padded
+    since counts recorded ``process_environment``: the environment moves a count by up to
+    0.5%), and the model's ``count_settings`` where it has any: a count at a smaller image is
+    another series). A record
     without ``measurement_setup`` (measured before the suite recorded one) fingerprints exactly
     as before, so stored series keep their keys. The torch build is *not* part of it: the build
     is what the series compares.
@@ -82,6 +84,8 @@ def machine_fingerprint(environment: dict[str, Any], device: str) -> str:
         parts.append({f: counter.get(f) for f in _COUNTER_FINGERPRINT_FIELDS})
         if counter.get("settings"):  # a model counted at its count_settings (a smaller image)
             parts.append({"count_settings": counter["settings"]})
+        if counter.get("process_environment"):  # the count process's fixed environment
+            parts.append({"process_environment": counter["process_environment"]})
     return _digest(*parts)
 
 

@@ -128,6 +128,8 @@ def test_a_count_at_its_count_settings_is_another_series() -> None:
     plain = machine_fingerprint({**CPU_ENV, "counter": counter}, "cpu")
     assert plain != machine_fingerprint(CPU_ENV, "cpu")
     assert plain == machine_fingerprint({**CPU_ENV, "counter": {**counter, "cpu_s": 4.0}}, "cpu")
+    fixed = {**counter, "process_environment": "kept variables, 16384 bytes"}
+    assert machine_fingerprint({**CPU_ENV, "counter": fixed}, "cpu") != plain
     small = {**counter, "settings": {"image_size": 32}}
     smaller = {**counter, "settings": {"image_size": 16}}
     assert (

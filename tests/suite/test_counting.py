@@ -105,3 +105,48 @@ def test_without_callgrind_control_the_metric_is_skipped_with_its_reason(tmp_pat
         if Path(found).exists():
             (tmp_path / name).symlink_to(found)
     assert "callgrind_control is not installed" in _skipped_count(tmp_path)
+
+
+def _footprint(env: dict[str, str]) -> int:
+    return sum(len(f"{k}={v}".encode()) + 1 + 8 for k, v in env.items())
+
+
+def test_the_count_process_starts_with_a_fixed_environment(tmp_path: Path) -> None:
+    """What a worker's shell or deployment adds never reaches the count process (it moved
+    counts by up to 0.39%), and the environment it gets is always the same size."""
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/root",
+        "PYTHONPATH": "/work/overlay",
+        "NIGHTBENCH_SUITE_EXTRA_MODELS": "/work/models",
+        "NIGHTBENCH_TORCHBENCH_PATH": "/work/benchmark",
+        "TORCH_SHOW_CPP_STACKTRACES": "1",
+        "OMP_NUM_THREADS": "8",
+    }
+    noisy = {
+        **base,
+        "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22",
+        "NIGHTBENCH_GITHUB_TOKEN": "ghp_secret",
+        "NIGHTBENCH_DATABASE_URL": "postgresql://nightbench@db/nightbench",
+        "BIG": "x" * 3000,
+        counting.COUNT_ENV_PAD: "stale",
+    }
+    manifest = tmp_path / "manifest.json"
+    env = counting.count_environment(base, manifest)
+    assert counting.count_environment(noisy, manifest) == env
+    assert list(env) == sorted(env)
+    assert {k: env[k] for k in base if k != "OMP_NUM_THREADS"} == {
+        k: v for k, v in base.items() if k != "OMP_NUM_THREADS"
+    }
+    assert env["OMP_NUM_THREADS"] == "1" and env["MKL_NUM_THREADS"] == "1"
+    assert env["PYTHONHASHSEED"] == "0" and env[counting.INSIDE_ENV] == str(manifest)
+    assert _footprint(env) == counting.COUNT_ENV_BYTES
+    longer = counting.count_environment({**base, "PATH": "/opt/build/venv/bin:/usr/bin"}, manifest)
+    assert _footprint(longer) == counting.COUNT_ENV_BYTES
+    assert len(longer[counting.COUNT_ENV_PAD]) == len(env[counting.COUNT_ENV_PAD]) - 15
+
+
+def test_an_environment_over_the_padded_size_is_kept_whole(tmp_path: Path) -> None:
+    huge = {"PYTHONPATH": "/p" * counting.COUNT_ENV_BYTES}
+    env = counting.count_environment(huge, tmp_path / "manifest.json")
+    assert env["PYTHONPATH"] == huge["PYTHONPATH"] and env[counting.COUNT_ENV_PAD] == ""
