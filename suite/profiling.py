@@ -149,9 +149,20 @@ def _document(
 
 @contextlib.contextmanager
 def _built(
-    model: str, mode: str, device: str, batch_size: int | None, cfg: ProfileConfig
+    model: str,
+    mode: str,
+    device: str,
+    batch_size: int | None,
+    cfg: ProfileConfig,
+    *,
+    counted: bool = False,
 ) -> Iterator[tuple[Callable[[], None], int | None]]:
-    """The benchmark's step (model step, then its injected work), warmed up; its batch size."""
+    """The benchmark's step (model step, then its injected work), warmed up; its batch size.
+
+    ``counted``: built with the model's ``count_settings`` (a profile of a ``cpu_instructions``
+    regression profiles the step its count series counts, e.g. style_transfer_jit's 32-pixel
+    image: :meth:`suite.model.BenchmarkModel.count_settings`).
+    """
     import torch
 
     from suite.harness import injection
@@ -160,25 +171,30 @@ def _built(
     if device == "cpu":
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(0)
-    bench = load_model_class(model)(test=mode, device=device, batch_size=batch_size)
-    model_step = bench.train if mode == "train" else bench.eval
-    extra = injection(model, mode)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    cls = load_model_class(model)
+    settings: contextlib.AbstractContextManager[dict[str, Any]] = (
+        cls.count_settings() if counted else contextlib.nullcontext({})
+    )
+    with settings:
+        bench = cls(test=mode, device=device, batch_size=batch_size)
+        model_step = bench.train if mode == "train" else bench.eval
+        extra = injection(model, mode)
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
-    def step() -> None:
-        t0 = time.perf_counter()
-        model_step()
-        sync()
-        extra((time.perf_counter() - t0) * 1e3)
+        def step() -> None:
+            t0 = time.perf_counter()
+            model_step()
+            sync()
+            extra((time.perf_counter() - t0) * 1e3)
 
-    for _ in range(cfg.warmup_steps):
-        step()
-    gc.collect()
-    gc.disable()
-    try:
-        yield step, bench.batch_size
-    finally:
-        gc.enable()
+        for _ in range(cfg.warmup_steps):
+            step()
+        gc.collect()
+        gc.disable()
+        try:
+            yield step, bench.batch_size
+        finally:
+            gc.enable()
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -286,7 +302,7 @@ def profile_bytecodes(
     """
     doc = _document(model, mode, "cpu", batch_size, cfg, counting.METRIC, BYTECODES)
     try:
-        with _built(model, mode, "cpu", batch_size, cfg) as (step, batch):
+        with _built(model, mode, "cpu", batch_size, cfg, counted=True) as (step, batch):
             doc["batch_size"] = batch
             windows = [count_bytecodes(step, cfg.steps) for _ in range(cfg.windows)]
     except Exception as exc:  # noqa: BLE001 - a benchmark's failure is its document's error
@@ -422,7 +438,7 @@ def profile_inside(
 
     out: dict[str, Any] = {"batch_size": batch_size, "dumps": 0, "error": None}
     try:
-        with _built(model, mode, "cpu", batch_size, cfg) as (step, batch):
+        with _built(model, mode, "cpu", batch_size, cfg, counted=True) as (step, batch):
             out["batch_size"] = batch
             for _ in range(cfg.windows):
                 torch._C._valgrind_toggle()

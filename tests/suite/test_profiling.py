@@ -214,3 +214,17 @@ def test_a_python_check_in_a_real_model_is_named_by_its_bytecodes(
         "suite/test_profiling.py: _planted_check",
     }
     assert diff.explained == pytest.approx(1.0)
+
+
+def test_a_count_regression_is_profiled_at_the_count_series_settings() -> None:
+    """The function and bytecode profiles of a ``cpu_instructions`` regression profile the step
+    its count series counts: style_transfer_jit at its 32-pixel count image, not its own 96."""
+    from suite.registry import load_model_class
+
+    cls = load_model_class("style_transfer_jit")
+    cfg = profiling.ProfileConfig(warmup_steps=0, steps=1, windows=1)
+    with profiling._built("style_transfer_jit", "eval", "cpu", 1, cfg, counted=True) as (_, b):
+        assert b == 1 and cls.setting("image_size", "cpu") == 32
+    with profiling._built("style_transfer_jit", "eval", "cpu", 1, cfg) as _:
+        assert cls.setting("image_size", "cpu") == 96
+    assert cls.setting("image_size", "cpu") == 96
